@@ -1,0 +1,53 @@
+# Two commands: `make demo` and `make test`. Each sets up .venv on first use.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+ROOT := $(abspath .)
+BUILD := build/interfaces
+INTERFACES := $(wildcard msg/*.msg srv/*.srv)
+PYTEST_ARGS ?=
+
+export AMENT_PREFIX_PATH := $(ROOT)/$(VENV)
+export PYTHONPATH := $(ROOT)
+
+.PHONY: setup demo test lint bench clean
+
+setup: $(VENV)/.interfaces.stamp $(VENV)/bin/simreal
+
+$(VENV)/.deps.stamp: requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -qq --upgrade pip
+	$(PY) -m pip install -qq -r requirements.txt
+	touch $@
+
+# Generated interfaces go into the venv; the Python code runs from the checkout.
+$(VENV)/.interfaces.stamp: $(VENV)/.deps.stamp $(INTERFACES) CMakeLists.txt package.xml
+	mkdir -p build
+	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(ROOT)/$(VENV) \
+		-DPython3_EXECUTABLE=$(ROOT)/$(PY) -DSIMREAL_INSTALL_PYTHON=OFF \
+		-DBUILD_TESTING=OFF > $(BUILD).log 2>&1 || (cat $(BUILD).log; exit 1)
+	cmake --build $(BUILD) -j2 >> $(BUILD).log 2>&1 || (cat $(BUILD).log; exit 1)
+	cmake --install $(BUILD) >> $(BUILD).log 2>&1 || (cat $(BUILD).log; exit 1)
+	touch $@
+
+# The `simreal` command for this checkout (colcon installs its own on a ROS 2 machine).
+$(VENV)/bin/simreal: scripts/simreal $(VENV)/.deps.stamp
+	printf '#!/bin/sh\nexport PYTHONPATH="$(ROOT)$${PYTHONPATH:+:$$PYTHONPATH}"\nexport AMENT_PREFIX_PATH="$(ROOT)/$(VENV)"\nexec "$(ROOT)/$(PY)" -m simreal_ros.cli.main "$$@"\n' > $@
+	chmod +x $@
+
+demo: setup
+	$(VENV)/bin/simreal demo
+
+test: setup
+	$(PY) -m ruff check .
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+bench: setup
+	for b in bench/*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf build install log $(VENV)

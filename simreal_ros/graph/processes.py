@@ -1,0 +1,126 @@
+"""Start and stop the graph's node processes: environment, logs, clean shutdown.
+
+Used by ``simreal up`` and by the graph tests, so what a test starts is what a user
+starts. Plain Python: no rclpy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TextIO
+
+FASTDDS_PROFILE = Path(__file__).with_name("fastdds_profile.xml")
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+
+def graph_environment(
+    domain_id: int | None = None, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Environment for node processes: localhost discovery, fast announcements, UDP only.
+
+    UDPv4 alone leaves nothing behind in /dev/shm when a process is killed.
+    """
+    env = dict(os.environ if base is None else base)
+    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    env.setdefault("FASTDDS_BUILTIN_TRANSPORTS", "UDPv4")
+    env.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(FASTDDS_PROFILE))
+    env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
+    env["PYTHONUNBUFFERED"] = "1"
+    if domain_id is not None:
+        env["ROS_DOMAIN_ID"] = str(domain_id)
+    # A source checkout runs its Python code from the checkout.
+    if (PACKAGE_ROOT / "simreal_ros" / "__init__.py").exists():
+        paths = [str(PACKAGE_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(":") if p]
+        env["PYTHONPATH"] = ":".join(dict.fromkeys(paths))
+    return env
+
+
+class NodeProcess:
+    """One node as a child process in its own process group, its output prefixed."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        log: TextIO | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.lines: list[str] = []
+        self._log = log
+        self._lock = threading.Lock()
+        self.process = subprocess.Popen(
+            self.argv,
+            env=dict(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._pump, name=f"log-{name}", daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            line = line.rstrip("\n")
+            with self._lock:
+                self.lines.append(line)
+            if self._log is not None:
+                self._log.write(f"[{self.name}] {line}\n")
+                self._log.flush()
+
+    def output(self) -> str:
+        with self._lock:
+            return "\n".join(self.lines)
+
+    def wait_for_output(self, text: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.output():
+                return True
+            if self.process.poll() is not None:
+                self._reader.join(timeout=1.0)
+                return text in self.output()
+            time.sleep(0.02)
+        return False
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.poll()
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, sig)
+
+    def stop(self, timeout: float = 5.0) -> int:
+        """SIGINT (what Ctrl-C sends), then SIGTERM, then SIGKILL; returns the exit code."""
+        for sig, wait in ((signal.SIGINT, timeout), (signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
+            if self.process.poll() is not None:
+                break
+            self.kill(sig)
+            try:
+                self.process.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+        self._reader.join(timeout=1.0)
+        return self.process.wait()
+
+
+def python_module_argv(module: str, ros_args: Sequence[str] = ()) -> list[str]:
+    argv = [sys.executable, "-m", module]
+    if ros_args:
+        argv += ["--ros-args", *ros_args]
+    return argv

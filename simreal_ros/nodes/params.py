@@ -1,0 +1,59 @@
+"""Declare a core config dataclass as ROS parameters, with descriptors, in one call."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.node import Node
+
+from simreal_ros import config_schema
+
+
+def _descriptor(field: dataclasses.Field, default: Any) -> ParameterDescriptor:
+    meta = field.metadata
+    descriptor = ParameterDescriptor(
+        name=field.name,
+        description=config_schema.describe(field),
+        read_only=bool(meta.get("read_only", False)),
+    )
+    low, high = meta.get("low"), meta.get("high")
+    if low is not None and high is not None and not isinstance(default, bool):
+        if isinstance(default, int):
+            descriptor.integer_range = [
+                IntegerRange(from_value=int(low), to_value=int(high), step=0)
+            ]
+        elif isinstance(default, float):
+            descriptor.floating_point_range = [
+                FloatingPointRange(from_value=float(low), to_value=float(high), step=0.0)
+            ]
+    if meta.get("choices"):
+        descriptor.additional_constraints = "one of: " + ", ".join(meta["choices"])
+    return descriptor
+
+
+def _default_of(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    return field.default_factory()  # type: ignore[misc]
+
+
+def declare_config(node: Node, config_cls: type, prefix: str = "") -> Any:
+    """Declare every field of ``config_cls`` and return the validated config.
+
+    Values come from the node's parameter overrides (YAML, command line); defaults live
+    only in the dataclass. An invalid value raises ValueError naming the parameter.
+    """
+    values = {}
+    for field in dataclasses.fields(config_cls):
+        default = _default_of(field)
+        name = prefix + field.name
+        node.declare_parameter(name, default, _descriptor(field, default))
+        value = node.get_parameter(name).value
+        if isinstance(default, list) and value is None:
+            value = []
+        if isinstance(default, tuple) and isinstance(value, list):
+            value = tuple(value)
+        values[field.name] = value
+    return config_schema.from_mapping(config_cls, values)

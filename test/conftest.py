@@ -1,0 +1,66 @@
+"""Shared test setup: isolated DDS domain, fast discovery, one torch thread, rclpy fixtures.
+
+Tiers: test/core (no ROS), test/node (rclpy in one process), test/graph (processes on DDS).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from simreal_ros.graph.processes import graph_environment
+
+# One DDS domain per pytest run, so concurrent runs on one machine never cross-talk.
+# Chosen from the pid and a random draw; 1..100 keeps Fast DDS ports valid.
+_DOMAIN_ID = 1 + (os.getpid() * 7 + random.randrange(100)) % 100
+os.environ.update(graph_environment(domain_id=_DOMAIN_ID))
+
+
+def pytest_configure(config):
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
+
+
+def pytest_report_header(config):
+    return f"ROS_DOMAIN_ID={_DOMAIN_ID} (localhost discovery, UDPv4)"
+
+
+@pytest.fixture(scope="session")
+def ros_domain_id() -> int:
+    return _DOMAIN_ID
+
+
+@pytest.fixture
+def rclpy_context():
+    """A fresh rclpy Context per test, shut down afterwards even when the test fails."""
+    import rclpy
+    from rclpy.context import Context
+
+    context = Context()
+    rclpy.init(context=context)
+    try:
+        yield context
+    finally:
+        if context.ok():
+            rclpy.shutdown(context=context)
+
+
+@pytest.fixture
+def executor(rclpy_context):
+    """A single-threaded executor on the test's context; spin it with ``spin_until``."""
+    from rclpy.executors import SingleThreadedExecutor
+
+    executor = SingleThreadedExecutor(context=rclpy_context)
+    try:
+        yield executor
+    finally:
+        for node in list(executor.get_nodes()):
+            executor.remove_node(node)
+            node.destroy_node()
+        executor.shutdown()

@@ -1,0 +1,56 @@
+import dataclasses
+
+import pytest
+
+from simreal_ros import config_schema
+from simreal_ros.stats import percentile, wilson_interval
+
+
+@dataclasses.dataclass
+class ExampleConfig:
+    rate_hz: float = config_schema.setting(100.0, "control rate", low=1.0, high=1000.0)
+    mode: str = config_schema.setting("lockstep", "mode", choices=("lockstep", "free"))
+    names: list = config_schema.setting(["a"], "names")
+
+
+def test_from_mapping_accepts_valid_values_and_coerces_ints_to_float():
+    config = config_schema.from_mapping(ExampleConfig, {"rate_hz": 50, "mode": "free"})
+    assert config.rate_hz == 50.0 and isinstance(config.rate_hz, float)
+    assert config.mode == "free"
+
+
+def test_list_defaults_are_not_shared_between_instances():
+    first, second = ExampleConfig(), ExampleConfig()
+    first.names.append("b")
+    assert second.names == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"rate_hz": 0.5}, "rate_hz = 0.5 is below its minimum 1.0"),
+        ({"rate_hz": 5000.0}, "above its maximum 1000.0"),
+        ({"rate_hz": float("nan")}, "is not finite"),
+        ({"mode": "turbo"}, "is not one of lockstep, free"),
+        ({"rat_hz": 1.0}, "unknown ExampleConfig setting(s): rat_hz"),
+    ],
+)
+def test_invalid_values_are_refused_with_the_field_named(values, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        config_schema.from_mapping(ExampleConfig, values)
+
+
+def test_wilson_interval_matches_reference_values():
+    # Reference: 8/10 -> (0.4902, 0.9433) from the Wilson score formula.
+    low, high = wilson_interval(8, 10)
+    assert low == pytest.approx(0.4902, abs=1e-3)
+    assert high == pytest.approx(0.9433, abs=1e-3)
+    assert wilson_interval(0, 20)[0] == 0.0
+    assert wilson_interval(20, 20)[1] == 1.0
+    with pytest.raises(ValueError):
+        wilson_interval(11, 10)
+
+
+def test_percentile_interpolates():
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([5], 99) == 5

@@ -1,0 +1,42 @@
+"""Core never imports rclpy: every module outside nodes/ imports in a ROS-free interpreter."""
+
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import simreal_ros
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def core_modules() -> list[str]:
+    names = []
+    for info in pkgutil.walk_packages([str(ROOT / "simreal_ros")], prefix="simreal_ros."):
+        if info.name.startswith(("simreal_ros.nodes", "simreal_ros.msg", "simreal_ros.srv")):
+            continue
+        names.append(info.name)
+    return names
+
+
+def test_there_are_core_modules_to_check():
+    assert "simreal_ros.config_schema" in core_modules()
+    assert simreal_ros.__version__
+
+
+def test_importing_core_does_not_import_rclpy():
+    modules = core_modules()
+    # A fresh interpreter, so nothing imported by pytest or other tests can hide an import.
+    script = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "bad = sorted(m for m in sys.modules if m == 'rclpy' or m.startswith('rclpy.')\n"
+        "             or m.endswith('.msg') or m.endswith('.srv'))\n"
+        "print('\\n'.join(bad))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "", f"core imported ROS modules:\n{result.stdout}"
