@@ -11,7 +11,7 @@ import importlib
 import sys
 
 # Modules that provide subcommands, in the order `--help` lists them.
-SUBCOMMAND_MODULES: tuple[str, ...] = ()
+SUBCOMMAND_MODULES: tuple[str, ...] = ("simreal_ros.cli.up",)
 
 
 def build_parser() -> argparse.ArgumentParser:

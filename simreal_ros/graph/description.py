@@ -1,0 +1,107 @@
+"""The node graph, described once for both profiles.
+
+``launch/sim.launch.py`` and ``launch/real.launch.py`` read this description, and
+``simreal up`` starts the same description as processes where ``launch`` is not installed.
+The ``real`` profile differs from ``sim`` only in the arm: the robot's ros2_control
+drivers (brought up by the user's own launch file) take the place of the sim bridge.
+Plain Python: no rclpy, no launch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+PROFILES = ("sim", "real")
+
+# Source labels carried into every recorded episode. The `real_twin` dynamics profile of
+# the sim bridge is a simulated stand-in for the physical arm, never the arm itself.
+SOURCE_BY_PROFILE = {"sim": "sim", "real": "real"}
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeSpec:
+    """One node of the graph: what runs, under which name, with which parameters."""
+
+    name: str
+    executable: str
+    module: str
+    parameter_files: tuple[str, ...] = ()
+    parameters: dict[str, Any] = dataclasses.field(default_factory=dict)
+    remappings: tuple[tuple[str, str], ...] = ()
+    lifecycle: bool = False
+    description: str = ""
+
+
+def _node(name: str, description: str, lifecycle: bool = False, **parameters: Any) -> NodeSpec:
+    return NodeSpec(
+        name=name,
+        executable=name,
+        module=f"simreal_ros.nodes.{name}",
+        parameter_files=(f"{name}.yaml",),
+        parameters={"autostart": True, **parameters} if lifecycle else dict(parameters),
+        lifecycle=lifecycle,
+        description=description,
+    )
+
+
+def graph(profile: str, overrides: dict[str, dict[str, Any]] | None = None) -> list[NodeSpec]:
+    """The nodes of ``profile`` in start order; ``overrides`` maps node -> parameters."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}.")
+    source = SOURCE_BY_PROFILE[profile]
+    nodes = []
+    if profile == "sim":
+        nodes.append(
+            _node("sim_bridge", "MuJoCo arm and task; speaks the ros2_control topics", True)
+        )
+    nodes += [
+        _node("safety", "filters every command between the policy and the arm"),
+        _node("policy", "runs the torch policy at the control rate; hot-swaps adapters", True),
+        _node("recorder", "records one rosbag2 per episode", source=source),
+        _node("learner", "fine-tunes LoRA adapters from recorded episodes; screens in sim"),
+    ]
+    overrides = overrides or {}
+    unknown = sorted(set(overrides) - {node.name for node in nodes})
+    if unknown:
+        raise ValueError(
+            f"parameter overrides for node(s) not in the {profile!r} graph: "
+            f"{', '.join(unknown)}; its nodes are: {', '.join(n.name for n in nodes)}."
+        )
+    return [
+        dataclasses.replace(node, parameters={**node.parameters, **overrides.get(node.name, {})})
+        for node in nodes
+    ]
+
+
+def select(nodes: list[NodeSpec], names: list[str] | None) -> list[NodeSpec]:
+    """Keep only the named nodes (in graph order); refuse names the graph does not have."""
+    if not names:
+        return nodes
+    known = {node.name for node in nodes}
+    missing = [name for name in names if name not in known]
+    if missing:
+        raise ValueError(
+            f"no node named {', '.join(missing)} in this graph; its nodes are: "
+            f"{', '.join(sorted(known))}."
+        )
+    return [node for node in nodes if node.name in names]
+
+
+def config_directory() -> Path:
+    """config/ of a source checkout, else the installed share/simreal_ros/config."""
+    checkout = Path(__file__).resolve().parents[2] / "config"
+    if checkout.is_dir():
+        return checkout
+    from ament_index_python.packages import get_package_share_directory
+
+    return Path(get_package_share_directory("simreal_ros")) / "config"
+
+
+def parameter_file_paths(node: NodeSpec, profile: str) -> list[Path]:
+    """Parameter files that exist for ``node``: its own, then the profile's overrides."""
+    directory = config_directory()
+    paths = [directory / name for name in node.parameter_files]
+    paths.append(directory / f"profile_{profile}.yaml")
+    return [path for path in paths if path.is_file()]

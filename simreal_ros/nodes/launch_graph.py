@@ -1,0 +1,86 @@
+"""Turn the graph description into a `ros2 launch` description (needs launch_ros).
+
+Both launch files are thin calls of ``launch_description(profile)``; what they start is
+``simreal_ros.graph.description.graph(profile)``, the same list `simreal up` starts.
+"""
+
+from __future__ import annotations
+
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription
+from launch.conditions import IfCondition
+from launch.launch_description_sources import AnyLaunchDescriptionSource
+from launch.substitutions import LaunchConfiguration, PythonExpression
+from launch_ros.actions import Node
+from launch_ros.parameter_descriptions import ParameterValue
+
+from simreal_ros.graph.description import graph, parameter_file_paths
+
+# Launch argument -> (node, parameter, default, description). Each is declared once here.
+LAUNCH_ARGUMENTS = {
+    "sim": [
+        ("task", "sim_bridge", "task", "push", "task in the sim: push or reach"),
+        (
+            "dynamics_profile",
+            "sim_bridge",
+            "profile",
+            "nominal",
+            "sim dynamics: nominal, randomized, or real_twin (the stand-in for the arm)",
+        ),
+    ],
+    "common": [
+        ("checkpoint", "policy", "checkpoint", "", "policy checkpoint directory (empty: shipped)"),
+        ("data_dir", "recorder", "data_dir", "data/episodes", "where episode bags are written"),
+    ],
+}
+
+
+def launch_description(profile: str) -> LaunchDescription:
+    actions = [
+        DeclareLaunchArgument(
+            "use_sim_time", default_value="false", description="run node clocks on /clock"
+        ),
+    ]
+    arguments = LAUNCH_ARGUMENTS["common"] + LAUNCH_ARGUMENTS.get(profile, [])
+    for name, _node, _parameter, default, description in arguments:
+        actions.append(DeclareLaunchArgument(name, default_value=default, description=description))
+    if profile == "real":
+        actions.append(
+            DeclareLaunchArgument(
+                "robot_launch",
+                default_value="",
+                description="the robot's ros2_control bringup launch file (drivers, "
+                "joint_state_broadcaster, forward_position_controller)",
+            )
+        )
+        actions.append(
+            IncludeLaunchDescription(
+                AnyLaunchDescriptionSource(LaunchConfiguration("robot_launch")),
+                condition=IfCondition(
+                    PythonExpression(["'", LaunchConfiguration("robot_launch"), "' != ''"])
+                ),
+            )
+        )
+
+    for spec in graph(profile):
+        parameters: list = [str(path) for path in parameter_file_paths(spec, profile)]
+        inline = dict(spec.parameters)
+        inline["use_sim_time"] = ParameterValue(
+            LaunchConfiguration("use_sim_time"), value_type=bool
+        )
+        for name, node, parameter, _default, _description in arguments:
+            if node == spec.name:
+                inline[parameter] = LaunchConfiguration(name)
+        parameters.append(inline)
+        actions.append(
+            Node(
+                package="simreal_ros",
+                executable=spec.executable,
+                name=spec.name,
+                parameters=parameters,
+                remappings=list(spec.remappings),
+                output="screen",
+                emulate_tty=True,
+            )
+        )
+    return LaunchDescription(actions)

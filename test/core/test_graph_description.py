@@ -1,0 +1,78 @@
+"""The graph description both launch files and `simreal up` read."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simreal_ros.cli.up import parse_override
+from simreal_ros.graph import description
+from simreal_ros.graph.runner import ros_arguments
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_real_profile_differs_from_sim_only_by_the_sim_bridge():
+    sim = {node.name: node for node in description.graph("sim")}
+    real = {node.name: node for node in description.graph("real")}
+    assert set(sim) - set(real) == {"sim_bridge"}
+    assert set(real) <= set(sim)
+    for name, node in real.items():
+        other = sim[name]
+        assert (node.executable, node.module, node.remappings) == (
+            other.executable,
+            other.module,
+            other.remappings,
+        )
+        # Only the data-source label may differ between the profiles.
+        differing = {
+            key
+            for key in {**node.parameters, **other.parameters}
+            if node.parameters.get(key) != other.parameters.get(key)
+        }
+        assert differing <= {"source"}, (name, differing)
+
+
+def test_lifecycle_nodes_autostart_and_every_node_has_an_executable_and_module():
+    for node in description.graph("sim"):
+        script = ROOT / "scripts" / node.executable
+        assert script.is_file(), f"no scripts/{node.executable} for node {node.name}"
+        assert f"from {node.module} import main" in script.read_text()
+        assert node.module == f"simreal_ros.nodes.{node.name}"
+        if node.lifecycle:
+            assert node.parameters["autostart"] is True
+
+
+def test_unknown_profile_and_unknown_override_are_refused_with_what_to_do():
+    with pytest.raises(ValueError, match="unknown profile 'lab'; choose one of: sim, real"):
+        description.graph("lab")
+    with pytest.raises(ValueError, match="not in the 'real' graph: sim_bridge"):
+        description.graph("real", {"sim_bridge": {"profile": "nominal"}})
+    with pytest.raises(ValueError, match="no node named polcy"):
+        description.select(description.graph("sim"), ["polcy"])
+
+
+def test_overrides_reach_the_node_parameters_and_ros_arguments(tmp_path):
+    nodes = description.graph("sim", {"safety": {"rate_hz": 50.0}})
+    safety = next(node for node in nodes if node.name == "safety")
+    assert safety.parameters["rate_hz"] == 50.0
+    overrides = tmp_path / "o.yaml"
+    overrides.write_text(yaml.safe_dump({"safety": {"ros__parameters": safety.parameters}}))
+    args = ros_arguments(safety, "sim", overrides)
+    assert args[:2] == ["-r", "__node:=safety"]
+    assert args[-2:] == ["--params-file", str(overrides)]
+
+
+def test_parse_override_reads_yaml_values_and_refuses_bad_form():
+    assert parse_override("safety.rate_hz=100") == ("safety", "rate_hz", 100)
+    assert parse_override("sim_bridge.camera=true") == ("sim_bridge", "camera", True)
+    assert parse_override("policy.checkpoint=a/b") == ("policy", "checkpoint", "a/b")
+    with pytest.raises(ValueError, match=r"NODE\.PARAMETER=VALUE"):
+        parse_override("rate_hz=100")
+
+
+def test_launch_files_are_thin_readings_of_the_description():
+    for profile in description.PROFILES:
+        text = (ROOT / "launch" / f"{profile}.launch.py").read_text()
+        compile(text, f"{profile}.launch.py", "exec")
+        assert f'launch_description("{profile}")' in text
