@@ -1,0 +1,103 @@
+"""Base checkpoint + peft LoRA adapter -> merged actor, with conventions and checksum checked."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+
+from simreal_ros.policy import checkpoint as ckpt
+from simreal_ros.policy.inference import deploy_adapter
+from simreal_ros.policy.model import ACTOR_LORA_TARGETS
+from simreal_ros.robot.description import load_robot_description
+
+
+@pytest.fixture(scope="module")
+def robot():
+    return load_robot_description()
+
+
+def make_adapter(base_dir, adapter_dir, seed=1, targets=ACTOR_LORA_TARGETS):
+    """What the learner does: peft on the actor, train (here: random B), save_pretrained."""
+    base = ckpt.load_checkpoint(base_dir)
+    torch.manual_seed(seed)
+    peft_actor = get_peft_model(
+        copy.deepcopy(base.model.actor),
+        LoraConfig(r=4, lora_alpha=8, target_modules=list(targets), lora_dropout=0.0),
+    )
+    with torch.no_grad():
+        for name, parameter in peft_actor.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0.0, 0.2)
+    peft_actor.save_pretrained(str(adapter_dir))
+    ckpt.write_adapter_metadata(adapter_dir, base, version="a1", parent_version=base.version)
+    return peft_actor
+
+
+def test_merged_actor_equals_peft_forward_and_differs_from_base(tmp_path, robot):
+    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", robot)
+    peft_actor = make_adapter(base_dir, tmp_path / "a1")
+    assert (tmp_path / "a1" / ckpt.ADAPTER_CONFIG).is_file()
+    assert (tmp_path / "a1" / ckpt.ADAPTER_WEIGHTS).is_file()
+    merged = ckpt.load_actor_with_adapter(base_dir, tmp_path / "a1", description=robot)
+    base_actor = ckpt.load_actor_with_adapter(base_dir, None)
+    obs = torch.randn(16, merged.arch.obs_dim)
+    with torch.no_grad():
+        expected = peft_actor(obs)
+        assert torch.allclose(merged(obs), expected, atol=1e-5)
+        assert not torch.allclose(base_actor(obs), expected, atol=1e-3)
+    # Merged means plain Linear layers again: no LoRA left, same layer names.
+    assert not any("lora" in name for name, _ in merged.named_parameters())
+    assert {"trunk.0", "trunk.2", "mean_head"} <= {n for n, _ in merged.named_modules()}
+    # The runnable numpy form agrees too.
+    base = ckpt.load_checkpoint(base_dir)
+    deployed = deploy_adapter(base, tmp_path / "a1", version="a1")
+    x = np.random.default_rng(0).normal(size=merged.arch.obs_dim)
+    with torch.no_grad():
+        want = merged(torch.as_tensor(x, dtype=torch.float32)).numpy()
+    np.testing.assert_allclose(deployed.actor(x), want, atol=1e-5)
+    # The base checkpoint in memory is untouched by merging.
+    with torch.no_grad():
+        assert torch.allclose(base.model.actor(obs), base_actor(obs))
+
+
+def test_wrong_checksum_is_refused(tmp_path, robot):
+    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", robot)
+    make_adapter(base_dir, tmp_path / "a1")
+    with pytest.raises(ckpt.CheckpointError, match="checksum"):
+        ckpt.load_actor_with_adapter(base_dir, tmp_path / "a1", expected_sha256="0" * 64)
+    weights = tmp_path / "a1" / ckpt.ADAPTER_WEIGHTS
+    weights.write_bytes(weights.read_bytes()[:-8])
+    with pytest.raises(ckpt.CheckpointError, match="checksum"):
+        ckpt.load_actor_with_adapter(base_dir, tmp_path / "a1")
+
+
+def test_adapter_for_other_conventions_is_refused(tmp_path, robot):
+    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", robot)
+    other_dir = ckpt.make_untrained_checkpoint(tmp_path / "other", robot, control_rate_hz=100.0)
+    make_adapter(other_dir, tmp_path / "a1")
+    with pytest.raises(ckpt.CheckpointError, match="spec_fingerprint"):
+        ckpt.load_actor_with_adapter(base_dir, tmp_path / "a1")
+
+
+def test_adapter_targeting_unknown_layers_is_refused(tmp_path, robot):
+    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", robot)
+    make_adapter(base_dir, tmp_path / "a1")
+    config_path = tmp_path / "a1" / ckpt.ADAPTER_CONFIG
+    config = json.loads(config_path.read_text())
+    config["target_modules"] = ["encoder.0"]
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(ckpt.CheckpointError, match=r"target_modules: .*encoder\.0"):
+        ckpt.load_actor_with_adapter(base_dir, tmp_path / "a1")
+
+
+def test_adapter_without_safetensors_is_refused(tmp_path, robot):
+    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", robot)
+    make_adapter(base_dir, tmp_path / "a1")
+    (tmp_path / "a1" / ckpt.ADAPTER_WEIGHTS).rename(tmp_path / "a1" / "adapter_model.bin")
+    with pytest.raises(ckpt.CheckpointError, match="only safetensors"):
+        ckpt.load_actor_with_adapter(base_dir, tmp_path / "a1")
