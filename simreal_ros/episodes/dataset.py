@@ -1,0 +1,551 @@
+"""Episode bags as training data: aligned transitions at the policy rate, as numpy arrays.
+
+No rclpy: bags are read with rosbags (closed bags) or the ``mcap`` stream reader (bags
+whose recorder was killed: used up to their last valid message) and deserialized with the
+project typestore.
+
+API::
+
+    data = load_transitions("~/simreal_data/episodes", joint_names=robot.joint_names,
+                            where=EpisodeFilter(sources=("real",), outcomes=("success",)))
+    data.obs["joint_position"]      # (N, J) rad, in ``joint_names`` order
+    data.actions                    # (N, J) absolute joint position targets (PolicyAction)
+    data.rewards, data.dones, data.truncateds, data.next_obs, data.policy_versions,
+    data.safety_interventions, data.safety_penalties, data.human_interventions,
+    data.episode_ids, data.sources, data.conditions, data.steps
+
+One transition per policy action (``/policy/action``, one per control tick). With the
+action logged at time a_i and the next at a_{i+1} (receive times):
+
+- ``obs``: the newest joint state, object pose and task goal received at or before a_i;
+- ``action``: the PolicyAction values; when a takeover message arrived in (a_{i-1}, a_i],
+  the takeover's values, with ``human_interventions`` set (so does an action that says
+  ``human_intervention``);
+- ``reward``, ``done``, ``truncated``: summed / any-of the task statuses in (a_i, a_{i+1}];
+  the episode ends at the first ``done``; a recording that stops without ``done`` marks its
+  last transition ``truncated``;
+- ``safety_interventions`` / ``safety_penalties``: interventions in (a_i, a_{i+1}] and the
+  sum of their ``excess``;
+- ``next_obs``: ``obs`` of the next transition (for the last one, the last state recorded).
+
+Joint names and order are checked against ``joint_names`` (the policy's convention): joint
+states are reordered by name, but a missing joint, an action with a different
+``joint_names`` order or different recorded units raise ``JointSpecMismatch``. Unreadable
+bags are skipped and truncated ones used up to their last valid message, each with a
+``BagWarning`` naming the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from simreal_ros.episodes.metadata import METADATA_TOPIC, METADATA_TYPE, EpisodeMetadata
+from simreal_ros.episodes.recovery import bag_state, iter_mcap_records, mcap_file
+from simreal_ros.episodes.typestore import project_typestore
+
+OBS_KEYS = (
+    "joint_position",
+    "joint_velocity",
+    "object_position",
+    "object_orientation",
+    "goal_position",
+)
+
+
+class BagWarning(UserWarning):
+    """A bag was skipped or only partly used; the message names the file."""
+
+
+class JointSpecMismatch(ValueError):
+    """The bag's joints (names, order or units) differ from what the policy expects."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetTopics:
+    joint_states: str = "/joint_states"
+    action: str = "/policy/action"
+    takeover: str = "/operator/takeover"
+    object_pose: str = "/object/pose"
+    task_status: str = "/task/status"
+    safety_status: str = "/safety/status"
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeFilter:
+    """Which episodes to use; an empty tuple means any."""
+
+    sources: tuple[str, ...] = ()
+    conditions: tuple[str, ...] = ()
+    outcomes: tuple[str, ...] = ()
+    policy_versions: tuple[str, ...] = ()
+    include_incomplete: bool = True
+
+    def accepts(self, meta: EpisodeMetadata) -> bool:
+        if self.sources and meta.source not in self.sources:
+            return False
+        if self.conditions and meta.condition not in self.conditions:
+            return False
+        if self.outcomes and meta.outcome not in self.outcomes:
+            return False
+        if self.policy_versions and not set(meta.policy_versions) & set(self.policy_versions):
+            return False
+        return self.include_incomplete or meta.outcome != "incomplete"
+
+
+@dataclasses.dataclass
+class Transitions:
+    """Aligned transitions of one or more episodes; row i of every array is one step."""
+
+    joint_names: tuple[str, ...]
+    obs: dict[str, np.ndarray]
+    actions: np.ndarray
+    rewards: np.ndarray
+    dones: np.ndarray
+    truncateds: np.ndarray
+    next_obs: dict[str, np.ndarray]
+    policy_versions: np.ndarray
+    safety_interventions: np.ndarray
+    safety_penalties: np.ndarray
+    human_interventions: np.ndarray
+    episode_ids: np.ndarray
+    sources: np.ndarray
+    conditions: np.ndarray
+    steps: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    @classmethod
+    def empty(cls, joint_names: Sequence[str]) -> Transitions:
+        j = len(joint_names)
+        widths = {"joint_position": j, "joint_velocity": j, "object_position": 3,
+                  "object_orientation": 4, "goal_position": 3}  # fmt: skip
+        obs = {k: np.zeros((0, w)) for k, w in widths.items()}
+        return cls(
+            tuple(joint_names),
+            obs,
+            np.zeros((0, j)),
+            np.zeros(0),
+            np.zeros(0, bool),
+            np.zeros(0, bool),
+            {k: v.copy() for k, v in obs.items()},
+            np.zeros(0, dtype=str),
+            np.zeros(0, np.int64),
+            np.zeros(0),
+            np.zeros(0, bool),
+            np.zeros(0, dtype=str),
+            np.zeros(0, dtype=str),
+            np.zeros(0, dtype=str),
+            np.zeros(0, np.int64),
+        )
+
+    @classmethod
+    def concatenate(cls, parts: Sequence[Transitions], joint_names: Sequence[str]) -> Transitions:
+        if not parts:
+            return cls.empty(joint_names)
+        out = {}
+        for field in dataclasses.fields(cls):
+            values = [getattr(p, field.name) for p in parts]
+            if field.name == "joint_names":
+                out[field.name] = tuple(joint_names)
+            elif isinstance(values[0], dict):
+                out[field.name] = {k: np.concatenate([v[k] for v in values]) for k in values[0]}
+            else:
+                out[field.name] = np.concatenate(values)
+        return cls(**out)
+
+    def select(self, mask: np.ndarray) -> Transitions:
+        out = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, dict):
+                out[field.name] = {k: v[mask] for k, v in value.items()}
+            elif isinstance(value, np.ndarray):
+                out[field.name] = value[mask]
+            else:
+                out[field.name] = value
+        return Transitions(**out)
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Flat name -> array mapping (``obs.joint_position`` ...), e.g. for ``np.savez``."""
+        flat: dict[str, np.ndarray] = {"joint_names": np.array(self.joint_names)}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, dict):
+                flat.update({f"{field.name}.{k}": v for k, v in value.items()})
+            elif isinstance(value, np.ndarray):
+                flat[field.name] = value
+        return flat
+
+
+# ---- reading bags -------------------------------------------------------------------------
+
+
+def iter_bag_messages(bag_dir: Path, topics: Iterable[str]) -> Iterator[tuple[str, int, object]]:
+    """(topic, receive time ns, deserialized message) in file order, for ``topics`` only.
+
+    Closed bags go through rosbags' reader; unclosed ones through the MCAP stream reader.
+    Raises ValueError for a bag with nothing readable; warns (BagWarning) when a bag is
+    used only up to its last valid message.
+    """
+    bag_dir = Path(bag_dir)
+    wanted = set(topics)
+    store = project_typestore()
+    state = bag_state(bag_dir)
+    if state == "corrupt":
+        raise ValueError(f"{bag_dir}: no readable MCAP file (missing, or bad magic bytes).")
+    if state == "closed":
+        from rosbags.rosbag2 import Reader
+
+        try:
+            with Reader(bag_dir) as reader:
+                conns = [c for c in reader.connections if c.topic in wanted]
+                for conn, stamp, data in reader.messages(connections=conns):
+                    yield conn.topic, stamp, store.deserialize_cdr(data, conn.msgtype)
+            return
+        except GeneratorExit:
+            raise
+        except Exception as error:
+            warnings.warn(
+                f"{mcap_file(bag_dir)}: closed bag is damaged ({error}); reading it as a "
+                "stream up to its last valid message instead.",
+                BagWarning,
+                stacklevel=2,
+            )
+    else:
+        warnings.warn(
+            f"{mcap_file(bag_dir)}: bag was not closed (recorder killed?); using it up to its "
+            "last valid message. Run `simreal episodes recover` on it to close it.",
+            BagWarning,
+            stacklevel=2,
+        )
+    yield from _stream_messages(bag_dir, wanted, store)
+
+
+def _stream_messages(bag_dir: Path, wanted: set[str], store) -> Iterator[tuple[str, int, object]]:
+    from mcap.records import Message
+
+    from simreal_ros.episodes.recovery import ScanResult
+
+    scan = ScanResult({}, {}, __import__("collections").Counter(), False, "")
+    path = mcap_file(bag_dir)
+    for record in iter_mcap_records(path, scan):
+        if not isinstance(record, Message):
+            continue
+        channel = scan.channels[record.channel_id]
+        if channel.topic not in wanted:
+            continue
+        schema = scan.schemas.get(channel.schema_id)
+        try:
+            msg = store.deserialize_cdr(record.data, schema.name)
+        except Exception as error:
+            warnings.warn(
+                f"{path}: message on {channel.topic} does not deserialize ({error}); "
+                "using the bag up to the message before it.",
+                BagWarning,
+                stacklevel=3,
+            )
+            return
+        yield channel.topic, record.log_time, msg
+    if scan.error and not scan.complete:
+        warnings.warn(
+            f"{path}: reading stopped at an unreadable record ({scan.error}); "
+            "the messages before it are used.",
+            BagWarning,
+            stacklevel=3,
+        )
+
+
+def read_metadata(bag_dir: Path) -> EpisodeMetadata | None:
+    """The episode's metadata: from metadata.yaml's custom_data, else the newest record in
+    the MCAP itself (an unclosed bag carries what was known at start)."""
+    bag_dir = Path(bag_dir)
+    yaml_path = bag_dir / "metadata.yaml"
+    if yaml_path.exists():
+        import yaml
+
+        try:
+            info = yaml.safe_load(yaml_path.read_text()) or {}
+            custom = info.get("rosbag2_bagfile_information", {}).get("custom_data") or {}
+            meta = EpisodeMetadata.from_custom_data(custom)
+            if meta is not None:
+                return meta
+        except (yaml.YAMLError, ValueError, AttributeError):
+            pass
+    newest = None
+    try:
+        mcap = mcap_file(bag_dir)
+    except FileNotFoundError:
+        return None
+    from mcap.records import Message
+
+    from simreal_ros.episodes.recovery import ScanResult
+
+    store = project_typestore()
+    scan = ScanResult({}, {}, __import__("collections").Counter(), False, "")
+    for record in iter_mcap_records(mcap, scan):
+        if (
+            isinstance(record, Message)
+            and scan.channels[record.channel_id].topic == METADATA_TOPIC
+        ):
+            try:
+                text = store.deserialize_cdr(record.data, METADATA_TYPE).data
+                newest = EpisodeMetadata.from_json(text)
+            except Exception:
+                continue
+    return newest
+
+
+# ---- alignment ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Series:
+    times: list[int] = dataclasses.field(default_factory=list)
+    rows: list = dataclasses.field(default_factory=list)
+
+    def add(self, t: int, row) -> None:
+        self.times.append(t)
+        self.rows.append(row)
+
+    def latest_index(self, at: np.ndarray) -> np.ndarray:
+        """Index of the newest entry at or before each time (-1 when none)."""
+        return np.searchsorted(np.asarray(self.times, np.int64), at, side="right") - 1
+
+
+def _check_spec(path: Path, what: str, found: Sequence[str], expected: Sequence[str]) -> None:
+    if list(found) != list(expected):
+        raise JointSpecMismatch(
+            f"{path}: {what} joint names {list(found)} differ from the expected "
+            f"{list(expected)} (names and order must match; retrain or remap the policy's "
+            "joint convention before using this bag)."
+        )
+
+
+def read_episode(
+    bag_dir: Path,
+    joint_names: Sequence[str],
+    joint_units: Sequence[str] = (),
+    topics: DatasetTopics = DatasetTopics(),
+    meta: EpisodeMetadata | None = None,
+) -> Transitions:
+    """Transitions of one episode bag (see the module docstring for the alignment)."""
+    bag_dir = Path(bag_dir)
+    joint_names = list(joint_names)
+    meta = meta or read_metadata(bag_dir) or EpisodeMetadata(episode_id="unknown")
+    if meta.joint_names:
+        _check_spec(bag_dir, "recorded (metadata)", meta.joint_names, joint_names)
+    if joint_units and meta.joint_units and list(meta.joint_units) != list(joint_units):
+        raise JointSpecMismatch(
+            f"{bag_dir}: recorded joint units {meta.joint_units} differ from the expected "
+            f"{list(joint_units)}; convert the data or the policy before training."
+        )
+    states, actions, takeovers = _Series(), _Series(), _Series()
+    poses, statuses, safety = _Series(), _Series(), _Series()
+    order: list[int] | None = None
+    names_seen: tuple[str, ...] = ()
+    wanted = [topics.joint_states, topics.action, topics.takeover, topics.object_pose,
+              topics.task_status, topics.safety_status]  # fmt: skip
+    for topic, t, msg in iter_bag_messages(bag_dir, wanted):
+        if topic == topics.joint_states:
+            if tuple(msg.name) != names_seen:
+                names_seen = tuple(msg.name)
+                missing = [n for n in joint_names if n not in names_seen]
+                if missing:
+                    raise JointSpecMismatch(
+                        f"{bag_dir}: /joint_states has joints {list(names_seen)}, missing "
+                        f"{missing} of the expected {joint_names}; this bag is from a "
+                        "different arm or joint naming."
+                    )
+                order = [names_seen.index(n) for n in joint_names]
+            pos = np.asarray(msg.position, float)
+            vel = np.asarray(msg.velocity, float)
+            vel = vel[order] if len(vel) == len(names_seen) else np.full(len(order), np.nan)
+            states.add(t, (pos[order], vel))
+        elif topic in (topics.action, topics.takeover):
+            if len(msg.joint_names):
+                _check_spec(bag_dir, f"{topic}", msg.joint_names, joint_names)
+            values = np.asarray(msg.values, float)
+            if len(values) != len(joint_names):
+                raise JointSpecMismatch(
+                    f"{bag_dir}: {topic} carries {len(values)} values, expected "
+                    f"{len(joint_names)} ({joint_names})."
+                )
+            series = actions if topic == topics.action else takeovers
+            series.add(t, (values, msg.policy_version, bool(msg.human_intervention)))
+        elif topic == topics.object_pose:
+            p, q = msg.pose.position, msg.pose.orientation
+            poses.add(t, (np.array([p.x, p.y, p.z]), np.array([q.w, q.x, q.y, q.z])))
+        elif topic == topics.task_status:
+            g = msg.goal
+            statuses.add(t, (np.array([g.x, g.y, g.z]), msg.reward, msg.done, msg.truncated))
+        elif topic == topics.safety_status:
+            excess = sum(float(i.excess) for i in msg.interventions if np.isfinite(i.excess))
+            safety.add(t, (len(msg.interventions), excess))
+    return _align(bag_dir, joint_names, meta, states, actions, takeovers, poses, statuses, safety)
+
+
+def _align(bag_dir, joint_names, meta, states, actions, takeovers, poses, statuses, safety):
+    if not actions.times or not states.times:
+        return Transitions.empty(joint_names)
+    a_times = np.asarray(actions.times, np.int64)
+    state_idx = states.latest_index(a_times)
+    keep = state_idx >= 0  # actions before the first joint state have no observation
+    if not keep.any():
+        return Transitions.empty(joint_names)
+    a_times, state_idx = a_times[keep], state_idx[keep]
+    action_rows = [r for r, k in zip(actions.rows, keep, strict=True) if k]
+    n = len(a_times)
+    window_end = np.append(a_times[1:], np.iinfo(np.int64).max)
+
+    rewards = np.zeros(n)
+    dones = np.zeros(n, bool)
+    truncateds = np.zeros(n, bool)
+    if statuses.times:
+        s_times = np.asarray(statuses.times, np.int64)
+        lo = np.searchsorted(s_times, a_times, side="right")
+        hi = np.searchsorted(s_times, window_end, side="right")
+        for i in range(n):
+            for j in range(lo[i], hi[i]):
+                _, reward, done, truncated = statuses.rows[j]
+                rewards[i] += reward
+                dones[i] |= bool(done)
+                truncateds[i] |= bool(truncated)
+    ended = np.flatnonzero(dones)
+    if len(ended):  # the episode ends at its first done; later ticks belong to no episode
+        n = int(ended[0]) + 1
+    else:
+        truncateds[n - 1] = True
+    a_times, state_idx, action_rows = a_times[:n], state_idx[:n], action_rows[:n]
+    rewards, dones, truncateds = rewards[:n], dones[:n], truncateds[:n]
+    window_end = window_end[:n]
+
+    penalties = np.zeros(n)
+    interventions = np.zeros(n, np.int64)
+    if safety.times:
+        f_times = np.asarray(safety.times, np.int64)
+        lo = np.searchsorted(f_times, a_times, side="right")
+        hi = np.searchsorted(f_times, window_end, side="right")
+        for i in range(n):
+            for j in range(lo[i], hi[i]):
+                interventions[i] += safety.rows[j][0]
+                penalties[i] += safety.rows[j][1]
+
+    acts = np.stack([row[0] for row in action_rows])
+    versions = np.array([row[1] for row in action_rows], dtype=str)
+    human = np.array([row[2] for row in action_rows], bool)
+    if takeovers.times:
+        t_idx = takeovers.latest_index(a_times)
+        prev = np.append(np.iinfo(np.int64).min, a_times[:-1])
+        t_times = np.asarray(takeovers.times, np.int64)
+        for i in range(n):
+            if t_idx[i] >= 0 and t_times[t_idx[i]] > prev[i]:
+                acts[i] = takeovers.rows[t_idx[i]][0]
+                human[i] = True
+
+    obs = _observations(states, poses, statuses, a_times, state_idx)
+    # next observation: the state seen by the next tick; after the last, the last state.
+    last_t = np.array([max(states.times[-1], a_times[-1])], np.int64)
+    next_times = np.concatenate([a_times[1:], last_t])
+    next_obs = _observations(states, poses, statuses, next_times, states.latest_index(next_times))
+    ids = np.full(n, meta.episode_id)
+    return Transitions(
+        tuple(joint_names),
+        obs,
+        acts,
+        rewards,
+        dones,
+        truncateds,
+        next_obs,
+        versions,
+        interventions,
+        penalties,
+        human,
+        ids,
+        np.full(n, meta.source),
+        np.full(n, meta.condition),
+        np.arange(n, dtype=np.int64),
+    )
+
+
+def _observations(states, poses, statuses, times, state_idx) -> dict[str, np.ndarray]:
+    pos = np.stack([states.rows[i][0] for i in state_idx])
+    vel = np.stack([states.rows[i][1] for i in state_idx])
+    n = len(times)
+    obj_p = np.full((n, 3), np.nan)
+    obj_q = np.full((n, 4), np.nan)
+    if poses.times:
+        idx = poses.latest_index(times)
+        first = 0  # before the first pose, the first pose (the object has not moved yet)
+        for i, k in enumerate(idx):
+            obj_p[i], obj_q[i] = poses.rows[k if k >= 0 else first]
+    goal = np.full((n, 3), np.nan)
+    if statuses.times:
+        idx = statuses.latest_index(times)
+        for i, k in enumerate(idx):
+            goal[i] = statuses.rows[k if k >= 0 else 0][0]
+    return {
+        "joint_position": pos,
+        "joint_velocity": vel,
+        "object_position": obj_p,
+        "object_orientation": obj_q,
+        "goal_position": goal,
+    }
+
+
+# ---- many episodes ------------------------------------------------------------------------
+
+
+def find_bags(paths: Path | str | Iterable[Path | str]) -> list[Path]:
+    """Episode bag directories: each path is a bag directory or a folder of them."""
+    if isinstance(paths, str | Path):
+        paths = [paths]
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if not path.exists():
+            raise FileNotFoundError(f"{path} does not exist; give an episode bag or a data dir.")
+        if any(path.glob("*.mcap")):
+            found.append(path)
+        else:
+            found += sorted(p for p in path.iterdir() if p.is_dir() and any(p.glob("*.mcap")))
+    return found
+
+
+def load_transitions(
+    paths: Path | str | Iterable[Path | str],
+    joint_names: Sequence[str],
+    where: EpisodeFilter = EpisodeFilter(),
+    joint_units: Sequence[str] = (),
+    topics: DatasetTopics = DatasetTopics(),
+) -> Transitions:
+    """Transitions of every selected episode under ``paths``, concatenated in path order.
+
+    Unreadable bags are skipped with a BagWarning naming the file; a joint mismatch raises
+    JointSpecMismatch.
+    """
+    parts = []
+    for bag in find_bags(paths):
+        meta = read_metadata(bag)
+        if meta is None:
+            warnings.warn(
+                f"{bag}: no episode metadata readable (not a simreal episode bag, or damaged); "
+                "skipped.",
+                BagWarning,
+                stacklevel=2,
+            )
+            continue
+        if not where.accepts(meta):
+            continue
+        try:
+            parts.append(read_episode(bag, joint_names, joint_units, topics, meta))
+        except JointSpecMismatch:
+            raise
+        except Exception as error:
+            warnings.warn(f"{bag}: skipped, unreadable: {error}", BagWarning, stacklevel=2)
+    return Transitions.concatenate(parts, joint_names)

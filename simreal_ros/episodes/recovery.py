@@ -1,0 +1,265 @@
+"""Turn a bag whose recorder was killed (no MCAP summary, no metadata.yaml) into a closed one.
+
+The MCAP is read as a stream up to the last complete record; every message found is
+copied into a new bag with the same connections, a metadata.yaml is written, and the
+episode is marked ``recovered`` with outcome ``incomplete`` (unless the final metadata
+record with the outcome had already been written). The original file is kept as
+``<name>.mcap.unclosed`` until the copy is verified, then removed (``keep_original``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+from mcap.records import Channel, Footer, Message, Schema
+from mcap.stream_reader import StreamReader
+from rosbags.rosbag2 import Reader, StoragePlugin, Writer
+from rosbags.rosbag2.metadata import parse_qos
+
+from simreal_ros.episodes.metadata import METADATA_TOPIC, METADATA_TYPE, EpisodeMetadata
+from simreal_ros.episodes.typestore import project_typestore, register_definition
+
+MCAP_MAGIC = b"\x89MCAP0\r\n"
+
+
+@dataclasses.dataclass
+class ScanResult:
+    """What a tolerant stream read of an MCAP found."""
+
+    schemas: dict[int, Schema]
+    channels: dict[int, Channel]
+    message_counts: Counter
+    complete: bool  # the footer was reached
+    error: str  # why reading stopped early ("" when it did not)
+
+
+def mcap_file(bag_dir: Path) -> Path:
+    """The single MCAP file of an episode bag directory."""
+    bag_dir = Path(bag_dir)
+    if bag_dir.is_file() and bag_dir.suffix == ".mcap":
+        return bag_dir
+    files = sorted(bag_dir.glob("*.mcap"))
+    if len(files) != 1:
+        found = ", ".join(f.name for f in files) or "none"
+        raise FileNotFoundError(
+            f"{bag_dir}: expected exactly one .mcap file in the episode bag, found {found}."
+        )
+    return files[0]
+
+
+def iter_mcap_records(path: Path, scan: ScanResult | None = None):
+    """Yield MCAP records in file order and stop quietly at the first unreadable one.
+
+    Fills ``scan`` (schemas, channels, counts, whether the footer was reached, the error).
+    """
+    scan = scan if scan is not None else ScanResult({}, {}, Counter(), False, "")
+    with open(path, "rb") as stream:
+        reader = StreamReader(stream, record_size_limit=1 << 31)
+        try:
+            for record in reader.records:
+                if isinstance(record, Schema):
+                    scan.schemas[record.id] = record
+                elif isinstance(record, Channel):
+                    scan.channels[record.id] = record
+                elif isinstance(record, Message):
+                    if record.channel_id not in scan.channels:
+                        raise ValueError(f"message on unknown channel {record.channel_id}")
+                    scan.message_counts[record.channel_id] += 1
+                elif isinstance(record, Footer):
+                    scan.complete = True
+                yield record
+        except Exception as error:  # truncated or corrupted tail: keep what came before
+            scan.error = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def scan_mcap(path: Path) -> ScanResult:
+    scan = ScanResult({}, {}, Counter(), False, "")
+    for _ in iter_mcap_records(path, scan):
+        pass
+    return scan
+
+
+def bag_state(bag_dir: Path) -> str:
+    """``closed`` (metadata.yaml and a complete MCAP), ``unclosed`` or ``corrupt``."""
+    bag_dir = Path(bag_dir)
+    try:
+        path = mcap_file(bag_dir)
+    except FileNotFoundError:
+        return "corrupt"
+    with open(path, "rb") as f:
+        head = f.read(8)
+        f.seek(max(0, path.stat().st_size - 8))
+        tail = f.read(8)
+    if head != MCAP_MAGIC:
+        return "corrupt"
+    if tail == MCAP_MAGIC and (bag_dir / "metadata.yaml").exists():
+        return "closed"
+    return "unclosed"
+
+
+@dataclasses.dataclass
+class RecoveryReport:
+    bag_dir: Path
+    state_before: str
+    messages: int
+    message_counts: dict[str, int]
+    stopped_reading_because: str
+    metadata: EpisodeMetadata | None
+
+    def summary(self) -> str:
+        if self.state_before == "closed":
+            return f"{self.bag_dir}: already closed, nothing to do."
+        why = (
+            f" (read stopped at: {self.stopped_reading_because})"
+            if self.stopped_reading_because
+            else ""
+        )
+        return (
+            f"{self.bag_dir}: recovered {self.messages} messages on "
+            f"{len(self.message_counts)} topics{why}; marked "
+            f"{self.metadata.outcome if self.metadata else 'incomplete'}."
+        )
+
+
+def recover_bag(bag_dir: Path, keep_original: bool = False) -> RecoveryReport:
+    """Rebuild an unclosed episode bag into a closed rosbag2 bag, in place."""
+    bag_dir = Path(bag_dir)
+    state = bag_state(bag_dir)
+    if state == "closed":
+        return RecoveryReport(bag_dir, state, 0, {}, "", None)
+    if state == "corrupt":
+        raise ValueError(
+            f"{bag_dir} holds no readable MCAP file (bad magic or no .mcap); nothing to recover."
+        )
+    source = mcap_file(bag_dir)
+    work = bag_dir / ".recovering"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir()
+    target_dir = work / bag_dir.name
+    store = project_typestore()
+    writer = Writer(target_dir, version=9, storage_plugin=StoragePlugin.MCAP)
+    writer.open()
+    connections: dict[int, object] = {}
+    counts: Counter = Counter()
+    last_meta: EpisodeMetadata | None = None
+    first_ns, last_ns = 0, 0
+    scan = ScanResult({}, {}, Counter(), False, "")
+    try:
+        for record in iter_mcap_records(source, scan):
+            if not isinstance(record, Message):
+                continue
+            channel = scan.channels[record.channel_id]
+            if record.channel_id not in connections:
+                connections[record.channel_id] = _add_connection(writer, store, scan, channel)
+            writer.write(connections[record.channel_id], record.log_time, record.data)
+            counts[channel.topic] += 1
+            first_ns = first_ns or record.log_time
+            last_ns = max(last_ns, record.log_time)
+            if channel.topic == METADATA_TOPIC:
+                last_meta = _decode_metadata(store, record.data) or last_meta
+        meta = last_meta or EpisodeMetadata(episode_id=_safe_id(bag_dir.name))
+        if not meta.complete:
+            meta.outcome = "incomplete"
+            meta.success = False
+        meta.recovered = True
+        meta.end_time_ns = meta.end_time_ns or last_ns or time.time_ns()
+        meta.start_time_ns = meta.start_time_ns or first_ns
+        meta.message_counts = {t: n for t, n in counts.items() if t != METADATA_TOPIC}
+        # The record of the recovery itself, so readers of the MCAP alone see it too.
+        meta_channel = next(
+            (cid for cid, ch in scan.channels.items() if ch.topic == METADATA_TOPIC), None
+        )
+        if meta_channel is not None and meta_channel in connections:
+            data = store.serialize_cdr(
+                store.types[METADATA_TYPE](data=meta.to_json()), METADATA_TYPE
+            )
+            writer.write(connections[meta_channel], max(last_ns, meta.end_time_ns), data)
+            counts[METADATA_TOPIC] += 1
+        for key, value in meta.to_custom_data().items():
+            writer.set_custom_data(key, value)
+        writer.close()
+    except BaseException:
+        writer.abort()
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+
+    recovered_mcap = target_dir / f"{bag_dir.name}.mcap"
+    total = sum(counts.values())
+    _verify(target_dir, total)
+    unclosed = source.with_name(source.name + ".unclosed")
+    source.replace(unclosed)
+    recovered_mcap.replace(bag_dir / source.name)
+    _write_metadata_yaml(target_dir / "metadata.yaml", bag_dir / "metadata.yaml", source.name)
+    shutil.rmtree(work, ignore_errors=True)
+    _verify(bag_dir, total)
+    if not keep_original:
+        unclosed.unlink()
+    return RecoveryReport(
+        bag_dir,
+        state,
+        sum(meta.message_counts.values()),
+        dict(meta.message_counts),
+        scan.error,
+        meta,
+    )
+
+
+def _safe_id(name: str) -> str:
+    from simreal_ros.episodes.metadata import check_episode_id
+
+    try:
+        return check_episode_id(name)
+    except ValueError:
+        return "recovered"
+
+
+def _add_connection(writer: Writer, store, scan: ScanResult, channel: Channel):
+    schema = scan.schemas.get(channel.schema_id)
+    if schema is None:
+        raise ValueError(f"channel {channel.topic} has no schema in the MCAP; cannot recover it.")
+    msgtype = schema.name
+    if msgtype not in store.fielddefs:
+        register_definition(store, msgtype, schema.data.decode())
+    qos_text = channel.metadata.get("offered_qos_profiles", "")
+    return writer.add_connection(
+        channel.topic,
+        msgtype,
+        msgdef=schema.data.decode(),
+        rihs01=store.hash_rihs01(msgtype),
+        serialization_format=channel.message_encoding or "cdr",
+        offered_qos_profiles=parse_qos(qos_text) if qos_text else [],
+    )
+
+
+def _decode_metadata(store, data: bytes) -> EpisodeMetadata | None:
+    try:
+        text = store.deserialize_cdr(data, METADATA_TYPE).data
+        return EpisodeMetadata.from_json(text)
+    except (ValueError, TypeError, KeyError, json.JSONDecodeError):
+        return None
+
+
+def _write_metadata_yaml(src: Path, dst: Path, mcap_name: str) -> None:
+    """Copy metadata.yaml, naming the bag's MCAP file as it is called in place."""
+    text = src.read_text()
+    if mcap_name != f"{src.parent.name}.mcap":
+        text = text.replace(f"{src.parent.name}.mcap", mcap_name)
+    tmp = dst.with_suffix(".yaml.tmp")
+    tmp.write_text(text)
+    tmp.replace(dst)
+
+
+def _verify(bag_dir: Path, expected: int) -> None:
+    with Reader(bag_dir) as reader:
+        found = sum(1 for _ in reader.messages())
+    if found != expected:
+        raise RuntimeError(
+            f"recovered bag {bag_dir} holds {found} messages, expected {expected}; "
+            "the original was left in place."
+        )

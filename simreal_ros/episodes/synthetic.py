@@ -1,0 +1,161 @@
+"""Synthetic episode bags written through the real bag writer (tests, benchmarks, demos).
+
+The messages are what the graph publishes (JointState at 100 Hz, PolicyAction, TaskStatus,
+SafetyStatus, object pose, takeovers at a 20 Hz tick), so readers see real rosbag2 files.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simreal_ros.episodes.bag_writer import EpisodeRecording, TopicSpec
+from simreal_ros.episodes.metadata import EpisodeMetadata
+from simreal_ros.episodes.typestore import project_typestore
+
+JOINTS = [f"joint{i}" for i in range(7)]
+TOPICS = [
+    TopicSpec("/joint_states", "sensor_msgs/msg/JointState", reliable=False),
+    TopicSpec("/policy/action", "simreal_ros/msg/PolicyAction"),
+    TopicSpec("/task/status", "simreal_ros/msg/TaskStatus"),
+    TopicSpec("/safety/status", "simreal_ros/msg/SafetyStatus"),
+    TopicSpec("/object/pose", "geometry_msgs/msg/PoseStamped"),
+    TopicSpec("/operator/takeover", "simreal_ros/msg/PolicyAction"),
+]
+INDEX = {spec.topic: i for i, spec in enumerate(TOPICS)}
+
+
+def _header(store, t_ns: int):
+    T = store.types["builtin_interfaces/msg/Time"]
+    H = store.types["std_msgs/msg/Header"]
+    return H(stamp=T(sec=t_ns // 10**9, nanosec=t_ns % 10**9), frame_id="base")
+
+
+def joint_state(t_ns: int, position, names=JOINTS) -> bytes:
+    store = project_typestore()
+    msg = store.types["sensor_msgs/msg/JointState"](
+        header=_header(store, t_ns),
+        name=list(names),
+        position=np.asarray(position, float),
+        velocity=np.asarray(position, float) * 0.1,
+        effort=np.zeros(0),
+    )
+    return store.serialize_cdr(msg, "sensor_msgs/msg/JointState")
+
+
+def policy_action(t_ns, values, version="v1", seq=0, human=False, names=()) -> bytes:
+    store = project_typestore()
+    msg = store.types["simreal_ros/msg/PolicyAction"](
+        header=_header(store, t_ns),
+        policy_version=version,
+        sequence=seq,
+        joint_names=list(names),
+        values=np.asarray(values, float),
+        human_intervention=human,
+    )
+    return store.serialize_cdr(msg, "simreal_ros/msg/PolicyAction")
+
+
+def task_status(t_ns, step, reward, done=False, success=False, goal=(0.5, 0.1, 0.0)) -> bytes:
+    store = project_typestore()
+    P = store.types["geometry_msgs/msg/Point"]
+    msg = store.types["simreal_ros/msg/TaskStatus"](
+        header=_header(store, t_ns),
+        episode_id="e",
+        task="push",
+        condition="train",
+        seed=1,
+        step=step,
+        goal=P(x=goal[0], y=goal[1], z=goal[2]),
+        reward=float(reward),
+        success=success,
+        done=done,
+        truncated=False,
+    )
+    return store.serialize_cdr(msg, "simreal_ros/msg/TaskStatus")
+
+
+def safety_status(t_ns, n_interventions, excess=0.5) -> bytes:
+    store = project_typestore()
+    I = store.types["simreal_ros/msg/SafetyIntervention"]  # noqa: E741
+    msg = store.types["simreal_ros/msg/SafetyStatus"](
+        header=_header(store, t_ns),
+        state=1 if n_interventions else 0,
+        interventions=[
+            I(limit="velocity", joint="joint0", requested=2.0, allowed=1.5, excess=excess)
+            for _ in range(n_interventions)
+        ],
+        limited_joints=["joint0"] * n_interventions,
+        watchdog_tripped=False,
+        estop_latched=False,
+        policy_version="v1",
+        command_age=0.0,
+        state_age=0.0,
+        interventions_total=0,
+    )
+    return store.serialize_cdr(msg, "simreal_ros/msg/SafetyStatus")
+
+
+def object_pose(t_ns, xyz) -> bytes:
+    store = project_typestore()
+    P = store.types["geometry_msgs/msg/Point"]
+    Q = store.types["geometry_msgs/msg/Quaternion"]
+    Pose = store.types["geometry_msgs/msg/Pose"]
+    msg = store.types["geometry_msgs/msg/PoseStamped"](
+        header=_header(store, t_ns),
+        pose=Pose(position=P(x=xyz[0], y=xyz[1], z=xyz[2]), orientation=Q(x=0, y=0, z=0, w=1)),
+    )
+    return store.serialize_cdr(msg, "geometry_msgs/msg/PoseStamped")
+
+
+def write_episode(
+    bag_dir,
+    steps=10,
+    episode_id="ep",
+    source="sim",
+    condition="train",
+    done_at=None,
+    outcome="success",
+    takeover_at=(),
+    interventions_at=(),
+    close=True,
+):
+    """A push episode at 20 Hz with 5 joint states per tick; returns (recording, sent).
+
+    ``sent`` maps each topic to the serialized messages offered, in order. With
+    ``close=False`` the bag is flushed but left open (what a killed recorder leaves behind).
+    """
+    meta = EpisodeMetadata(
+        episode_id=episode_id,
+        source=source,
+        condition=condition,
+        joint_names=list(JOINTS),
+        joint_units=["rad"] * len(JOINTS),
+    )
+    rec = EpisodeRecording(bag_dir, TOPICS, meta, flush_period_s=0.05)
+    rec.start()
+    sent: dict[str, list[bytes]] = {t.topic: [] for t in TOPICS}
+    t0 = 1_700_000_000_000_000_000
+    period = 50_000_000
+
+    def send(topic, t, data):
+        sent[topic].append(data)
+        if not rec.offer(INDEX[topic], t, data):
+            raise RuntimeError("synthetic episode: the writer queue was full")
+
+    for step in range(steps):
+        t = t0 + step * period
+        for k in range(5):
+            send("/joint_states", t + k * 10_000_000 - 40_000_000, joint_state(t, [step] * 7))
+        send("/object/pose", t - 1_000, object_pose(t, (0.4 + step * 0.01, 0.0, 0.02)))
+        if step in takeover_at:
+            send("/operator/takeover", t - 500, policy_action(t, [-1.0] * 7, "", human=True))
+        send("/policy/action", t, policy_action(t, [step + 0.5] * 7, f"v{1 + step // 5}", step))
+        if step in interventions_at:
+            send("/safety/status", t + 1_000, safety_status(t, 2))
+        done = done_at is not None and step == done_at
+        send("/task/status", t + 2_000, task_status(t, step + 1, -float(step), done, done))
+    if close:
+        rec.stop(outcome, outcome == "success")
+    else:
+        rec.flush()
+    return rec, sent
