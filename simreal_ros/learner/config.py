@@ -1,0 +1,213 @@
+"""Learner settings, declared once: the node, the CLI and the trainer all read this."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simreal_ros.config_schema import setting, validate
+
+METHODS = ("bc", "rl", "sgft")
+CRITIC_INITS = ("auto", "fresh", "checkpoint", "checkpoint_lora")
+
+
+@dataclass
+class LearnerConfig:
+    # What to train.
+    method: str = setting("sgft", "Fine-tuning method.", choices=METHODS)
+    horizon: int = setting(
+        1,
+        "SGFT horizon H: steps of real reward before V_sim takes over as terminal value; "
+        "0 means infinite (plain potential-based shaping, SAC on the shaped reward).",
+        low=0,
+        high=1000,
+    )
+    gamma: float = setting(
+        0.0,
+        "Discount; 0 takes the checkpoint's pretraining gamma. Any other value must equal it.",
+        low=0.0,
+        high=0.9999,
+    )
+    seed: int = setting(0, "Seed of sampling and initialisation.", low=0, high=2**31 - 1)
+    # LoRA.
+    lora_rank: int = setting(8, "LoRA rank r.", low=1, high=256)
+    lora_alpha: int = setting(16, "LoRA alpha (scale = alpha / rank).", low=1, high=4096)
+    lora_dropout: float = setting(0.0, "LoRA dropout on the adapter input.", low=0.0, high=0.9)
+    lora_targets: list[str] = setting(
+        [], "Names of the actor's nn.Linear layers that get adapters; empty = every one."
+    )
+    critic_init: str = setting(
+        "auto",
+        "Critic start: fresh, the checkpoint's critics (H=inf only), or the checkpoint's "
+        "critics plus LoRA; auto = checkpoint for rl, fresh for sgft.",
+        choices=CRITIC_INITS,
+    )
+    # Optimisation.
+    learning_rate: float = setting(3e-4, "Learning rate of the adapter.", low=0.0, high=1.0)
+    learning_rate_cap: float = setting(
+        1e-3,
+        "Upper bound on any learning rate (a guard against forgetting); larger ones are "
+        "clipped and the clip is logged.",
+        low=0.0,
+        high=1.0,
+    )
+    critic_learning_rate: float = setting(3e-4, "Critic learning rate.", low=0.0, high=1.0)
+    batch_size: int = setting(128, "Transitions per update.", low=1, high=65536)
+    updates_per_round: int = setting(300, "Gradient updates per round.", low=1, high=10**7)
+    tau: float = setting(0.005, "Polyak rate of the target critics.", low=0.0, high=1.0)
+    entropy_alpha: float = setting(0.05, "SAC entropy temperature (initial).", low=0.0, high=10.0)
+    auto_entropy: bool = setting(True, "Tune the entropy temperature to a target entropy.")
+    weight_decay: float = setting(0.0, "AdamW weight decay on adapter weights.", low=0.0, high=1.0)
+    grad_clip: float = setting(10.0, "Gradient norm clip; 0 disables.", low=0.0, high=1e6)
+    # BC.
+    bc_intervention_weight: float = setting(
+        5.0,
+        "Loss weight of human-intervention steps relative to successful steps.",
+        low=0.0,
+        high=1000.0,
+    )
+    bc_use_failures: bool = setting(
+        False, "Also clone non-intervention steps of failed episodes (normally dropped)."
+    )
+    bc_regulariser: float = setting(
+        0.0,
+        "RL/SGFT: weight of a BC term on real successes and interventions.",
+        low=0.0,
+        high=100.0,
+    )
+    # Data mixing and forgetting guards.
+    real_weight: float = setting(
+        4.0,
+        "Co-training weight of real (and real_twin stand-in) data in each batch.",
+        low=0.0,
+        high=1000.0,
+    )
+    sim_weight: float = setting(1.0, "Co-training weight of sim data.", low=0.0, high=1000.0)
+    sim_replay: bool = setting(True, "Replay sim data next to real data against forgetting.")
+    ewc: bool = setting(False, "Elastic weight consolidation anchored on sim data.")
+    ewc_weight: float = setting(100.0, "EWC penalty weight.", low=0.0, high=1e9)
+    ewc_fisher_samples: int = setting(
+        512, "Sim transitions used to estimate the diagonal Fisher.", low=1, high=10**7
+    )
+    # SGFT.
+    reward_scale: float = setting(
+        0.0,
+        "Constant multiplying the shaped reward; 0 fixes it once from sim statistics "
+        "(1 / std of r~ on sim transitions). Never a running normaliser.",
+        low=0.0,
+        high=1e6,
+    )
+    v_sim_action_samples: int = setting(
+        0,
+        "V_sim = min(Q1,Q2) at the sim actor's mean action (0), or averaged over this many "
+        "sampled actions.",
+        low=0,
+        high=64,
+    )
+    value_exploit_window: int = setting(
+        5,
+        "Episodes compared when flagging V_sim rising while real reward falls.",
+        low=2,
+        high=1000,
+    )
+    model_rollouts: bool = setting(
+        False, "SGFT: add short rollouts of a learned dynamics model to the batches."
+    )
+    rollout_length: int = setting(2, "Steps of each model rollout.", low=1, high=50)
+    rollout_fraction: float = setting(
+        0.25, "Fraction of each batch made of model-rollout transitions.", low=0.0, high=0.9
+    )
+    # Rounds.
+    round_every_episodes: int = setting(
+        10, "Start a round after this many new episodes; 0 disables.", low=0, high=100000
+    )
+    round_every_seconds: float = setting(
+        0.0,
+        "Start a round after this long with new data; 0 disables.",
+        low=0.0,
+        high=1e6,
+        unit="s",
+    )
+    min_real_transitions: int = setting(
+        32, "Rounds wait until this many real transitions are recorded.", low=1, high=10**9
+    )
+    # Screening gate.
+    screen_seeds: int = setting(20, "Sim episodes per condition in screening.", low=1, high=10000)
+    screen_conditions: list[str] = setting(
+        ["train", "shifted"], "Conditions screened; each must pass."
+    )
+    screen_profile: str = setting(
+        "randomized",
+        "Dynamics profile of the sim used for screening.",
+        choices=("nominal", "randomized", "real_twin"),
+    )
+    screen_workers: int = setting(2, "Parallel spawned screening workers.", low=1, high=256)
+    screen_first_seed: int = setting(
+        100000,
+        "First screening seed (candidate and running policy share seeds).",
+        low=0,
+        high=2**31 - 1,
+    )
+    promote_ci_low: float = setting(
+        0.3,
+        "Promote only if the Wilson 95% lower bound of the success rate clears this.",
+        low=0.0,
+        high=1.0,
+    )
+    promote_tolerance: float = setting(
+        0.1,
+        "Reject a candidate whose success rate is below the running policy's by more.",
+        low=0.0,
+        high=1.0,
+    )
+    task: str = setting("push", "Task screened and trained.", choices=("push", "reach"))
+    critic_warmup_updates: int = setting(
+        100,
+        "Critic-only updates before the actor moves (a fresh critic must fit first).",
+        low=0,
+        high=10**7,
+    )
+    # Data and files.
+    checkpoint_dir: str = setting(
+        "", "Base checkpoint directory; empty = the shipped checkpoint of the task."
+    )
+    sim_data_dir: str = setting(
+        "", "Sim episode bags for replay, EWC and the shaping scale; empty = collect in sim."
+    )
+    sim_episodes: int = setting(
+        10,
+        "Sim episodes the learner collects with the base policy when no sim bags are given.",
+        low=0,
+        high=100000,
+    )
+    store_root: str = setting("models", "Directory of the versioned adapter store.")
+
+    def __post_init__(self) -> None:
+        validate(self)
+        critic_from_checkpoint = self.critic_init in ("checkpoint", "checkpoint_lora")
+        if self.method == "sgft" and critic_from_checkpoint and self.horizon != 0:
+            raise ValueError(
+                "critic_init=checkpoint needs horizon=0 (infinite): the checkpoint's "
+                "critic has no horizon-indexed heads. Use critic_init=fresh or auto."
+            )
+        bad = [c for c in self.screen_conditions if c not in ("train", "shifted")]
+        if bad:
+            raise ValueError(f"screen_conditions {bad} unknown; use train and/or shifted.")
+
+    @property
+    def horizon_or_none(self) -> int | None:
+        """H as used by the algorithms: None is infinite."""
+        return None if self.horizon == 0 else self.horizon
+
+    @property
+    def resolved_critic_init(self) -> str:
+        if self.critic_init != "auto":
+            return self.critic_init
+        return "checkpoint" if self.method == "rl" else "fresh"
+
+    @property
+    def effective_learning_rate(self) -> float:
+        return min(self.learning_rate, self.learning_rate_cap)
+
+    @property
+    def effective_critic_learning_rate(self) -> float:
+        return min(self.critic_learning_rate, self.learning_rate_cap)

@@ -1,0 +1,262 @@
+"""SGFT: reward shaping by a frozen sim value function, and horizon-indexed critic targets.
+
+Choices (see shared/SGFT.md):
+- V_sim(s) = min(Q1, Q2)(s, mu_sim(s)) of the pretrained (sim) critics at the sim actor's
+  mean action, optionally averaged over a few sampled actions. Deterministic, frozen
+  (a private copy with requires_grad off, evaluated under no_grad), cached per transition.
+- r~ = scale * (r + gamma * (1 - terminal) * V_sim(s') - V_sim(s)). V_sim(s') is dropped
+  at a true termination and kept at a time-limit truncation. ``scale`` is a constant fixed
+  once from sim statistics, never a running normaliser.
+- Horizon H: a critic Q(s, a, k), k = 1..H (one output head per k), trained on
+  r~ + gamma * (1 - terminal) * (Q_targ(s', a', k-1) - alpha * log pi(a'|s')), with
+  Q(., ., 0) = 0; the k = 1 target is r~ alone (no bootstrap and no entropy bonus), so
+  H = 1 is exactly regression on r~. The actor maximises Q(s, pi(s), H).
+  H = None (infinite) is one self-bootstrapping head: SAC on r~.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+
+# ---------------------------------------------------------------- shaping (numpy, exact)
+def shape_rewards(
+    rewards: np.ndarray,
+    v_sim: np.ndarray,
+    v_sim_next: np.ndarray,
+    terminals: np.ndarray,
+    gamma: float,
+    scale: float = 1.0,
+) -> np.ndarray:
+    """r~ = scale * (r + gamma * (1 - terminal) * V_sim(s') - V_sim(s))."""
+    keep = 1.0 - np.asarray(terminals, dtype=np.float64)
+    shaped = (
+        np.asarray(rewards, np.float64)
+        + gamma * keep * np.asarray(v_sim_next, np.float64)
+        - np.asarray(v_sim, np.float64)
+    )
+    return (scale * shaped).astype(np.float32)
+
+
+def discounted_sum(values: np.ndarray, gamma: float) -> float:
+    return float(sum(v * gamma**i for i, v in enumerate(np.asarray(values, np.float64))))
+
+
+def telescoped_window_return(
+    rewards: np.ndarray, v_first: float, v_after_last: float, terminal_last: bool, gamma: float
+) -> float:
+    """What the discounted shaped rewards of an H-step window must sum to:
+    sum_i gamma^i r_i + gamma^H (1 - terminal) V_sim(s_H) - V_sim(s_0)."""
+    h = len(rewards)
+    tail = 0.0 if terminal_last else gamma**h * v_after_last
+    return discounted_sum(rewards, gamma) + tail - v_first
+
+
+def fixed_reward_scale(
+    rewards: np.ndarray,
+    v_sim: np.ndarray,
+    v_sim_next: np.ndarray,
+    terminals: np.ndarray,
+    gamma: float,
+    floor: float = 1e-3,
+) -> float:
+    """1 / std of the unscaled shaped reward on SIM transitions; computed once per run."""
+    shaped = shape_rewards(rewards, v_sim, v_sim_next, terminals, gamma, 1.0)
+    if len(shaped) < 2:
+        return 1.0
+    return float(1.0 / max(float(np.std(shaped)), floor))
+
+
+# ---------------------------------------------------------------- frozen V_sim
+class FrozenSimValue:
+    """V_sim(s) from a private, frozen copy of the pretrained actor and critics.
+
+    ``mean_action(actor, obs)`` gives the actor's deterministic action; ``sample_action``
+    (optional) a stochastic one; ``twin_q(critic, obs, action)`` gives (Q1, Q2). Nothing
+    outside can reach the copies, and they are evaluated under no_grad, so V_sim cannot
+    drift while the adapter trains.
+    """
+
+    def __init__(
+        self,
+        actor: nn.Module,
+        critic: nn.Module,
+        mean_action: Callable[[nn.Module, torch.Tensor], torch.Tensor],
+        twin_q: Callable[
+            [nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]
+        ],
+        sample_action: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None,
+        action_samples: int = 0,
+        seed: int = 0,
+    ) -> None:
+        if action_samples and sample_action is None:
+            raise ValueError("action_samples > 0 needs a sample_action function.")
+        self._actor = copy.deepcopy(actor).eval()
+        self._critic = copy.deepcopy(critic).eval()
+        for module in (self._actor, self._critic):
+            for p in module.parameters():
+                p.requires_grad_(False)
+        self._mean_action = mean_action
+        self._sample_action = sample_action
+        self._twin_q = twin_q
+        self.action_samples = action_samples
+        self._generator = torch.Generator().manual_seed(seed)
+        self._fingerprint = self.fingerprint()
+
+    @torch.no_grad()
+    def __call__(self, obs: torch.Tensor | np.ndarray, chunk: int = 4096) -> np.ndarray:
+        obs_t = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
+        out = []
+        for start in range(0, len(obs_t), chunk):
+            o = obs_t[start : start + chunk]
+            if self.action_samples:
+                # Seeded, so the cached value of a transition is reproducible.
+                state = torch.random.get_rng_state()
+                seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self._generator))
+                torch.random.manual_seed(seed)
+                try:
+                    values = torch.stack(
+                        [
+                            self._min_q(o, self._sample_action(self._actor, o))
+                            for _ in range(self.action_samples)
+                        ]
+                    ).mean(0)
+                finally:
+                    torch.random.set_rng_state(state)
+            else:
+                values = self._min_q(o, self._mean_action(self._actor, o))
+            out.append(values.reshape(-1))
+        if not out:
+            return np.zeros(0, dtype=np.float32)
+        return torch.cat(out).numpy().astype(np.float32)
+
+    def _min_q(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        q1, q2 = self._twin_q(self._critic, obs, action)
+        return torch.minimum(q1.reshape(-1), q2.reshape(-1))
+
+    def fingerprint(self) -> str:
+        """SHA-256 over every weight of the frozen copies."""
+        digest = hashlib.sha256()
+        for module in (self._actor, self._critic):
+            for name, tensor in sorted(module.state_dict().items()):
+                digest.update(name.encode())
+                digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        return digest.hexdigest()
+
+    def check_frozen(self) -> None:
+        if self.fingerprint() != self._fingerprint:
+            raise RuntimeError("V_sim's weights changed; it must stay frozen during fine-tuning.")
+
+    def annotate(self, transitions) -> None:
+        """Cache V_sim(s) and V_sim(s') on every row (once per transition)."""
+        transitions.v_sim = self(transitions.obs)
+        transitions.v_sim_next = self(transitions.next_obs)
+
+
+# ---------------------------------------------------------------- horizon-indexed critic
+class HorizonCritic(nn.Module):
+    """Twin Q networks with one output head per horizon k = 1..H (H = None: one head)."""
+
+    def __init__(
+        self, obs_dim: int, act_dim: int, horizon: int | None, hidden: tuple[int, ...] = (256, 256)
+    ) -> None:
+        super().__init__()
+        self.horizon = horizon
+        heads = 1 if horizon is None else horizon
+        self.q1 = _mlp(obs_dim + act_dim, hidden, heads)
+        self.q2 = _mlp(obs_dim + act_dim, hidden, heads)
+
+    def forward(
+        self, obs: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.cat([obs, action], dim=-1)
+        return self.q1(x), self.q2(x)
+
+
+def _mlp(inputs: int, hidden: tuple[int, ...], outputs: int) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for width in hidden:
+        layers += [nn.Linear(inputs, width), nn.ReLU()]
+        inputs = width
+    layers.append(nn.Linear(inputs, outputs))
+    return nn.Sequential(*layers)
+
+
+def critic_targets(
+    shaped_rewards: torch.Tensor,
+    terminals: torch.Tensor,
+    next_q: torch.Tensor,
+    next_log_prob: torch.Tensor,
+    gamma: float,
+    alpha: float,
+    horizon: int | None,
+) -> torch.Tensor:
+    """Targets for every head, shape (B, H) (or (B, 1) for H = None).
+
+    ``next_q`` is min over the twin target critics at (s', a' ~ pi(s')), shape (B, heads).
+    Head k (1-based) bootstraps from head k-1 of the next state; head 1 regresses on r~.
+    """
+    r = shaped_rewards.reshape(-1, 1)
+    keep = (1.0 - terminals.reshape(-1, 1)) * gamma
+    soft_next = next_q - alpha * next_log_prob.reshape(-1, 1)
+    if horizon is None:
+        return r + keep * soft_next
+    if next_q.shape[1] != horizon:
+        raise ValueError(f"next_q has {next_q.shape[1]} heads; horizon {horizon} needs {horizon}.")
+    bootstrap = torch.zeros_like(next_q)
+    bootstrap[:, 1:] = soft_next[:, :-1]  # Q(s', a', k-1); Q(., ., 0) = 0
+    return r + keep * bootstrap
+
+
+def actor_head(q: torch.Tensor, horizon: int | None) -> torch.Tensor:
+    """The head the actor maximises: Q(s, a, H), or the only head for H = None."""
+    return q[:, -1]
+
+
+# ---------------------------------------------------------------- watching for exploits
+class ValueExploitMonitor:
+    """Per-episode r, V_sim and r~; flags V_sim rising while the real reward falls.
+
+    That pattern means the actor is finding states V_sim over-rates (sim-model errors),
+    not better behaviour; a round that shows it is worth a look before promotion.
+    """
+
+    def __init__(self, window: int = 5) -> None:
+        self.window = window
+        self.episodes: list[dict[str, float | str]] = []
+
+    def add_episode(self, episode_id: str, rewards, v_sim, shaped) -> dict[str, float | str]:
+        row = {
+            "episode_id": episode_id,
+            "return": float(np.sum(rewards)),
+            "mean_reward": float(np.mean(rewards)) if len(rewards) else 0.0,
+            "mean_v_sim": float(np.mean(v_sim)) if len(v_sim) else 0.0,
+            "shaped_return": float(np.sum(shaped)),
+        }
+        self.episodes.append(row)
+        return row
+
+    def flag(self) -> str:
+        """Empty when fine; otherwise a sentence with the numbers."""
+        if len(self.episodes) < 2 * self.window:
+            return ""
+        old = self.episodes[-2 * self.window : -self.window]
+        new = self.episodes[-self.window :]
+
+        def mean(rows, key):
+            return float(np.mean([r[key] for r in rows]))
+
+        dv = mean(new, "mean_v_sim") - mean(old, "mean_v_sim")
+        dr = mean(new, "mean_reward") - mean(old, "mean_reward")
+        if dv > 0 and dr < 0:
+            return (
+                f"V_sim rising (+{dv:.4g} per step) while real reward falls ({dr:.4g} per step) "
+                f"over the last {self.window} episodes: the actor may be exploiting V_sim errors."
+            )
+        return ""

@@ -1,0 +1,270 @@
+"""Versioned adapter store: ``<root>/<version>/`` written whole or not at all.
+
+Each version directory holds the peft adapter (``adapter_config.json``,
+``adapter_model.safetensors``), ``simreal_adapter.json`` (base and parent versions, spec
+fingerprint, data manifest, hyperparameters, method), ``screening.json`` (the gate's
+numbers and decision) and ``MANIFEST.json`` (SHA-256 of every other file).
+
+Atomicity: a version is assembled in a hidden staging directory under the root and
+``os.rename``d into place only when complete and fsynced; the MANIFEST is written last.
+A kill at any moment therefore leaves either no new version (staging debris, ignored and
+cleaned up later) or a complete one. ``active.json`` (which version runs, and the history
+of activations for rollback) is replaced atomically too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "MANIFEST.json"
+SCREENING = "screening.json"
+METADATA = "simreal_adapter.json"
+ACTIVE = "active.json"
+STAGING_PREFIX = ".staging-"
+VERSION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class StoreError(ValueError):
+    """A store operation that cannot be done; the message says why and what to do."""
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as stream:
+        stream.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        stream.flush()
+        os.fsync(stream.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+@dataclasses.dataclass
+class StoredVersion:
+    version: str
+    path: Path
+    metadata: dict[str, Any]
+    screening: dict[str, Any]
+    manifest: dict[str, Any]
+
+    @property
+    def parent_version(self) -> str | None:
+        return self.metadata.get("parent_version")
+
+    @property
+    def promoted(self) -> bool:
+        return bool(self.screening.get("promoted", False))
+
+    @property
+    def checksum(self) -> str:
+        return str(self.manifest["files"].get("adapter_model.safetensors", ""))
+
+
+class AdapterStore:
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    # ------------------------------------------------------------------ writing
+    def next_version(self, prefix: str = "v") -> str:
+        numbers = [0]
+        if self.root.is_dir():
+            for item in self.root.iterdir():
+                match = re.fullmatch(re.escape(prefix) + r"(\d+)", item.name)
+                if match:
+                    numbers.append(int(match.group(1)))
+        return f"{prefix}{max(numbers) + 1:04d}"
+
+    def new_staging(self, version: str) -> Path:
+        """A private directory to assemble ``version`` in (commit it, or ``discard`` it)."""
+        self._check_version_name(version)
+        if (self.root / version).exists():
+            raise StoreError(
+                f"version {version} already exists in {self.root}; versions are immutable."
+            )
+        self.root.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{version}.", dir=self.root))
+
+    @staticmethod
+    def discard(staging: Path) -> None:
+        if Path(staging).exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def staging(self, version: str):
+        """``new_staging`` as a context: removed on exit unless committed."""
+        path = self.new_staging(version)
+        try:
+            yield path
+        finally:
+            self.discard(path)
+
+    def commit(
+        self,
+        staging: Path,
+        version: str,
+        metadata: dict[str, Any],
+        screening: dict[str, Any] | None = None,
+        after_each_file: Callable[[str], None] | None = None,
+    ) -> StoredVersion:
+        """Finish a staged version (metadata, screening, manifest) and rename it into place.
+
+        ``after_each_file`` is a test hook called after each file is written.
+        """
+        self._check_version_name(version)
+        staging = Path(staging)
+        if staging.parent.resolve() != self.root.resolve():
+            raise StoreError("the staging directory must come from AdapterStore.staging().")
+        if not (staging / "adapter_model.safetensors").is_file():
+            raise StoreError(f"staged version {version} has no adapter_model.safetensors.")
+        metadata = {**metadata, "version": version}
+        for name, data in ((METADATA, metadata), (SCREENING, screening or {})):
+            _write_json_atomic(staging / name, data)
+            if after_each_file:
+                after_each_file(name)
+        files = {}
+        for item in sorted(staging.iterdir()):
+            if item.is_file() and item.name != MANIFEST and not item.name.startswith("."):
+                files[item.name] = sha256_file(item)
+                with open(item, "rb") as stream:
+                    os.fsync(stream.fileno())
+        manifest = {"version": version, "files": files, "created": time.time()}
+        _write_json_atomic(staging / MANIFEST, manifest)
+        if after_each_file:
+            after_each_file(MANIFEST)
+        target = self.root / version
+        if target.exists():
+            raise StoreError(f"version {version} appeared in {self.root} while staging.")
+        os.rename(staging, target)
+        _fsync_dir(self.root)
+        if after_each_file:
+            after_each_file("rename")
+        return self.load(version)
+
+    def clean_staging(self) -> list[str]:
+        """Remove debris of saves that were killed before their rename."""
+        removed = []
+        if self.root.is_dir():
+            for item in self.root.iterdir():
+                if item.name.startswith(STAGING_PREFIX) and item.is_dir():
+                    shutil.rmtree(item, ignore_errors=True)
+                    removed.append(item.name)
+        return removed
+
+    # ------------------------------------------------------------------ reading
+    def load(self, version: str, verify: bool = True) -> StoredVersion:
+        self._check_version_name(version)
+        path = self.root / version
+        if not path.is_dir():
+            known = ", ".join(self.versions()) or "none"
+            raise StoreError(f"version {version!r} is not in {self.root} (kept: {known}).")
+        try:
+            manifest = json.loads((path / MANIFEST).read_text())
+            metadata = json.loads((path / METADATA).read_text())
+            screening = json.loads((path / SCREENING).read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise StoreError(f"version {version} in {self.root} is incomplete: {error}") from error
+        if verify:
+            for name, expected in manifest.get("files", {}).items():
+                file = path / name
+                if not file.is_file() or sha256_file(file) != expected:
+                    raise StoreError(
+                        f"version {version}: {name} is missing or does not match its checksum; "
+                        "the files were modified. Roll back to another version."
+                    )
+        return StoredVersion(version, path, metadata, screening, manifest)
+
+    def versions(self) -> list[str]:
+        """Complete versions (with a MANIFEST), oldest first."""
+        if not self.root.is_dir():
+            return []
+        items = [
+            p
+            for p in self.root.iterdir()
+            if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST).is_file()
+        ]
+        items.sort(
+            key=lambda p: (json.loads((p / MANIFEST).read_text()).get("created", 0), p.name)
+        )
+        return [p.name for p in items]
+
+    def list(self) -> list[StoredVersion]:
+        out = []
+        for version in self.versions():
+            with contextlib.suppress(StoreError):
+                out.append(self.load(version, verify=False))
+        return out
+
+    # ------------------------------------------------------------------ activation
+    def active(self) -> dict[str, Any]:
+        path = self.root / ACTIVE
+        if not path.is_file():
+            return {"current": None, "history": []}
+        return json.loads(path.read_text())
+
+    def current(self) -> str | None:
+        return self.active().get("current")
+
+    def activate(self, version: str | None, reason: str) -> dict[str, Any]:
+        """Make ``version`` (None = the base checkpoint, no adapter) the running one."""
+        if version is not None:
+            self.load(version)  # refuses a missing or damaged version
+        state = self.active()
+        history = list(state.get("history", []))
+        history.append({"version": version, "reason": reason, "time": time.time()})
+        state = {"current": version, "history": history}
+        self.root.mkdir(parents=True, exist_ok=True)
+        _write_json_atomic(self.root / ACTIVE, state)
+        return state
+
+    def rollback(self, version: str | None = None) -> str | None:
+        """Activate ``version``, or with None the version that ran before the current one."""
+        if version:
+            self.activate(version, "rollback")
+            return version
+        # Step back along the promotions (rollbacks themselves are not steps), so
+        # repeated rollbacks walk further back instead of toggling.
+        current = self.current()
+        # The base checkpoint (None) ran before any adapter.
+        history = self.active().get("history", [])
+        chain = [None] + [e["version"] for e in history if e["reason"] != "rollback"]
+        if current in chain:
+            position = len(chain) - 1 - chain[::-1].index(current)
+            for earlier in reversed(chain[:position]):
+                if earlier != current:
+                    self.activate(earlier, "rollback")
+                    return earlier
+        raise StoreError(f"there is no earlier version than {current!r} to roll back to.")
+
+    @staticmethod
+    def _check_version_name(version: str) -> None:
+        if not VERSION_PATTERN.match(version or ""):
+            raise StoreError(
+                f"version name {version!r} is not allowed; use letters, digits, '.', '_' or '-'."
+            )

@@ -1,0 +1,606 @@
+"""Fine-tuning rounds: data in, candidate adapter out, screened, stored, maybe promoted.
+
+Entry points (the node, the CLI and notebooks call these; no rclpy here):
+
+    session = LearnerSession(config)                 # base checkpoint, store, sim data
+    candidate = session.finetune(real_transitions)   # one round of BC / RL / SGFT
+    decision = session.screen(candidate, evaluator)  # sim gate on the same seeds
+    stored = session.commit(candidate, decision)     # atomic store write; activate if promoted
+
+    round = session.run_round(paths, evaluator)      # all of the above for episode bags
+
+and the one-shot functions ``finetune(...)`` / ``screen(...)`` below. Each version is
+"base checkpoint + one LoRA adapter"; a new round continues from the running adapter's
+weights, and a rejected candidate's weights are dropped again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from simreal_ros.learner import lora
+from simreal_ros.learner.bc import BehaviourCloning, bc_loss
+from simreal_ros.learner.config import LearnerConfig
+from simreal_ros.learner.ewc import ElasticWeightConsolidation
+from simreal_ros.learner.gate import EvaluationSummary, Evaluator, GateDecision
+from simreal_ros.learner.gate import screen as gate_screen
+from simreal_ros.learner.replay import REAL_SOURCES, Transitions, batch_from
+from simreal_ros.learner.sac_finetune import ActorCriticFineTuner, ColumnCritic
+from simreal_ros.learner.sgft import (
+    FrozenSimValue,
+    HorizonCritic,
+    ValueExploitMonitor,
+    fixed_reward_scale,
+    shape_rewards,
+)
+from simreal_ros.learner.store import AdapterStore, StoredVersion
+
+log = logging.getLogger("simreal_ros.learner")
+
+
+# ---------------------------------------------------------------- data
+def make_converter(checkpoint):
+    from simreal_ros.policy.spec import SpecConverter
+
+    fk = None
+    if checkpoint.spec.needs_kinematics:
+        from simreal_ros.policy.kinematics import ForwardKinematics
+        from simreal_ros.robot.description import load_robot_description
+
+        fk = ForwardKinematics(load_robot_description())
+    return SpecConverter(checkpoint.spec, fk)
+
+
+def transitions_from_dataset(data, converter, success_by_episode: dict[str, bool]) -> Transitions:
+    """Episode-bag transitions (SI units, dict obs) -> the actor's normalised coordinates."""
+    n = len(data)
+    keys = list(data.obs)
+
+    def vectors(obs: dict[str, np.ndarray]) -> np.ndarray:
+        rows = [converter.normalized_observation({k: obs[k][i] for k in keys}) for i in range(n)]
+        return np.asarray(rows, dtype=np.float32).reshape(n, converter.spec.obs_dim)
+
+    joint_position = data.obs["joint_position"]
+    actions = np.asarray(
+        [converter.action_from_command(data.actions[i], joint_position[i]) for i in range(n)],
+        dtype=np.float32,
+    ).reshape(n, converter.spec.act_dim)
+    truncateds = np.asarray(data.truncateds, bool)
+    terminals = np.asarray(data.dones, bool) & ~truncateds
+    episode_ids = np.asarray(data.episode_ids).astype(str)
+    return Transitions(
+        obs=vectors(data.obs),
+        actions=actions,
+        rewards=np.asarray(data.rewards, np.float32),
+        next_obs=vectors(data.next_obs),
+        terminals=terminals,
+        truncateds=truncateds,
+        episode_ids=episode_ids,
+        sources=np.asarray(data.sources).astype(str),
+        interventions=np.asarray(data.human_interventions, bool),
+        episode_success=np.asarray([success_by_episode.get(e, False) for e in episode_ids]),
+    )
+
+
+def load_episodes(paths, checkpoint, converter=None) -> tuple[Transitions | None, list[dict]]:
+    """Read episode bags into Transitions plus a data manifest (which bags and episodes)."""
+    from simreal_ros.episodes.dataset import find_bags, load_transitions, read_metadata
+
+    converter = converter or make_converter(checkpoint)
+    manifest, success = [], {}
+    for bag in find_bags(paths):
+        meta = read_metadata(bag)
+        if meta is None:
+            continue
+        success[meta.episode_id] = bool(meta.success)
+        manifest.append(
+            {
+                "episode_id": meta.episode_id,
+                "bag": str(bag),
+                "source": meta.source,
+                "outcome": meta.outcome,
+                "condition": meta.condition,
+                "steps": int(meta.steps),
+                "policy_versions": list(meta.policy_versions),
+            }
+        )
+    data = load_transitions(paths, checkpoint.spec.joint_names)
+    if len(data) == 0:
+        return None, manifest
+    return transitions_from_dataset(data, converter, success), manifest
+
+
+def collect_sim_transitions(
+    checkpoint,
+    task: str,
+    episodes: int,
+    seed: int = 0,
+    profile: str = "nominal",
+    noise: float = 0.1,
+    converter=None,
+    episode_seconds: float | None = None,
+) -> Transitions:
+    """Roll out the base policy (with a little exploration noise) in sim: replay/EWC data."""
+    from simreal_ros.sim.env import ArmTaskEnv
+
+    converter = converter or make_converter(checkpoint)
+    kwargs = {} if episode_seconds is None else {"episode_seconds": episode_seconds}
+    env = ArmTaskEnv(task=task, profile=profile, **kwargs)
+    rng = np.random.default_rng(seed)
+    actor = checkpoint.model.actor
+    rows: dict[str, list] = {k: [] for k in ("o", "a", "r", "n", "t", "u", "e", "s")}
+    try:
+        for episode in range(episodes):
+            obs, _ = env.reset(seed=seed + episode, options={"condition": "train"})
+            start, success, done = len(rows["r"]), False, False
+            while not done:
+                o = converter.normalized_observation(obs)
+                with torch.no_grad():
+                    a = actor(torch.as_tensor(o, dtype=torch.float32)).numpy()
+                a = np.clip(a + noise * rng.standard_normal(a.shape), -1.0, 1.0)
+                command = converter.command_from_action(a, obs["joint_position"])
+                next_obs, reward, terminated, truncated, info = env.step(command)
+                success = success or bool(info.get("success", False))
+                rows["o"].append(o)
+                # What the arm received, re-expressed as an action (clipping included).
+                rows["a"].append(converter.action_from_command(command, obs["joint_position"]))
+                rows["r"].append(reward)
+                rows["n"].append(converter.normalized_observation(next_obs))
+                rows["t"].append(bool(terminated))
+                rows["u"].append(bool(truncated) and not terminated)
+                rows["e"].append(f"sim-{seed}-{episode}")
+                done = terminated or truncated
+                obs = next_obs
+            rows["s"] += [success] * (len(rows["r"]) - start)
+    finally:
+        env.close()
+    n = len(rows["r"])
+    return Transitions(
+        obs=np.asarray(rows["o"], np.float32),
+        actions=np.asarray(rows["a"], np.float32),
+        rewards=np.asarray(rows["r"], np.float32),
+        next_obs=np.asarray(rows["n"], np.float32),
+        terminals=np.asarray(rows["t"], bool),
+        truncateds=np.asarray(rows["u"], bool),
+        episode_ids=np.asarray(rows["e"]),
+        sources=np.asarray(["sim"] * n),
+        interventions=np.zeros(n, bool),
+        episode_success=np.asarray(rows["s"], bool),
+    )
+
+
+# ---------------------------------------------------------------- candidates
+@dataclasses.dataclass
+class Candidate:
+    version: str
+    parent_version: str | None
+    method: str
+    adapter_dir: Path  # staging directory until committed
+    metadata: dict[str, Any]
+    metrics: dict[str, float]
+
+
+@dataclasses.dataclass
+class RoundResult:
+    round: int
+    candidate: Candidate
+    decision: GateDecision
+    stored: StoredVersion
+    metrics: dict[str, float]
+
+
+def actor_mean(actor, obs):
+    return actor(obs)
+
+
+def actor_sample(actor, obs):
+    return actor.sample(obs)[0]
+
+
+def twin_q(critic, obs, action):
+    return critic(obs, action)
+
+
+class LearnerSession:
+    """State kept across rounds: base checkpoint, V_sim, critic, running adapter, store."""
+
+    def __init__(
+        self,
+        config: LearnerConfig,
+        checkpoint=None,
+        sim_data: Transitions | None = None,
+        store: AdapterStore | None = None,
+    ) -> None:
+        from simreal_ros.policy.checkpoint import load_checkpoint, shipped_checkpoint
+
+        self.config = config
+        torch.manual_seed(config.seed)
+        if checkpoint is None:
+            path = config.checkpoint_dir or str(shipped_checkpoint(config.task))
+            checkpoint = load_checkpoint(path)
+        self.checkpoint = checkpoint
+        self.checkpoint_dir = Path(checkpoint.path) if checkpoint.path else None
+        self.gamma = self._check_gamma(config.gamma, float(checkpoint.gamma))
+        self.store = store or AdapterStore(config.store_root)
+        self.store.clean_staging()
+        self.round = 0
+        self.log: list[dict[str, Any]] = []
+        self.sim_data = sim_data
+        self.monitor = ValueExploitMonitor(config.value_exploit_window)
+        self._seen_episodes: set[str] = set()
+        self.baseline_cache: dict = {}
+        # Running version: what the store says is active (None = the base checkpoint).
+        self.running_version = self.store.current()
+        init = self.store.load(self.running_version).path if self.running_version else None
+        self.actor_peft = lora.wrap(
+            checkpoint.model.actor,
+            config.lora_rank,
+            config.lora_alpha,
+            config.lora_dropout,
+            config.lora_targets,
+            init_adapter=init,
+        )
+        self.running_state = lora.adapter_state(self.actor_peft)
+        self.v_sim: FrozenSimValue | None = None
+        if config.method == "sgft":
+            self.v_sim = FrozenSimValue(
+                checkpoint.model.actor,
+                checkpoint.model.critic,
+                actor_mean,
+                twin_q,
+                actor_sample,
+                config.v_sim_action_samples,
+                seed=config.seed,
+            )
+        self.reward_scale = 1.0
+        self._scale_source = "constant 1 (no shaping)"
+        if self.sim_data is not None and self.v_sim is not None:
+            self.v_sim.annotate(self.sim_data)
+        if config.method == "sgft":
+            self.reward_scale, self._scale_source = self._fixed_scale()
+        self.critic = self._make_critic() if config.method in ("rl", "sgft") else None
+        self.tuner: ActorCriticFineTuner | None = None
+        self.ewc: ElasticWeightConsolidation | None = None
+        if config.learning_rate > config.learning_rate_cap:
+            log.warning(
+                "learning_rate %.3g clipped to the cap %.3g",
+                config.learning_rate,
+                config.learning_rate_cap,
+            )
+
+    # -------------------------------------------------------------- setup
+    @staticmethod
+    def _check_gamma(configured: float, pretraining: float) -> float:
+        if configured and abs(configured - pretraining) > 1e-9:
+            raise ValueError(
+                f"gamma {configured} differs from the checkpoint's pretraining gamma "
+                f"{pretraining}; V_sim and the shaped reward need the same gamma. Set gamma "
+                "to 0 (take it from the checkpoint) or to the same value."
+            )
+        return pretraining
+
+    def _fixed_scale(self) -> tuple[float, str]:
+        if self.config.reward_scale > 0:
+            return self.config.reward_scale, "configured"
+        sim = self.sim_data
+        if sim is None or len(sim) < 2:
+            return 1.0, "1 (no sim data to fix it from)"
+        scale = fixed_reward_scale(
+            sim.rewards, sim.v_sim, sim.v_sim_next, sim.terminals, self.gamma
+        )
+        return scale, f"1/std of r~ over {len(sim)} sim transitions"
+
+    def _make_critic(self) -> torch.nn.Module:
+        arch = self.checkpoint.arch
+        horizon = self.config.horizon_or_none if self.config.method == "sgft" else None
+        init = self.config.resolved_critic_init
+        if init == "fresh":
+            return HorizonCritic(arch.obs_dim, arch.act_dim, horizon, arch.critic_hidden)
+        if horizon is not None:
+            raise ValueError("a checkpoint critic has one head; it needs horizon 0 (infinite).")
+        import copy
+
+        critic = copy.deepcopy(self.checkpoint.model.critic)
+        if init == "checkpoint_lora":
+            critic = lora.wrap(
+                critic, self.config.lora_rank, self.config.lora_alpha, self.config.lora_dropout
+            )
+        else:
+            for p in critic.parameters():
+                p.requires_grad_(True)
+        return ColumnCritic(critic).train()
+
+    def _make_ewc(self) -> ElasticWeightConsolidation | None:
+        if not self.config.ewc:
+            return None
+        sim = self.sim_data
+        if sim is None or len(sim) == 0:
+            log.warning("EWC is on but there is no sim data to estimate the Fisher; EWC off.")
+            return None
+        rng = np.random.default_rng(self.config.seed)
+        rows = rng.choice(len(sim), min(self.config.ewc_fisher_samples, len(sim)), replace=False)
+        actor = lora.inner(self.actor_peft)
+
+        def loss_on(i: int) -> torch.Tensor:
+            index = rows[i : i + 1]
+            return bc_loss(actor, batch_from(sim, index, np.zeros(1, bool)))
+
+        return ElasticWeightConsolidation(
+            lora.trainable_parameters(self.actor_peft), loss_on, len(rows), self.config.ewc_weight
+        )
+
+    # -------------------------------------------------------------- one round
+    def training_data(self, real: Transitions | None) -> Transitions:
+        parts = [p for p in (real, self.sim_data) if p is not None and len(p)]
+        if not parts:
+            raise ValueError("no transitions to train on: record episodes first.")
+        data = Transitions.concatenate(parts)
+        if self.v_sim is not None and (real is not None and len(real)):
+            if real.v_sim is None:
+                self.v_sim.annotate(real)
+            data = Transitions.concatenate(parts)
+        return data
+
+    def finetune(
+        self, real: Transitions | None, manifest: Sequence[dict] = (), version: str | None = None
+    ) -> Candidate:
+        """Train one candidate adapter from the running one and stage it in the store."""
+        cfg = self.config
+        started = time.time()
+        data = self.training_data(real)
+        self.round += 1
+        if self.ewc is None:
+            self.ewc = self._make_ewc()
+        metrics: dict[str, float] = {}
+        if cfg.method == "bc":
+            trainer = BehaviourCloning(
+                self.actor_peft,
+                data,
+                learning_rate=cfg.effective_learning_rate,
+                batch_size=cfg.batch_size,
+                intervention_weight=cfg.bc_intervention_weight,
+                use_failures=cfg.bc_use_failures,
+                real_weight=cfg.real_weight,
+                sim_weight=cfg.sim_weight,
+                sim_replay=cfg.sim_replay,
+                ewc=self.ewc,
+                grad_clip=cfg.grad_clip,
+                weight_decay=cfg.weight_decay,
+                seed=cfg.seed + self.round,
+            )
+            metrics = trainer.train(cfg.updates_per_round)
+        else:
+            if self.tuner is None:
+                self.tuner = ActorCriticFineTuner(
+                    self.actor_peft,
+                    self.critic,
+                    data,
+                    gamma=self.gamma,
+                    horizon=cfg.horizon_or_none if cfg.method == "sgft" else None,
+                    shaping=cfg.method == "sgft",
+                    reward_scale=self.reward_scale,
+                    actor_learning_rate=cfg.effective_learning_rate,
+                    critic_learning_rate=cfg.effective_critic_learning_rate,
+                    batch_size=cfg.batch_size,
+                    tau=cfg.tau,
+                    entropy_alpha=cfg.entropy_alpha,
+                    auto_entropy=cfg.auto_entropy,
+                    real_weight=cfg.real_weight,
+                    sim_weight=cfg.sim_weight,
+                    sim_replay=cfg.sim_replay,
+                    ewc=self.ewc,
+                    bc_regulariser=cfg.bc_regulariser,
+                    critic_warmup=cfg.critic_warmup_updates
+                    if cfg.resolved_critic_init == "fresh"
+                    else 0,
+                    grad_clip=cfg.grad_clip,
+                    seed=cfg.seed,
+                )
+            else:
+                self.tuner.set_data(data, seed=cfg.seed + self.round)
+            metrics = self.tuner.train(cfg.updates_per_round)
+        if self.v_sim is not None:
+            self.v_sim.check_frozen()
+            metrics.update(self._watch_value(real))
+        metrics.update(self.forgetting_guards())
+        metrics["round"] = float(self.round)
+        metrics["train_seconds"] = time.time() - started
+        version = version or self.store.next_version()
+        staging = self.store.new_staging(version)
+        lora.save(self.actor_peft, staging)
+        metadata = self._metadata(version, data, manifest, metrics)
+        from simreal_ros.policy.checkpoint import write_adapter_metadata
+
+        metadata = write_adapter_metadata(
+            staging, self.checkpoint, version, self.running_version, **metadata
+        )
+        self.log.append({"round": self.round, "version": version, **metrics})
+        return Candidate(version, self.running_version, cfg.method, staging, metadata, metrics)
+
+    def forgetting_guards(self) -> dict[str, float]:
+        cfg = self.config
+        out = {
+            "sim_replay": float(cfg.sim_replay),
+            "real_weight": cfg.real_weight,
+            "sim_weight": cfg.sim_weight,
+            "ewc": float(self.ewc is not None),
+            "learning_rate": cfg.effective_learning_rate,
+            "learning_rate_clipped": float(cfg.learning_rate > cfg.learning_rate_cap),
+        }
+        if self.ewc is not None:
+            out.update(self.ewc.stats())
+        return out
+
+    def _watch_value(self, real: Transitions | None) -> dict[str, float]:
+        """Per real episode: r, V_sim and r~; flag V_sim rising while real reward falls."""
+        if real is None or real.v_sim is None:
+            return {"reward_scale": self.reward_scale}
+        shaped = shape_rewards(
+            real.rewards,
+            real.v_sim,
+            real.v_sim_next,
+            real.terminals,
+            self.gamma,
+            self.reward_scale,
+        )
+        for episode_id, start, stop in real.episode_boundaries():
+            if episode_id in self._seen_episodes:
+                continue
+            self._seen_episodes.add(episode_id)
+            row = self.monitor.add_episode(
+                episode_id, real.rewards[start:stop], real.v_sim[start:stop], shaped[start:stop]
+            )
+            log.info(
+                "episode %s: return %.3f, mean V_sim %.3f, shaped return %.3f",
+                episode_id,
+                row["return"],
+                row["mean_v_sim"],
+                row["shaped_return"],
+            )
+        flag = self.monitor.flag()
+        if flag:
+            log.warning(flag)
+        self.value_flag = flag
+        return {"reward_scale": self.reward_scale, "value_exploit_flag": float(bool(flag))}
+
+    def _metadata(self, version, data: Transitions, manifest, metrics) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "method": cfg.method,
+            "round": self.round,
+            "created": time.time(),
+            "hyperparameters": dataclasses.asdict(cfg),
+            "gamma": self.gamma,
+            "horizon": cfg.horizon_or_none,
+            "reward_scale": self.reward_scale,
+            "reward_scale_source": self._scale_source,
+            "data_manifest": {
+                "episodes": list(manifest),
+                "transitions_by_source": data.counts_by_source(),
+                "real_sources": list(REAL_SOURCES),
+            },
+            "metrics": {k: float(v) for k, v in metrics.items()},
+            "value_exploit_flag": getattr(self, "value_flag", ""),
+            "checkpoint_dir": str(self.checkpoint_dir) if self.checkpoint_dir else "",
+        }
+
+    # -------------------------------------------------------------- gate and store
+    def screen(self, candidate: Candidate, evaluator: Evaluator) -> GateDecision:
+        cfg = self.config
+        running = self.store.load(self.running_version).path if self.running_version else None
+        seeds = [cfg.screen_first_seed + i for i in range(cfg.screen_seeds)]
+        return gate_screen(
+            evaluator,
+            self.checkpoint_dir,
+            candidate.adapter_dir,
+            running,
+            cfg.screen_conditions,
+            seeds,
+            cfg.promote_ci_low,
+            cfg.promote_tolerance,
+            cfg.screen_profile,
+            self.baseline_cache,
+        )
+
+    def commit(self, candidate: Candidate, decision: GateDecision) -> StoredVersion:
+        """Store the candidate with its decision; activate it if promoted, else drop it."""
+        stored = self.store.commit(
+            candidate.adapter_dir, candidate.version, candidate.metadata, decision.to_dict()
+        )
+        if decision.promoted:
+            self.store.activate(candidate.version, "promoted")
+            self.running_version = candidate.version
+            self.running_state = lora.adapter_state(self.actor_peft)
+            self.baseline_cache.clear()
+        else:
+            # Continue from the running adapter, not from the rejected one.
+            lora.set_adapter_weights(self.actor_peft, self.running_state)
+        return stored
+
+    def discard(self, candidate: Candidate) -> None:
+        self.store.discard(candidate.adapter_dir)
+        lora.set_adapter_weights(self.actor_peft, self.running_state)
+
+    def run_round(
+        self, real: Transitions | None, evaluator: Evaluator, manifest: Sequence[dict] = ()
+    ) -> RoundResult:
+        candidate = self.finetune(real, manifest)
+        try:
+            decision = self.screen(candidate, evaluator)
+        except BaseException:
+            self.discard(candidate)
+            raise
+        stored = self.commit(candidate, decision)
+        log.info("round %d: %s %s", self.round, candidate.version, decision.reason)
+        return RoundResult(self.round, candidate, decision, stored, candidate.metrics)
+
+
+# ---------------------------------------------------------------- evaluation in sim
+def policy_evaluator(config: LearnerConfig) -> Evaluator:
+    """The gate's evaluator: the policy package's parallel spawned-worker sim evaluation."""
+    from simreal_ros.policy.evaluate import evaluate_policy
+
+    def evaluate(checkpoint_dir, adapter_dir, condition, seeds) -> EvaluationSummary:
+        result = evaluate_policy(
+            checkpoint_dir,
+            adapter_dir=adapter_dir,
+            task=config.task,
+            profile=config.screen_profile,
+            condition=condition,
+            seeds=list(seeds),
+            workers=config.screen_workers,
+        )
+        return summary_from_evaluation(result)
+
+    return evaluate
+
+
+def summary_from_evaluation(result) -> EvaluationSummary:
+    get = result.get if isinstance(result, dict) else lambda k, d=None: getattr(result, k, d)
+    per_seed = [bool(x) for x in (get("per_seed_success") or get("successes_per_seed") or [])]
+    episodes = int(get("episodes") or len(per_seed))
+    successes = get("successes")
+    successes = int(successes if successes is not None else sum(per_seed))
+    return EvaluationSummary(
+        episodes=episodes,
+        successes=successes,
+        mean_return=float(get("mean_return") or 0.0),
+        per_seed_success=per_seed,
+    )
+
+
+# ---------------------------------------------------------------- one-shot API
+def finetune(
+    method: str,
+    checkpoint_dir: str | Path,
+    episodes: Transitions | str | Path | Iterable[str | Path] | None,
+    sim_data: Transitions | None = None,
+    config: LearnerConfig | None = None,
+) -> tuple[LearnerSession, Candidate]:
+    """One fine-tuning run; returns the session (for screen/commit) and the candidate."""
+    from simreal_ros.config_schema import from_mapping
+
+    base = dataclasses.asdict(config) if config else {}
+    base.update(method=method, checkpoint_dir=str(checkpoint_dir))
+    cfg = from_mapping(LearnerConfig, base)
+    session = LearnerSession(cfg, sim_data=sim_data)
+    manifest: list[dict] = []
+    if episodes is None or isinstance(episodes, Transitions):
+        real = episodes
+    else:
+        real, manifest = load_episodes(episodes, session.checkpoint)
+    return session, session.finetune(real, manifest)
+
+
+def screen(session: LearnerSession, candidate: Candidate, evaluator: Evaluator | None = None):
+    """Gate ``candidate`` and store it with its decision; returns (decision, stored)."""
+    decision = session.screen(candidate, evaluator or policy_evaluator(session.config))
+    return decision, session.commit(candidate, decision)
