@@ -1,0 +1,1 @@
+"""MuJoCo arm simulation core: physics, tasks, profiles, environments, scripted experts."""

@@ -1,0 +1,165 @@
+"""The task environment without gymnasium (the dm_control "Environment" part).
+
+Physics + Task + dynamics profile + control rate: ``reset(seed, condition)`` and
+``step(command)`` with absolute joint position targets in controller order. The gymnasium
+wrapper (``simreal_ros.sim.env``) and the sim bridge node both build on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from simreal_ros import config_schema
+from simreal_ros.config_schema import setting
+from simreal_ros.robot.description import RobotDescription
+from simreal_ros.sim.physics import ArmPhysics
+from simreal_ros.sim.profiles import PROFILE_NAMES, DynamicsProfile, load_profile
+from simreal_ros.sim.tasks import CONDITIONS, TASKS, Task, make_task
+
+OBSERVATION_KEYS = (
+    "joint_position",
+    "joint_velocity",
+    "object_position",
+    "object_orientation",
+    "goal_position",
+)
+
+
+@dataclasses.dataclass
+class EnvironmentConfig:
+    task: str = setting("push", "task to run", choices=tuple(TASKS))
+    profile: str = setting("nominal", "dynamics profile", choices=PROFILE_NAMES)
+    condition: str = setting("train", "start-state/goal distribution", choices=CONDITIONS)
+    control_rate_hz: float = setting(20.0, "rate of commands (env steps)", low=1.0, high=500.0)
+    episode_seconds: float = setting(6.0, "time limit of an episode", low=0.1, high=600.0)
+    reward: str = setting("dense", "reward returned by step", choices=("dense", "sparse"))
+    terminate_on_success: bool = setting(True, "end the episode as soon as the task succeeds")
+
+    def __post_init__(self) -> None:
+        config_schema.validate(self)
+
+
+@dataclasses.dataclass
+class TimeStep:
+    observation: dict[str, np.ndarray]
+    reward: float
+    success: bool
+    terminated: bool  # true termination: success (if configured) or a terminal failure
+    truncated: bool  # the time limit, not a true termination
+    info: dict[str, Any]
+
+
+class TaskEnvironment:
+    """One arm, one task, one dynamics profile; stepped at the control rate."""
+
+    def __init__(
+        self,
+        config: EnvironmentConfig | None = None,
+        robot: RobotDescription | None = None,
+        physics: ArmPhysics | None = None,
+    ) -> None:
+        self.config = config or EnvironmentConfig()
+        self.physics = physics or ArmPhysics(robot)
+        self.robot = self.physics.robot
+        self.task: Task = make_task(self.config.task)
+        self.profile: DynamicsProfile = load_profile(self.config.profile)
+        self.overrides: dict[str, float] = {}
+        self.substeps = max(1, round(1.0 / (self.config.control_rate_hz * self.physics.timestep)))
+        self.max_steps = max(1, round(self.config.episode_seconds * self.config.control_rate_hz))
+        self.condition = self.config.condition
+        self.seed: int | None = None
+        self.step_index = 0
+        self.dynamics: dict[str, float] = dict(self.physics.nominal_dynamics)
+
+    # ----------------------------------------------------------------- episodes
+    def reset(self, seed: int | None = None, condition: str | None = None) -> dict:
+        """Start an episode; the same (seed, condition) gives the same episode.
+
+        The start state and the profile's dynamics draw come from separate streams of the
+        seed, so an episode starts the same under every profile.
+        """
+        if condition is not None:
+            if condition not in CONDITIONS:
+                raise ValueError(
+                    f"unknown condition {condition!r}; use one of {', '.join(CONDITIONS)}."
+                )
+            self.condition = condition
+        if seed is None:
+            seed = int(np.random.default_rng().integers(2**31))
+        self.seed = int(seed)
+        task_seed, dynamics_seed = np.random.SeedSequence(self.seed).spawn(2)
+        self.apply_dynamics(np.random.default_rng(dynamics_seed))
+        self.task.initialize_episode(
+            self.physics, np.random.default_rng(task_seed), self.condition
+        )
+        self.step_index = 0
+        return self.observation()
+
+    def apply_dynamics(self, rng: np.random.Generator | None = None) -> None:
+        """Nominal, then the profile's draw, then explicit overrides (set_dynamics)."""
+        physics = self.physics
+        physics.restore_nominal()
+        values = {}
+        if self.profile.scale or self.profile.set:
+            values = self.profile.sample(physics.nominal_dynamics, rng or np.random.default_rng(0))
+        values.update(self.overrides)
+        if values:
+            physics.set_dynamics(values)
+        self.dynamics = physics.get_dynamics()
+
+    def set_dynamics(self, profile: str = "", values: Mapping[str, float] | None = None) -> None:
+        """Switch profile and/or override named parameters; effective immediately.
+
+        Overrides persist across resets (for system identification) until the profile
+        is switched again.
+        """
+        if profile:
+            self.profile = load_profile(profile)
+            self.overrides = {}
+        if values:
+            self.physics.get_dynamics(list(values))  # refuses unknown names before changing
+            self.overrides.update({k: float(v) for k, v in values.items()})
+        seed = 0 if self.seed is None else self.seed
+        self.apply_dynamics(np.random.default_rng(np.random.SeedSequence(seed).spawn(2)[1]))
+
+    def step(self, command) -> TimeStep:
+        """Apply one command (7 absolute joint targets) and advance one control period."""
+        physics = self.physics
+        physics.set_command(command)
+        physics.step(self.substeps)
+        self.step_index += 1
+        success = self.task.success(physics)
+        failure = self.task.failure(physics)
+        terminated = failure or (success and self.config.terminate_on_success)
+        truncated = (not terminated) and self.step_index >= self.max_steps
+        return TimeStep(
+            observation=self.observation(),
+            reward=self.task.reward(physics, self.config.reward),
+            success=success,
+            terminated=bool(terminated),
+            truncated=bool(truncated),
+            info={
+                "success": success,
+                "failure": failure,
+                "goal_distance": self.task.goal_distance(physics),
+                "step": self.step_index,
+                "condition": self.condition,
+                "seed": self.seed,
+                "profile": self.profile.name,
+            },
+        )
+
+    def observation(self) -> dict[str, np.ndarray]:
+        """What the arm's topics carry: /joint_states, /object/pose and the task's goal."""
+        physics = self.physics
+        return {
+            "joint_position": physics.measured_joint_positions(),
+            "joint_velocity": physics.joint_velocities(),
+            "object_position": physics.measured_object_position(),
+            "object_orientation": physics.object_orientation(),
+            "goal_position": physics.goal(),
+        }

@@ -1,0 +1,54 @@
+"""Offscreen camera rendering of the arm scene (for /camera/image_raw and gym render).
+
+MuJoCo picks its GL backend from MUJOCO_GL when it is first imported: ``egl`` (GPU or
+Mesa's EGL) or ``osmesa`` (pure software, needs libosmesa6). Set it before anything imports
+mujoco; ``ensure_headless_gl()`` does so if nothing chose a backend yet.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+
+def ensure_headless_gl(default: str = "egl") -> str:
+    """Choose a headless GL backend unless the user already chose one."""
+    return os.environ.setdefault("MUJOCO_GL", default)
+
+
+class CameraRenderer:
+    """Renders one named camera of an ``ArmPhysics`` to an RGB uint8 array (H, W, 3)."""
+
+    def __init__(self, physics, camera: str = "front", width: int = 320, height: int = 240):
+        import mujoco
+
+        self.physics = physics
+        self.camera = camera
+        self.camera_id = mujoco.mj_name2id(physics.model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+        if self.camera_id < 0:
+            names = [physics.model.camera(i).name for i in range(physics.model.ncam)]
+            raise ValueError(f"no camera {camera!r} in the model; cameras: {', '.join(names)}.")
+        self.width, self.height = width, height
+        try:
+            self._renderer = mujoco.Renderer(physics.model, height=height, width=width)
+        except Exception as error:  # the GL backend is missing or misconfigured
+            raise RuntimeError(
+                f"offscreen rendering failed with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r} "
+                f"({error}); set MUJOCO_GL=egl (or osmesa with libosmesa6 installed) before "
+                "starting, or turn the camera off."
+            ) from error
+
+    def render(self) -> np.ndarray:
+        self._renderer.update_scene(self.physics.data, camera=self.camera_id)
+        return self._renderer.render()
+
+    def intrinsics(self) -> tuple[float, float, float, float]:
+        """Pinhole fx, fy, cx, cy in pixels (square pixels, from the camera's fovy)."""
+        fovy = math.radians(float(self.physics.model.cam_fovy[self.camera_id]))
+        focal = 0.5 * self.height / math.tan(0.5 * fovy)
+        return focal, focal, 0.5 * (self.width - 1), 0.5 * (self.height - 1)
+
+    def close(self) -> None:
+        self._renderer.close()

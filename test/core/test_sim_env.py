@@ -1,0 +1,84 @@
+"""Tasks and the gymnasium environment: determinism, conditions, reward, termination."""
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from simreal_ros.sim.env import ArmTaskEnv
+from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
+
+
+@pytest.fixture(scope="module")
+def push_env():
+    return ArmTaskEnv(task="push")
+
+
+def _same(a: dict, b: dict) -> bool:
+    return all(np.array_equal(a[key], b[key]) for key in a)
+
+
+def test_gymnasium_env_checker_passes():
+    check_env(ArmTaskEnv(task="push", profile="randomized"), skip_render_check=True)
+
+
+def test_reset_is_deterministic_per_seed_and_differs_across_seeds(push_env):
+    first, _ = push_env.reset(seed=7)
+    again, _ = push_env.reset(seed=7)
+    other, _ = push_env.reset(seed=8)
+    assert _same(first, again)
+    assert not np.array_equal(first["object_position"], other["object_position"])
+    # Same actions after the same reset give the same trajectory.
+    action = push_env.unwrapped.core.robot.home_position + 0.05
+    push_env.reset(seed=7)
+    one = push_env.step(action)[0]
+    push_env.reset(seed=7)
+    two = push_env.step(action)[0]
+    assert _same(one, two)
+
+
+def test_train_and_shifted_start_states_are_distinct():
+    env = TaskEnvironment(EnvironmentConfig(task="push"))
+    train = np.array([env.reset(seed, "train")["object_position"] for seed in range(30)])
+    shifted = np.array([env.reset(seed, "shifted")["object_position"] for seed in range(30)])
+    assert train[:, 0].max() <= 0.55 and np.abs(train[:, 1]).max() <= 0.12
+    assert shifted[:, 0].min() >= 0.55 and np.abs(shifted[:, 1]).min() >= 0.15
+    with pytest.raises(ValueError, match="condition"):
+        env.reset(0, "test")
+
+
+def test_start_states_are_the_same_under_every_profile():
+    nominal = TaskEnvironment(EnvironmentConfig(profile="nominal")).reset(3)
+    twin_env = TaskEnvironment(EnvironmentConfig(profile="real_twin"))
+    twin = twin_env.reset(3)
+    assert np.allclose(nominal["object_position"], twin["object_position"], atol=0.01)
+    assert twin_env.physics.latency_steps > 0
+
+
+def test_reward_success_and_termination():
+    env = TaskEnvironment(EnvironmentConfig(task="push", episode_seconds=0.5))
+    env.reset(seed=1)
+    far = env.task.dense_reward(env.physics)
+    assert not env.task.success(env.physics)
+    assert env.task.sparse_reward(env.physics) == 0.0
+    # Teleport the cube onto the goal: success, sparse reward 1, and a true termination.
+    physics = env.physics
+    physics.data.qpos[physics.cube_qpos : physics.cube_qpos + 2] = physics.goal()[:2]
+    step = env.step(physics.joint_positions())
+    assert step.success and step.terminated and not step.truncated
+    assert step.reward > far
+    assert env.task.sparse_reward(physics) == 1.0
+    # Holding still never succeeds: the episode ends on its time limit, not terminated.
+    env.reset(seed=1)
+    hold = env.robot.home_position
+    steps = [env.step(hold) for _ in range(env.max_steps)]
+    assert steps[-1].truncated and not steps[-1].terminated
+    assert not any(s.truncated for s in steps[:-1])
+
+
+def test_reach_task_and_sparse_reward():
+    env = ArmTaskEnv(task="reach", reward="sparse")
+    observation, info = env.reset(seed=2, options={"condition": "shifted"})
+    assert info["condition"] == "shifted"
+    assert abs(observation["goal_position"][1]) >= 0.2
+    _, reward, *_ = env.step(observation["joint_position"])
+    assert reward == 0.0
