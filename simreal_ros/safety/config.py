@@ -1,0 +1,194 @@
+"""Safety filter configuration: declared once, validated at construction.
+
+Limits left empty come from the robot description (the hardware's values). A configured
+limit may only tighten the hardware's: a value above it is refused at start, naming the
+joint, the value and the hardware limit. Settings whose change at run time would loosen
+safety are ``read_only`` (the node declares them as read-only ROS parameters).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from simreal_ros.config_schema import setting, validate
+
+# Reasons an intervention can have (SafetyIntervention.limit). Motion limits first, then
+# refused input, then the watchdog, the e-stop and the filter's own failure.
+MOTION_LIMITS = (
+    "position",
+    "velocity",
+    "acceleration",
+    "jerk",
+    "tracking_error",
+    "workspace",
+    "keep_out",
+)
+COMMAND_REFUSALS = ("non_finite", "wrong_size", "joint_order", "stale_command", "out_of_order")
+STATE_REFUSALS = (
+    "state_non_finite",
+    "state_wrong_size",
+    "state_joint_missing",
+    "state_out_of_order",
+    "stale_state",
+)
+OTHER_REASONS = ("estop", "exception")
+ALL_REASONS = MOTION_LIMITS + COMMAND_REFUSALS + STATE_REFUSALS + OTHER_REASONS
+
+
+@dataclasses.dataclass
+class SafetyConfig:
+    """Settings of the safety filter and the safety node."""
+
+    control_rate: float = setting(
+        100.0,
+        "Rate of the command published to the arm; also the dt of every limit",
+        low=1.0,
+        high=2000.0,
+        read_only=True,
+        unit="Hz",
+    )
+    position_margin: float = setting(
+        0.02,
+        "Margin kept inside each joint's hard position limits (except margin_exempt_joints)",
+        low=0.0,
+        high=1.0,
+        read_only=True,
+        unit="rad or m",
+    )
+    margin_exempt_joints: list = setting(
+        ["gripper_joint"],
+        "Joints whose hard limits are their working range, so no margin is kept (a gripper "
+        "must close fully on an object)",
+        read_only=True,
+    )
+    position_margins: list = setting(
+        [],
+        "Per-joint position margins in controller order, overriding position_margin "
+        "(empty: use position_margin)",
+        low=0.0,
+        read_only=True,
+        unit="rad or m",
+    )
+    limit_scale: float = setting(
+        1.0,
+        "Fraction of the hardware velocity, acceleration and jerk limits enforced",
+        low=0.01,
+        high=1.0,
+        read_only=True,
+    )
+    velocity_limits: list = setting(
+        [],
+        "Per-joint velocity limits in controller order (empty: the description's, scaled)",
+        low=0.0,
+        read_only=True,
+        unit="rad/s or m/s",
+    )
+    acceleration_limits: list = setting(
+        [],
+        "Per-joint acceleration limits (empty: the description's, scaled)",
+        low=0.0,
+        read_only=True,
+        unit="rad/s^2 or m/s^2",
+    )
+    jerk_limits: list = setting(
+        [],
+        "Per-joint jerk limits (empty: the description's, scaled); jerk yields to "
+        "position, velocity and acceleration when they conflict",
+        low=0.0,
+        read_only=True,
+        unit="rad/s^3 or m/s^3",
+    )
+    tracking_error_limit: float = setting(
+        0.3,
+        "Largest distance between the command and the measured joint position, so a lagging "
+        "or blocked arm is never commanded far away (0 disables the check)",
+        low=0.0,
+        high=10.0,
+        read_only=True,
+        unit="rad or m",
+    )
+    command_timeout: float = setting(
+        0.25,
+        "A policy action older than this (by its stamp) is refused; with none fresher the "
+        "watchdog holds",
+        low=0.001,
+        high=10.0,
+        read_only=True,
+        unit="s",
+    )
+    state_timeout: float = setting(
+        0.25,
+        "With no joint state fresher than this the watchdog holds",
+        low=0.001,
+        high=10.0,
+        read_only=True,
+        unit="s",
+    )
+    check_stamps: bool = setting(
+        True,
+        "Judge input age by header stamps (true) or by arrival time (false, for senders "
+        "whose clock differs from this node's)",
+        read_only=True,
+    )
+    workspace_check: bool = setting(
+        True,
+        "Keep the tool centre point inside the workspace box and out of the keep-out boxes "
+        "(forward kinematics of the robot's MuJoCo model)",
+        read_only=True,
+    )
+    workspace_lower: list = setting(
+        [],
+        "Lower corner x, y, z of the workspace box, base frame (empty: the description's)",
+        read_only=True,
+        unit="m",
+    )
+    workspace_upper: list = setting(
+        [],
+        "Upper corner x, y, z of the workspace box, base frame (empty: the description's)",
+        read_only=True,
+        unit="m",
+    )
+    keep_out_boxes: list = setting(
+        [],
+        "Boxes the tool centre point must stay out of, 6 numbers each: "
+        "x_min, y_min, z_min, x_max, y_max, z_max (base frame)",
+        read_only=True,
+        unit="m",
+    )
+    workspace_bisection_steps: int = setting(
+        8,
+        "Bisection steps used to scale a step back to the workspace boundary",
+        low=1,
+        high=30,
+    )
+    status_rate: float = setting(
+        2.0,
+        "Rate of /safety/status on ticks that changed nothing (changes are published at once)",
+        low=0.1,
+        high=100.0,
+        unit="Hz",
+    )
+    diagnostics_rate: float = setting(1.0, "Rate of /diagnostics", low=0.1, high=10.0, unit="Hz")
+    output_trajectory: bool = setting(
+        False,
+        "Also publish the command as a one-point JointTrajectory (for joint_trajectory_"
+        "controller) on ~/joint_trajectory",
+    )
+
+    def __post_init__(self) -> None:
+        validate(self)
+        if len(self.keep_out_boxes) % 6:
+            raise ValueError(
+                f"SafetyConfig.keep_out_boxes has {len(self.keep_out_boxes)} numbers; give 6 "
+                "per box (x_min, y_min, z_min, x_max, y_max, z_max)."
+            )
+        for name in ("workspace_lower", "workspace_upper"):
+            if getattr(self, name) and len(getattr(self, name)) != 3:
+                raise ValueError(
+                    f"SafetyConfig.{name} = {getattr(self, name)!r}; give x, y, z or leave it "
+                    "empty to use the robot description's box."
+                )
+
+    @property
+    def dt(self) -> float:
+        return 1.0 / self.control_rate

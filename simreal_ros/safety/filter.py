@@ -1,0 +1,587 @@
+"""The safety filter: what may reach the arm this control tick, and why not more.
+
+Inputs arrive asynchronously (``submit_command``, ``submit_state``); the output is made on
+the filter's own clock (``tick``), so a silent policy or a silent arm is noticed on the
+next tick. Holding means braking to a stop within the acceleration limit, never a step.
+Every change to a request is an ``Intervention`` with its reason; refused input is never
+passed on. An exception inside a tick yields a braking output, never the raw request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import traceback
+from collections.abc import Sequence
+
+import numpy as np
+
+from simreal_ros.safety.config import ALL_REASONS, SafetyConfig
+from simreal_ros.safety.limits import (
+    HOLD,
+    SOURCE_NAMES,
+    JointLimits,
+    MotionLimiter,
+    limits_from_description,
+)
+from simreal_ros.safety.watchdog import Watchdog
+from simreal_ros.safety.workspace import Workspace
+
+# SafetyStatus.state values.
+PASS, LIMITED, HOLDING, ESTOP = 0, 1, 2, 3
+STATE_NAMES = ("pass", "limited", "holding", "estop")
+
+_NAN = float("nan")
+
+
+@dataclasses.dataclass(frozen=True)
+class Intervention:
+    """One change or refusal: which limit, which joint ("" for all), asked, allowed, excess."""
+
+    limit: str
+    joint: str
+    requested: float
+    allowed: float
+    excess: float
+
+    def describe(self) -> str:
+        where = f" on {self.joint}" if self.joint else ""
+        return (
+            f"{self.limit}{where}: requested {self.requested:g}, allowed {self.allowed:g} "
+            f"(excess {self.excess:g})"
+        )
+
+
+class TickResult:
+    """What one tick produced. ``command`` is the filter's buffer: convert it before the
+    next tick."""
+
+    __slots__ = (
+        "changed",
+        "command",
+        "command_age",
+        "error",
+        "estop_latched",
+        "interventions",
+        "limited_joints",
+        "policy_version",
+        "state",
+        "state_age",
+        "watchdog_tripped",
+    )
+
+    def __init__(self, command: np.ndarray) -> None:
+        self.command = command
+        self.state = HOLDING
+        self.interventions: list[Intervention] = []
+        self.limited_joints: list[str] = []
+        self.watchdog_tripped = False
+        self.estop_latched = False
+        self.command_age = math.inf
+        self.state_age = math.inf
+        self.policy_version = ""
+        self.changed = True
+        self.error = ""
+
+
+class SafetyFilter:
+    """Per-tick limiter of joint position commands (controller order)."""
+
+    def __init__(
+        self,
+        limits: JointLimits,
+        config: SafetyConfig | None = None,
+        workspace: Workspace | None = None,
+    ) -> None:
+        self.config = config if config is not None else SafetyConfig()
+        self.limits = limits
+        self.names = limits.names
+        self.n = limits.num_joints
+        self.dt = self.config.dt
+        self.limiter = MotionLimiter(limits, self.dt)
+        self.workspace = workspace
+        self.command_watchdog = Watchdog("command", self.config.command_timeout)
+        self.state_watchdog = Watchdog("state", self.config.state_timeout)
+        n = self.n
+        # Commanded trajectory: last output, its velocity and acceleration.
+        self._q = np.zeros(n)
+        self._v = np.zeros(n)
+        self._a = np.zeros(n)
+        self._out = np.zeros(n)
+        self._q_try = np.zeros(n)
+        self._q_stop = np.zeros(n)
+        self._v_try = np.zeros(n)
+        self._v_brake = np.zeros(n)
+        self._target = np.zeros(n)
+        self._target_clipped = np.zeros(n)
+        self._measured = np.zeros(n)
+        self._state_buffer = np.zeros(n)
+        self._inv_two_a = 1.0 / (2.0 * limits.acceleration)
+        self._have_state = False
+        self._have_command = False
+        self._command_refused = False
+        self._state_refused = False
+        self._command_stamp = -math.inf
+        self._state_stamp = -math.inf
+        self._estop = False
+        self._policy_version = ""
+        self._pending: list[Intervention] = []
+        self._previous_state = -1
+        self._state_index_cache: tuple[tuple[str, ...], np.ndarray | None, str] | None = None
+        self.counts = dict.fromkeys(ALL_REASONS, 0)
+        self.ticks = 0
+        self.exceptions = 0
+        self.last_error = ""
+        self._result = TickResult(self._out)
+
+    @classmethod
+    def from_description(cls, description, config: SafetyConfig | None = None) -> SafetyFilter:
+        """Limits and workspace from a ``RobotDescription`` tightened by ``config``.
+
+        Refuses (ValueError) a config that loosens the hardware's limits or whose box
+        excludes the home pose.
+        """
+        config = config if config is not None else SafetyConfig()
+        limits = limits_from_description(description, config)
+        workspace = None
+        if config.workspace_check:
+            lower = config.workspace_lower or list(description.workspace_lower)
+            upper = config.workspace_upper or list(description.workspace_upper)
+            boxes = [
+                config.keep_out_boxes[i : i + 6] for i in range(0, len(config.keep_out_boxes), 6)
+            ]
+            workspace = Workspace(
+                description.mjcf_path,
+                description.joint_names,
+                description.ee_site,
+                lower,
+                upper,
+                boxes,
+            )
+            workspace.require_inside(np.asarray(description.home_position, float), "home")
+        return cls(limits, config, workspace)
+
+    # ----------------------------------------------------------------- inputs
+
+    def _refuse(self, limit: str, joint: str, requested: float, allowed: float, excess: float):
+        item = Intervention(limit, joint, float(requested), float(allowed), float(excess))
+        self._pending.append(item)
+        self.counts[limit] += 1
+        return item
+
+    def submit_command(
+        self,
+        values: Sequence[float] | np.ndarray,
+        stamp: float,
+        now: float,
+        names: Sequence[str] = (),
+        policy_version: str = "",
+    ) -> Intervention | None:
+        """Offer a policy action (absolute joint positions); None if accepted, else why not.
+
+        A refused action makes the filter hold until an acceptable one arrives.
+        """
+        try:
+            refusal = self._check_command(values, stamp, now, names)
+        except Exception as error:  # malformed beyond recognition: refuse, never crash
+            refusal = self._refuse("non_finite", "", _NAN, _NAN, 0.0)
+            self.last_error = f"command check failed: {error!r}"
+        if refusal is not None:
+            self._command_refused = True
+            return refusal
+        self._command_refused = False
+        self._have_command = True
+        self._command_stamp = stamp
+        self.command_watchdog.feed(stamp if self.config.check_stamps else now)
+        self._policy_version = policy_version
+        return None
+
+    def _check_command(self, values, stamp: float, now: float, names: Sequence[str]):
+        n = self.n
+        if len(values) != n:
+            return self._refuse("wrong_size", "", len(values), n, abs(len(values) - n))
+        if len(names) and tuple(names) != self.names:
+            for i, expected in enumerate(self.names):
+                got = names[i] if i < len(names) else ""
+                if got != expected:
+                    return self._refuse("joint_order", expected, i, i, 0.0)
+            return self._refuse("joint_order", "", len(names), n, abs(len(names) - n))
+        target = self._target
+        target[:] = values  # float conversion; raises on non-numbers
+        if not np.all(np.isfinite(target)):
+            bad = int(np.flatnonzero(~np.isfinite(target))[0])
+            return self._refuse("non_finite", self.names[bad], float(target[bad]), _NAN, 0.0)
+        if self.config.check_stamps:
+            timeout = self.config.command_timeout
+            if not math.isfinite(stamp) or stamp <= 0.0:
+                return self._refuse("stale_command", "", stamp, now, math.inf)
+            age = now - stamp
+            if age > timeout:
+                return self._refuse("stale_command", "", age, timeout, age - timeout)
+            if age < -timeout:  # from the future: the sender's clock is not ours
+                return self._refuse("stale_command", "", age, -timeout, -timeout - age)
+            if stamp < self._command_stamp:
+                return self._refuse(
+                    "out_of_order", "", stamp, self._command_stamp, self._command_stamp - stamp
+                )
+        np.clip(target, self.limits.lower, self.limits.upper, out=self._target_clipped)
+        return None
+
+    def state_index(self, names: Sequence[str]) -> tuple[np.ndarray | None, str]:
+        """Indices of the controller's joints in a JointState's ``names`` (cached)."""
+        key = tuple(names)
+        cache = self._state_index_cache
+        if cache is not None and cache[0] == key:
+            return cache[1], cache[2]
+        lookup = {name: i for i, name in enumerate(key)}
+        missing = [name for name in self.names if name not in lookup]
+        if missing:
+            index, problem = None, missing[0]
+        else:
+            index, problem = np.asarray([lookup[name] for name in self.names], np.intp), ""
+        self._state_index_cache = (key, index, problem)
+        return index, problem
+
+    def submit_named_state(
+        self, names: Sequence[str], positions: Sequence[float], stamp: float, now: float
+    ) -> Intervention | None:
+        """Offer a measured joint state given by name (any order, extra joints ignored)."""
+        if len(positions) != len(names):
+            self._state_refused = True
+            return self._refuse(
+                "state_wrong_size",
+                "",
+                len(positions),
+                len(names),
+                abs(len(positions) - len(names)),
+            )
+        index, missing = self.state_index(names)
+        if index is None:
+            self._state_refused = True
+            return self._refuse("state_joint_missing", missing, _NAN, _NAN, 0.0)
+        buffer = self._state_buffer
+        buffer[:] = np.take(np.asarray(positions, dtype=float), index)
+        return self.submit_state(buffer, stamp, now)
+
+    def submit_state(
+        self, positions: Sequence[float] | np.ndarray, stamp: float, now: float
+    ) -> Intervention | None:
+        """Offer measured joint positions in controller order; None if accepted."""
+        refusal = None
+        try:
+            if len(positions) != self.n:
+                refusal = self._refuse(
+                    "state_wrong_size", "", len(positions), self.n, abs(len(positions) - self.n)
+                )
+            else:
+                buffer = self._state_buffer
+                buffer[:] = positions
+                if not np.all(np.isfinite(buffer)):
+                    bad = int(np.flatnonzero(~np.isfinite(buffer))[0])
+                    refusal = self._refuse(
+                        "state_non_finite", self.names[bad], float(buffer[bad]), _NAN, 0.0
+                    )
+                elif self.config.check_stamps and stamp < self._state_stamp:
+                    refusal = self._refuse(
+                        "state_out_of_order",
+                        "",
+                        stamp,
+                        self._state_stamp,
+                        self._state_stamp - stamp,
+                    )
+        except Exception as error:
+            refusal = self._refuse("state_non_finite", "", _NAN, _NAN, 0.0)
+            self.last_error = f"state check failed: {error!r}"
+        if refusal is not None:
+            self._state_refused = True
+            return refusal
+        self._state_refused = False
+        self._measured[:] = self._state_buffer
+        self._state_stamp = stamp
+        self.state_watchdog.feed(stamp if self.config.check_stamps else now)
+        if not self._have_state:
+            # The commanded trajectory starts at rest where the arm is.
+            self._have_state = True
+            self._q[:] = self._measured
+            self._v.fill(0.0)
+            self._a.fill(0.0)
+        return None
+
+    # ----------------------------------------------------------------- e-stop
+
+    def engage_estop(self, reason: str = "") -> None:
+        """Latch the e-stop: hold (braking) until ``reset`` succeeds."""
+        if not self._estop:
+            self._estop = True
+            self._refuse("estop", "", _NAN, _NAN, 0.0)
+            self.last_error = reason or self.last_error
+
+    def reset(self, now: float) -> tuple[bool, str]:
+        """Clear the e-stop, only while both inputs are fresh."""
+        if not self._estop:
+            return True, "the e-stop was not engaged; nothing to reset."
+        problems = []
+        state_age = self.state_watchdog.age(now)
+        if not self._have_state or self._state_refused or state_age > self.config.state_timeout:
+            problems.append(
+                f"joint states are stale (newest accepted {state_age:.3f} s ago, "
+                f"state_timeout {self.config.state_timeout:g} s)"
+            )
+        command_age = self.command_watchdog.age(now)
+        if (
+            not self._have_command
+            or self._command_refused
+            or command_age > self.config.command_timeout
+        ):
+            problems.append(
+                f"policy actions are stale (newest accepted {command_age:.3f} s old, "
+                f"command_timeout {self.config.command_timeout:g} s)"
+            )
+        if problems:
+            return False, (
+                "reset refused: " + "; ".join(problems) + ". Restore the inputs, then reset again."
+            )
+        self._estop = False
+        return True, "e-stop reset; following fresh policy actions again."
+
+    @property
+    def estop_latched(self) -> bool:
+        return self._estop
+
+    @property
+    def has_state(self) -> bool:
+        return self._have_state
+
+    @property
+    def commanded_velocity(self) -> np.ndarray:
+        return self._v
+
+    @property
+    def commanded_position(self) -> np.ndarray:
+        return self._q
+
+    # ----------------------------------------------------------------- tick
+
+    def tick(self, now: float) -> TickResult | None:
+        """The command for this control tick; None before the first joint state."""
+        if not self._have_state:
+            return None
+        result = self._result
+        result.interventions = self._pending
+        self._pending = []
+        result.limited_joints = []
+        result.error = ""
+        self.ticks += 1
+        try:
+            self._tick(now, result)
+        except Exception as error:
+            self._fail_closed(error, result)
+        for item in result.interventions:
+            if item.joint and item.joint not in result.limited_joints:
+                result.limited_joints.append(item.joint)
+        result.changed = bool(result.interventions) or result.state != self._previous_state
+        self._previous_state = result.state
+        return result
+
+    def _tick(self, now: float, result: TickResult) -> None:
+        command_wd, state_wd = self.command_watchdog, self.state_watchdog
+        if state_wd.check(now):
+            age = state_wd.age(now)
+            self._add(result, "stale_state", "", age, state_wd.timeout, age - state_wd.timeout)
+        if command_wd.check(now):
+            age = command_wd.age(now)
+            self._add(
+                result, "stale_command", "", age, command_wd.timeout, age - command_wd.timeout
+            )
+        result.command_age = command_wd.age(now)
+        result.state_age = state_wd.age(now)
+        result.watchdog_tripped = command_wd.tripped or state_wd.tripped
+        result.estop_latched = self._estop
+        result.policy_version = self._policy_version
+        hold = (
+            self._estop
+            or result.watchdog_tripped
+            or self._command_refused
+            or self._state_refused
+            or not self._have_command
+        )
+        q, v, a = self._q, self._v, self._a
+        limiter = self.limiter
+        out = self._out
+        if hold:
+            limiter.next_velocity(q, v, a, None, self._measured)
+            passed = False
+        else:
+            target = self._target_clipped
+            if not np.array_equal(target, self._target):
+                self._report_position_clip(result)
+            passed = limiter.next_velocity(q, v, a, target, self._measured)
+            if not passed:
+                self._attribute(result)
+        v_out = limiter.v_out
+        if passed:
+            out[:] = self._target_clipped  # bit-exact pass-through of an allowed request
+        else:
+            np.multiply(v_out, self.dt, out=out)
+            np.add(out, q, out=out)
+        if self.workspace is not None:
+            self._check_workspace(result)
+        if not np.all(np.isfinite(out)):
+            raise FloatingPointError(f"non-finite output {out.tolist()}")
+        # Advance the commanded trajectory (finite differences at the control period).
+        np.subtract(out, q, out=self._v_try)
+        np.multiply(self._v_try, 1.0 / self.dt, out=self._v_try)
+        np.subtract(self._v_try, v, out=a)
+        np.multiply(a, 1.0 / self.dt, out=a)
+        v[:] = self._v_try
+        q[:] = out
+        if self._estop:
+            result.state = ESTOP
+        elif hold:
+            result.state = HOLDING
+        else:
+            result.state = LIMITED if result.interventions else PASS
+
+    def _add(self, result, limit, joint, requested, allowed, excess) -> None:
+        result.interventions.append(
+            Intervention(limit, joint, float(requested), float(allowed), max(float(excess), 0.0))
+        )
+        self.counts[limit] += 1
+
+    def _report_position_clip(self, result: TickResult) -> None:
+        raw, clipped = self._target, self._target_clipped
+        for j in np.flatnonzero(raw != clipped):
+            self._add(
+                result, "position", self.names[j], raw[j], clipped[j], abs(raw[j] - clipped[j])
+            )
+
+    def _attribute(self, result: TickResult) -> None:
+        """Name the limit that changed each joint's step, in that limit's unit."""
+        limiter, limits, dt = self.limiter, self.limits, self.dt
+        v_req, v_out = limiter.v_request, limiter.v_out
+        q, v, a = self._q, self._v, self._a
+        for j in np.flatnonzero(v_req != v_out):
+            if v_out[j] == limiter.hi[j]:
+                source = SOURCE_NAMES[limiter.hi_src[j]]
+            elif v_out[j] == limiter.lo[j]:
+                source = SOURCE_NAMES[limiter.lo_src[j]]
+            else:
+                source = "acceleration"  # the no-overshoot approach profile
+            name = self.names[j]
+            if source == "velocity":
+                self._add(
+                    result, source, name, v_req[j], v_out[j], abs(v_req[j]) - limits.velocity[j]
+                )
+            elif source == "acceleration" or source == SOURCE_NAMES[HOLD]:
+                a_req, a_out = (v_req[j] - v[j]) / dt, (v_out[j] - v[j]) / dt
+                self._add(
+                    result,
+                    "acceleration",
+                    name,
+                    a_req,
+                    a_out,
+                    max(abs(a_req) - limits.acceleration[j], abs(a_req - a_out)),
+                )
+            elif source == "jerk":
+                j_req = ((v_req[j] - v[j]) / dt - a[j]) / dt
+                j_out = ((v_out[j] - v[j]) / dt - a[j]) / dt
+                self._add(result, source, name, j_req, j_out, abs(j_req) - limits.jerk[j])
+            elif source == "tracking_error":
+                requested = q[j] + v_req[j] * dt - self._measured[j]
+                allowed = q[j] + v_out[j] * dt - self._measured[j]
+                self._add(
+                    result,
+                    source,
+                    name,
+                    requested,
+                    allowed,
+                    abs(requested) - limits.tracking_error[j],
+                )
+            else:  # position: braking to stay inside the position limits
+                requested, allowed = q[j] + v_req[j] * dt, q[j] + v_out[j] * dt
+                self._add(result, "position", name, requested, allowed, abs(requested - allowed))
+
+    # ----------------------------------------------------------------- workspace
+
+    def _candidate_violation(self, v_try: np.ndarray, q_new: np.ndarray) -> tuple[str, float]:
+        """Worst violation of the step's end point and of where braking from it would stop."""
+        workspace = self.workspace
+        limit, excess = workspace.violation(q_new)
+        q_stop = self._q_stop
+        np.multiply(v_try, np.abs(v_try), out=q_stop)
+        np.multiply(q_stop, self._inv_two_a, out=q_stop)
+        np.add(q_stop, q_new, out=q_stop)
+        np.clip(q_stop, self.limits.lower, self.limits.upper, out=q_stop)
+        stop_limit, stop_excess = workspace.violation(q_stop)
+        if stop_excess > excess:
+            return stop_limit, stop_excess
+        return limit, excess
+
+    def _check_workspace(self, result: TickResult) -> None:
+        """Scale the step back toward braking until the tool stays inside (bisection).
+
+        A step is acceptable when neither its end nor its braking stop point is outside,
+        or (when the arm is already outside) when it does not go further out.
+        """
+        out, q = self._out, self._q
+        v_out = self._v_try
+        np.subtract(out, q, out=v_out)
+        np.multiply(v_out, 1.0 / self.dt, out=v_out)
+        limit, excess = self._candidate_violation(v_out, out)
+        if not limit:
+            return
+        _, current = self.workspace.violation(q)
+        if excess <= current:
+            return  # already outside and not getting worse: let it recover
+        limiter = self.limiter
+        v_brake = self._v_brake
+        # The hardest braking the limits allow; jerk yields to staying inside the box.
+        np.clip(0.0, *limiter.bounds_without_jerk(), out=v_brake)
+        q_try = self._q_try
+        v_step = np.empty_like(v_out)  # only on this (rare) path
+        best = 0.0
+        low, high = 0.0, 1.0
+        for _ in range(self.config.workspace_bisection_steps):
+            mid = 0.5 * (low + high)
+            np.subtract(v_out, v_brake, out=v_step)
+            np.multiply(v_step, mid, out=v_step)
+            np.add(v_step, v_brake, out=v_step)
+            np.multiply(v_step, self.dt, out=q_try)
+            np.add(q_try, q, out=q_try)
+            trial, trial_excess = self._candidate_violation(v_step, q_try)
+            if not trial or trial_excess <= current:
+                best, low = mid, mid
+            else:
+                high = mid
+        np.subtract(v_out, v_brake, out=v_step)
+        np.multiply(v_step, best, out=v_step)
+        np.add(v_step, v_brake, out=v_step)
+        np.multiply(v_step, self.dt, out=out)
+        np.add(out, q, out=out)
+        _, allowed = self._candidate_violation(v_step, out)
+        # In metres outside the box (or inside a keep-out): requested step, allowed step.
+        self._add(result, limit, "", excess, allowed, excess - max(allowed, current))
+
+    # ----------------------------------------------------------------- failure
+
+    def _fail_closed(self, error: BaseException, result: TickResult) -> None:
+        """Brake within the acceleration limit using only the last output; never pass input."""
+        self.exceptions += 1
+        self.last_error = "".join(traceback.format_exception_only(type(error), error)).strip()
+        result.error = self.last_error
+        q, v, a = self._q, self._v, self._a
+        try:
+            v_new = self.limiter.stop_velocity(v)
+            if not np.all(np.isfinite(v_new)):
+                v_new = np.zeros(self.n)
+            new_q = q + v_new * self.dt
+            if np.all(np.isfinite(new_q)):
+                a[:] = (v_new - v) / self.dt
+                v[:] = v_new
+                q[:] = new_q
+        except Exception:  # last resort: repeat the last output
+            pass
+        self._out[:] = q
+        result.interventions.append(Intervention("exception", "", _NAN, _NAN, 0.0))
+        self.counts["exception"] += 1
+        result.state = ESTOP if self._estop else HOLDING
