@@ -1,0 +1,477 @@
+"""policy: lifecycle node that runs the arm policy at the control rate and hot-swaps adapters.
+
+Transitions
+    configure   load the base checkpoint and check its conventions against the robot
+                description and the configured rate (a mismatch fails the transition,
+                naming the field); subscribe to observations and policy updates
+    activate    start the control timer: every tick publishes /policy/action from the
+                newest /joint_states, /object/pose and /task/status goal
+    deactivate  stop the timer (nothing is published)
+    cleanup     drop subscriptions and free the model
+
+Hot swap: a promoted /learner/policy_update is loaded on a worker thread (checksum,
+conventions, peft merge into a copy of the base, numpy weights); the control tick reads
+one reference per tick, so the new version takes over between two ticks. A failed load
+keeps the running policy and says why in the log and on /diagnostics. ~/rollback switches
+to any earlier version (the base, adapters seen on updates, adapters in `adapter_store`).
+
+`sequence` of each PolicyAction is the index of its tick on the timer's grid, so a gap
+is a missed tick.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import PoseStamped
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, State, TransitionCallbackReturn
+from sensor_msgs.msg import JointState
+
+from simreal_ros import stats
+from simreal_ros.msg import PolicyAction, PolicyUpdate, TaskStatus
+from simreal_ros.nodes import qos
+from simreal_ros.nodes.params import declare_config
+from simreal_ros.policy import checkpoint as ckpt
+from simreal_ros.policy.config import PolicyNodeConfig
+from simreal_ros.policy.inference import DeployedPolicy, deploy_adapter, deploy_base
+from simreal_ros.robot.description import load_robot_description
+from simreal_ros.srv import Rollback
+
+MAX_CACHED_VERSIONS = 8
+
+
+class PolicyNode(LifecycleNode):
+    def __init__(self, **kwargs) -> None:
+        super().__init__("policy", **kwargs)
+        self.config: PolicyNodeConfig = declare_config(self, PolicyNodeConfig)
+        self.robot = load_robot_description()
+        self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy-loader")
+        self._lock = threading.Lock()  # guards the version tables, not the control path
+        self._checkpoint: ckpt.PolicyCheckpoint | None = None
+        self._policy: DeployedPolicy | None = None  # swapped atomically between ticks
+        self._cache: collections.OrderedDict[str, DeployedPolicy] = collections.OrderedDict()
+        self._adapters: dict[str, tuple[str, str]] = {}  # version -> (adapter dir, sha256)
+        self._history: list[str] = []  # versions activated, oldest first
+        self._pending: Future | None = None
+        self._last_error = ""
+        self._swaps = 0
+        # Observations, newest first-wins; arrays in controller order.
+        self._joint_position: np.ndarray | None = None
+        self._joint_velocity: np.ndarray | None = None
+        self._joint_stamp = None
+        self._joint_time = 0.0
+        self._object_position: np.ndarray | None = None
+        self._object_orientation: np.ndarray | None = None
+        self._object_time = 0.0
+        self._goal: np.ndarray | None = None
+        self._goal_time = 0.0
+        self._name_order: tuple[tuple[str, ...], np.ndarray | None] = ((), None)
+        # Control tick bookkeeping.
+        self._timer = None
+        self._period_ns = 0
+        self._grid_origin_ns = 0
+        self._last_sequence = -1
+        self._ticks = 0
+        self._missed = 0
+        self._skipped_waiting = 0
+        self._skipped_stale = 0
+        self._act_errors = 0
+        self._inference_us: collections.deque[float] = collections.deque(maxlen=2000)
+        self._subscriptions_ = []
+        self._action_pub = None
+        self._rollback_group = MutuallyExclusiveCallbackGroup()
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.STATUS)
+        self._diag_timer = self.create_timer(
+            self.config.diagnostics_period, self._publish_diagnostics
+        )
+        self._rollback_srv = self.create_service(
+            Rollback, "~/rollback", self._on_rollback, callback_group=self._rollback_group
+        )
+        configured = self.config.autostart and self.trigger_configure()
+        if configured == TransitionCallbackReturn.SUCCESS:
+            self.trigger_activate()
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def _checkpoint_dir(self) -> Path:
+        if self.config.checkpoint:
+            return Path(self.config.checkpoint).expanduser()
+        return ckpt.shipped_checkpoint(self.config.task)
+
+    def on_configure(self, state: State) -> TransitionCallbackReturn:
+        directory = self._checkpoint_dir()
+        rate = self.config.control_rate_hz or None
+        try:
+            checkpoint = ckpt.load_checkpoint(
+                directory, description=self.robot, control_rate_hz=rate, with_critic=False
+            )
+            base = deploy_base(checkpoint)
+        except (ValueError, OSError) as error:
+            self._last_error = f"configure refused: {error}"
+            self.get_logger().error(self._last_error)
+            return TransitionCallbackReturn.FAILURE
+        # peft costs ~2 s to import: pay it now, not during the first hot swap.
+        self._loader.submit(_import_peft)
+        self._checkpoint = checkpoint
+        self._period_ns = round(1e9 / checkpoint.spec.control_rate_hz)
+        with self._lock:
+            self._cache.clear()
+            self._cache[base.version] = base
+            self._history = [base.version]
+        self._policy = base
+        self._action_pub = self.create_publisher(PolicyAction, "/policy/action", qos.COMMAND)
+        self._subscriptions_ = [
+            self.create_subscription(
+                JointState, "/joint_states", self._on_joint_state, qos.SENSOR_DATA
+            ),
+            self.create_subscription(
+                PoseStamped, "/object/pose", self._on_object_pose, qos.SENSOR_DATA
+            ),
+            self.create_subscription(TaskStatus, "/task/status", self._on_task_status, qos.STATUS),
+            self.create_subscription(
+                PolicyUpdate, "/learner/policy_update", self._on_policy_update, qos.LATCHED
+            ),
+        ]
+        self.get_logger().info(
+            f"configured: {checkpoint.version} from {directory} "
+            f"({checkpoint.spec.task}, {checkpoint.spec.control_rate_hz:g} Hz, "
+            f"{checkpoint.spec.action_mode} actions)"
+        )
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: State) -> TransitionCallbackReturn:
+        self._last_sequence = -1
+        self._grid_origin_ns = self.get_clock().now().nanoseconds
+        self._timer = self.create_timer(self._period_ns / 1e9, self._on_tick)
+        self.get_logger().info(
+            f"active: publishing /policy/action at {1e9 / self._period_ns:g} Hz"
+        )
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_deactivate(self, state: State) -> TransitionCallbackReturn:
+        self._stop_timer()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_cleanup(self, state: State) -> TransitionCallbackReturn:
+        self._release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: State) -> TransitionCallbackReturn:
+        self._release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self.destroy_timer(self._timer)
+            self._timer = None
+
+    def _release(self) -> None:
+        self._stop_timer()
+        for subscription in self._subscriptions_:
+            self.destroy_subscription(subscription)
+        self._subscriptions_ = []
+        if self._action_pub is not None:
+            self.destroy_publisher(self._action_pub)
+            self._action_pub = None
+        self._policy = None
+        self._checkpoint = None
+        with self._lock:
+            self._cache.clear()
+            self._adapters.clear()
+            self._history = []
+        self._joint_position = self._object_position = self._goal = None
+
+    def destroy_node(self) -> None:
+        self._loader.shutdown(wait=True, cancel_futures=True)
+        super().destroy_node()
+
+    # --- observations ------------------------------------------------------------------
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        names = tuple(msg.name)
+        if names != self._name_order[0]:
+            self._name_order = (names, self._index_of(names))
+        index = self._name_order[1]
+        if index is None or len(msg.position) != len(names):
+            return
+        position = np.asarray(msg.position, dtype=np.float64)[index]
+        if len(msg.velocity) == len(names):
+            velocity = np.asarray(msg.velocity, dtype=np.float64)[index]
+        else:
+            velocity = np.zeros(len(index))
+        self._joint_position, self._joint_velocity = position, velocity
+        self._joint_stamp = msg.header.stamp
+        self._joint_time = time.monotonic()
+
+    def _index_of(self, names: tuple[str, ...]) -> np.ndarray | None:
+        wanted = self.robot.joint_names
+        missing = [n for n in wanted if n not in names]
+        if missing:
+            self.get_logger().error(
+                f"/joint_states lacks joint(s) {missing}; the policy needs all of "
+                f"{list(wanted)}. Ignoring these messages.",
+                throttle_duration_sec=5.0,
+            )
+            return None
+        return np.array([names.index(n) for n in wanted])
+
+    def _on_object_pose(self, msg: PoseStamped) -> None:
+        p, o = msg.pose.position, msg.pose.orientation
+        self._object_position = np.array([p.x, p.y, p.z])
+        self._object_orientation = np.array([o.w, o.x, o.y, o.z])
+        self._object_time = time.monotonic()
+
+    def _on_task_status(self, msg: TaskStatus) -> None:
+        self._goal = np.array([msg.goal.x, msg.goal.y, msg.goal.z])
+        self._goal_time = time.monotonic()
+
+    # --- control tick ------------------------------------------------------------------
+
+    def _on_tick(self) -> None:
+        policy = self._policy  # one read: a swap lands between ticks, never inside one
+        if policy is None or self._action_pub is None:
+            return
+        now_ns = self.get_clock().now().nanoseconds
+        sequence = max((now_ns - self._grid_origin_ns) // self._period_ns, self._last_sequence + 1)
+        if self._last_sequence >= 0 and sequence > self._last_sequence + 1:
+            self._missed += sequence - self._last_sequence - 1
+        self._last_sequence = sequence
+        self._ticks += 1
+        if self._joint_position is None or self._object_position is None or self._goal is None:
+            self._skipped_waiting += 1
+            return
+        if time.monotonic() - self._joint_time > self.config.max_observation_age:
+            self._skipped_stale += 1
+            return
+        observation = {
+            "joint_position": self._joint_position,
+            "joint_velocity": self._joint_velocity,
+            "object_position": self._object_position,
+            "object_orientation": self._object_orientation,
+            "goal_position": self._goal,
+        }
+        start = time.perf_counter()
+        try:
+            target = policy.act(observation)
+        except ValueError as error:
+            self._act_errors += 1
+            self.get_logger().error(f"no action this tick: {error}", throttle_duration_sec=2.0)
+            return
+        self._inference_us.append((time.perf_counter() - start) * 1e6)
+        msg = PolicyAction()
+        msg.header.stamp = self._joint_stamp
+        msg.policy_version = policy.version
+        msg.sequence = int(sequence)
+        msg.joint_names = list(self.robot.joint_names)
+        msg.values = target.tolist()
+        self._action_pub.publish(msg)
+
+    # --- versions: hot swap and rollback -----------------------------------------------
+
+    def _on_policy_update(self, msg: PolicyUpdate) -> None:
+        if not msg.promoted:
+            self.get_logger().info(f"candidate {msg.version} not promoted: {msg.reason}")
+            return
+        policy = self._policy
+        if policy is not None and policy.version == msg.version:
+            return  # a latched update we already run
+        with self._lock:
+            self._adapters[msg.version] = (msg.adapter_path, msg.checksum)
+        self.get_logger().info(f"loading promoted adapter {msg.version} from {msg.adapter_path}")
+        self._pending = self._loader.submit(self._load_version, msg.version)
+        self._pending.add_done_callback(self._finish_swap)
+
+    def _load_version(self, version: str) -> DeployedPolicy:
+        """Worker thread: build a runnable version (cache hit, base, or adapter merge)."""
+        with self._lock:
+            cached = self._cache.get(version)
+            known = self._adapters.get(version)
+        if cached is not None:
+            return cached
+        checkpoint = self._checkpoint
+        if checkpoint is None:
+            raise ckpt.CheckpointError("the node is not configured; no base to merge into.")
+        if known is None:
+            known = self._scan_store().get(version)
+        if known is None:
+            raise ckpt.CheckpointError(
+                f"version {version!r} is not kept on disk: known versions are "
+                f"{self.known_versions()}."
+            )
+        adapter_dir, checksum = known
+        deployed = deploy_adapter(
+            checkpoint,
+            adapter_dir,
+            version,
+            expected_sha256=checksum or None,
+            forward_kinematics=self._policy.converter.forward_kinematics if self._policy else None,
+        )
+        with self._lock:
+            self._cache[version] = deployed
+            while len(self._cache) > MAX_CACHED_VERSIONS:
+                oldest = next(v for v in self._cache if v != checkpoint.version)
+                del self._cache[oldest]
+        return deployed
+
+    def _finish_swap(self, future: Future) -> None:
+        try:
+            deployed = future.result()
+        except Exception as error:  # keep running the current policy, say why
+            self._last_error = f"update refused, still running {self.active_version}: {error}"
+            self.get_logger().error(self._last_error)
+            return
+        self._activate_version(deployed)
+
+    def _activate_version(self, deployed: DeployedPolicy) -> None:
+        if self._checkpoint is None:
+            return
+        self._policy = deployed  # atomic reference swap
+        with self._lock:
+            self._history.append(deployed.version)
+        self._swaps += 1
+        self._last_error = ""
+        self.get_logger().info(f"now running {deployed.version}")
+
+    def _scan_store(self) -> dict[str, tuple[str, str]]:
+        found: dict[str, tuple[str, str]] = {}
+        if not self.config.adapter_store:
+            return found
+        store = Path(self.config.adapter_store).expanduser()
+        if not store.is_dir():
+            return found
+        for directory in sorted(store.iterdir()):
+            if (directory / ckpt.ADAPTER_CONFIG).is_file():
+                try:
+                    meta = ckpt.read_adapter_metadata(directory)
+                except ValueError:
+                    continue
+                found[str(meta.get("version") or directory.name)] = (str(directory), "")
+        return found
+
+    def known_versions(self) -> list[str]:
+        with self._lock:
+            versions = list(dict.fromkeys([*self._cache, *self._adapters]))
+        return list(dict.fromkeys([*versions, *self._scan_store()]))
+
+    @property
+    def active_version(self) -> str:
+        policy = self._policy
+        return policy.version if policy is not None else ""
+
+    def _on_rollback(self, request: Rollback.Request, response: Rollback.Response):
+        current = self.active_version
+        response.active_version = current
+        if self._checkpoint is None:
+            response.success = False
+            response.message = "not configured: configure the node before rolling back."
+            return response
+        version = request.version
+        if not version:
+            with self._lock:
+                earlier = [v for v in reversed(self._history) if v != current]
+            if not earlier:
+                response.success = False
+                response.message = f"{current} is the only version run so far."
+                return response
+            version = earlier[0]
+        try:
+            # Blocks only this service's callback group; the control timer keeps ticking.
+            deployed = self._loader.submit(self._load_version, version).result(timeout=30.0)
+        except Exception as error:
+            response.success = False
+            response.message = f"rollback to {version!r} refused, still running {current}: {error}"
+            self.get_logger().error(response.message)
+            return response
+        self._activate_version(deployed)
+        response.success = True
+        response.message = f"rolled back from {current} to {version}"
+        response.active_version = version
+        return response
+
+    # --- diagnostics -------------------------------------------------------------------
+
+    def statistics(self) -> dict[str, float]:
+        samples = list(self._inference_us)
+        now = time.monotonic()
+
+        def age(stamp: float) -> float:
+            return (now - stamp) * 1000.0 if stamp else float("nan")
+
+        return {
+            "ticks": self._ticks,
+            "missed_ticks": self._missed,
+            "skipped_waiting_for_observations": self._skipped_waiting,
+            "skipped_stale_observation": self._skipped_stale,
+            "inference_p50_us": stats.percentile(samples, 50),
+            "inference_p99_us": stats.percentile(samples, 99),
+            "joint_state_age_ms": age(self._joint_time),
+            "object_pose_age_ms": age(self._object_time),
+            "task_status_age_ms": age(self._goal_time),
+            "swaps": self._swaps,
+        }
+
+    def _publish_diagnostics(self) -> None:
+        status = DiagnosticStatus()
+        status.name = "policy: inference"
+        status.hardware_id = self.robot.name
+        state = (
+            "active"
+            if self._timer is not None
+            else ("configured" if self._checkpoint is not None else "unconfigured")
+        )
+        values = {"state": state, "version": self.active_version}
+        values.update(
+            {
+                k: f"{v:.1f}" if isinstance(v, float) else str(v)
+                for k, v in self.statistics().items()
+            }
+        )
+        values["last_error"] = self._last_error
+        status.values = [KeyValue(key=k, value=v) for k, v in values.items()]
+        if self._last_error:
+            status.level, status.message = DiagnosticStatus.WARN, self._last_error
+        elif state != "active":
+            status.level, status.message = DiagnosticStatus.OK, f"{state}"
+        elif self._skipped_stale or self._missed:
+            status.level = DiagnosticStatus.WARN
+            status.message = f"running {self.active_version}; missed {self._missed} tick(s)"
+        else:
+            status.level, status.message = DiagnosticStatus.OK, f"running {self.active_version}"
+        array = DiagnosticArray()
+        array.header.stamp = self.get_clock().now().to_msg()
+        array.status = [status]
+        self._diag_pub.publish(array)
+
+
+def _import_peft() -> None:
+    import peft  # noqa: F401
+
+
+def main(args=None) -> None:
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = PolicyNode()
+        # Two threads: a rollback that must load from disk never delays the control timer.
+        executor = MultiThreadedExecutor(num_threads=2)
+        executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

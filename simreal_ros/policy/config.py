@@ -1,0 +1,50 @@
+"""Settings of the policy node (declared once; the node turns them into ROS parameters)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from simreal_ros.config_schema import setting, validate
+
+
+@dataclasses.dataclass
+class PolicyNodeConfig:
+    checkpoint: str = setting(
+        "",
+        "Base checkpoint directory; empty means the shipped checkpoints/<task>",
+        read_only=True,
+    )
+    task: str = setting(
+        "push",
+        "Task whose shipped checkpoint is used when checkpoint is empty",
+        choices=("push", "reach"),
+        read_only=True,
+    )
+    control_rate_hz: float = setting(
+        0.0,
+        "Control rate; 0 means the checkpoint's rate (any other value must equal it)",
+        low=0.0,
+        high=1000.0,
+        unit="Hz",
+        read_only=True,
+    )
+    max_observation_age: float = setting(
+        0.5,
+        "Skip a tick when the newest joint state is older than this (the safety "
+        "watchdog then holds position)",
+        low=0.001,
+        high=60.0,
+        unit="s",
+    )
+    adapter_store: str = setting(
+        "",
+        "Directory whose subdirectories are adapter versions kept on disk (for rollback); "
+        "adapters announced on /learner/policy_update are known as well",
+    )
+    diagnostics_period: float = setting(
+        1.0, "Period of /diagnostics", low=0.05, high=60.0, unit="s"
+    )
+    autostart: bool = setting(False, "Configure and activate at start-up", read_only=True)
+
+    def __post_init__(self) -> None:
+        validate(self)

@@ -1,0 +1,232 @@
+"""policy node in one process: lifecycle, actions from observations, hot swap, rollback."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import PoseStamped
+from peft import LoraConfig, get_peft_model
+from rclpy.lifecycle import TransitionCallbackReturn
+from rclpy.parameter import Parameter
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rostest_helpers import spin_until, wait_for_subscribers
+from sensor_msgs.msg import JointState
+from simreal_ros.msg import PolicyAction, PolicyUpdate, TaskStatus
+from simreal_ros.srv import Rollback
+
+from simreal_ros.nodes import qos
+from simreal_ros.nodes.policy import PolicyNode
+from simreal_ros.policy import checkpoint as ckpt
+from simreal_ros.policy.inference import deploy_base
+from simreal_ros.robot.description import load_robot_description
+
+ROBOT = load_robot_description()
+OBJECT = np.array([0.55, 0.05, 0.025])
+GOAL = np.array([0.6, -0.1, 0.025])
+# Joint states arrive in an order other than the controller's; the node must reorder.
+SHUFFLED = list(reversed(ROBOT.joint_names))
+
+
+class World:
+    """Test-side arm: publishes observations on a timer and collects the node's actions."""
+
+    def __init__(self, rclpy_context, executor, rate_hz: float = 50.0) -> None:
+        from rclpy.node import Node
+
+        self.node = Node("fake_arm", context=rclpy_context)
+        executor.add_node(self.node)
+        self.joints = pub = self.node.create_publisher(JointState, "/joint_states", qos.STATE)
+        self.pose = self.node.create_publisher(PoseStamped, "/object/pose", qos.STATE)
+        self.status = self.node.create_publisher(TaskStatus, "/task/status", qos.STATUS)
+        self.updates = self.node.create_publisher(
+            PolicyUpdate, "/learner/policy_update", qos.LATCHED
+        )
+        keep_all = QoSProfile(
+            depth=5000, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE
+        )
+        self.actions: list[PolicyAction] = []
+        self.node.create_subscription(
+            PolicyAction, "/policy/action", self.actions.append, keep_all
+        )
+        self.diagnostics: list[DiagnosticArray] = []
+        self.node.create_subscription(
+            DiagnosticArray, "/diagnostics", self.diagnostics.append, qos.STATUS
+        )
+        self.position = np.asarray(ROBOT.home_position, dtype=float) + 0.05
+        self.position[-1] = 0.01
+        self.node.create_timer(1.0 / rate_hz, self.publish)
+        del pub
+
+    def observation(self) -> dict:
+        return {
+            "joint_position": self.position,
+            "joint_velocity": np.zeros(7),
+            "object_position": OBJECT,
+            "object_orientation": np.array([1.0, 0.0, 0.0, 0.0]),
+            "goal_position": GOAL,
+        }
+
+    def publish(self) -> None:
+        js = JointState()
+        js.header.stamp = self.node.get_clock().now().to_msg()
+        order = [ROBOT.joint_names.index(n) for n in SHUFFLED]
+        js.name = SHUFFLED
+        js.position = self.position[order].tolist()
+        js.velocity = [0.0] * 7
+        self.joints.publish(js)
+        pose = PoseStamped()
+        pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = OBJECT.tolist()
+        pose.pose.orientation.w = 1.0
+        self.pose.publish(pose)
+        status = TaskStatus()
+        status.task = "reach"
+        status.goal.x, status.goal.y, status.goal.z = GOAL.tolist()
+        self.status.publish(status)
+
+
+def make_policy(rclpy_context, executor, **params) -> PolicyNode:
+    overrides = [Parameter(name, value=value) for name, value in params.items()]
+    node = PolicyNode(context=rclpy_context, parameter_overrides=overrides)
+    executor.add_node(node)
+    return node
+
+
+def make_adapter(base_dir, adapter_dir, version):
+    """What the learner does: peft LoRA on the actor, (here random) training, save_pretrained."""
+    base = ckpt.load_checkpoint(base_dir)
+    torch.manual_seed(7)
+    peft_actor = get_peft_model(
+        copy.deepcopy(base.model.actor),
+        LoraConfig(r=4, lora_alpha=8, target_modules=["trunk.0", "trunk.2", "mean_head"]),
+    )
+    with torch.no_grad():
+        for name, parameter in peft_actor.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0.0, 0.3)
+    peft_actor.save_pretrained(str(adapter_dir))
+    return ckpt.write_adapter_metadata(adapter_dir, base, version, base.version)
+
+
+def test_lifecycle_transitions_and_actions_match_the_core_policy(
+    rclpy_context, executor, tmp_path
+):
+    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, version="base-v1")
+    world = World(rclpy_context, executor)
+    node = make_policy(rclpy_context, executor, checkpoint=str(base_dir))
+    assert node.active_version == ""
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+    assert node.active_version == "base-v1"
+    # Configured but inactive: nothing is published.
+    spin_until(executor, lambda: False, 0.4)
+    assert world.actions == []
+    assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    assert spin_until(executor, lambda: len(world.actions) >= 10, 10.0)
+    action = world.actions[-1]
+    assert action.policy_version == "base-v1"
+    assert list(action.joint_names) == list(ROBOT.joint_names)
+    # Same numbers as the core policy on the same observation, despite shuffled joint_states.
+    expected = deploy_base(ckpt.load_checkpoint(base_dir)).act(world.observation())
+    np.testing.assert_allclose(action.values, expected, atol=1e-9)
+    sequences = [a.sequence for a in world.actions]
+    assert sequences == sorted(set(sequences))
+    assert node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
+    spin_until(executor, lambda: False, 0.2)  # let in-flight messages land
+    count = len(world.actions)
+    spin_until(executor, lambda: False, 0.5)
+    assert len(world.actions) == count, "published while inactive"
+    assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
+    assert node.active_version == "" and node._checkpoint is None
+
+
+def test_configure_refuses_a_checkpoint_with_another_rate(rclpy_context, executor, tmp_path):
+    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, control_rate_hz=20.0)
+    node = make_policy(rclpy_context, executor, checkpoint=str(base_dir), control_rate_hz=100.0)
+    assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+    assert "control_rate_hz" in node._last_error
+    assert node.active_version == ""
+
+
+def test_hot_swap_at_100_hz_misses_no_tick_and_rollback_returns(rclpy_context, executor, tmp_path):
+    base_dir = ckpt.make_untrained_checkpoint(
+        tmp_path / "base", ROBOT, control_rate_hz=100.0, version="base-v1"
+    )
+    make_adapter(base_dir, tmp_path / "store" / "a1", "a1")
+    make_adapter(base_dir, tmp_path / "store" / "a2", "a2")
+    world = World(rclpy_context, executor, rate_hz=100.0)
+    node = make_policy(
+        rclpy_context,
+        executor,
+        checkpoint=str(base_dir),
+        autostart=True,
+        adapter_store=str(tmp_path / "store"),
+        diagnostics_period=0.2,
+    )
+    assert node.active_version == "base-v1"
+    assert spin_until(executor, lambda: len(world.actions) >= 100, 15.0)
+    assert wait_for_subscribers(executor, world.updates)
+    update = PolicyUpdate(
+        version="a1",
+        parent_version="base-v1",
+        adapter_path=str(tmp_path / "store" / "a1"),
+        checksum=ckpt.sha256_file(tmp_path / "store" / "a1" / ckpt.ADAPTER_WEIGHTS),
+        promoted=True,
+        method="bc",
+        reason="test",
+    )
+    world.updates.publish(update)
+    assert spin_until(executor, lambda: world.actions[-1].policy_version == "a1", 15.0)
+    swap_at = len(world.actions)
+    assert spin_until(executor, lambda: len(world.actions) >= swap_at + 100, 15.0)
+
+    sequences = np.array([a.sequence for a in world.actions])
+    gaps = np.diff(sequences)
+    assert np.all(gaps == 1), f"missed ticks at {np.flatnonzero(gaps != 1)}: {gaps[gaps != 1]}"
+    assert node.statistics()["missed_ticks"] == 0
+    versions = [a.policy_version for a in world.actions]
+    first_new = versions.index("a1")
+    assert set(versions[:first_new]) == {"base-v1"} and set(versions[first_new:]) == {"a1"}
+    assert not np.allclose(world.actions[first_new - 1].values, world.actions[first_new].values)
+
+    # A failed load keeps the running version and says why.
+    world.updates.publish(
+        PolicyUpdate(
+            version="a2",
+            adapter_path=str(tmp_path / "store" / "a2"),
+            checksum="0" * 64,
+            promoted=True,
+        )
+    )
+    assert spin_until(executor, lambda: "checksum" in node._last_error, 10.0)
+    assert node.active_version == "a1"
+    assert spin_until(
+        executor,
+        lambda: any("checksum" in s.message for d in world.diagnostics for s in d.status),
+        5.0,
+    )
+
+    client = world.node.create_client(Rollback, "/policy/rollback")
+    assert client.wait_for_service(timeout_sec=5.0)
+
+    def call(version: str) -> Rollback.Response:
+        future = client.call_async(Rollback.Request(version=version))
+        assert spin_until(executor, future.done, 10.0)
+        return future.result()
+
+    response = call("")
+    assert response.success, response.message
+    assert response.active_version == "base-v1"
+    count = len(world.actions)
+    assert spin_until(executor, lambda: len(world.actions) > count + 5, 5.0)
+    assert world.actions[-1].policy_version == "base-v1"
+    response = call("a1")
+    assert response.success, response.message
+    assert node.active_version == "a1"
+    # a2 is kept on disk, but the checksum it was announced with still does not hold.
+    response = call("a2")
+    assert not response.success and "checksum" in response.message
+    response = call("nope")
+    assert not response.success and "nope" in response.message
+    assert node.active_version == "a1"
