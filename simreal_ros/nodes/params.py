@@ -18,6 +18,9 @@ def _descriptor(field: dataclasses.Field, default: Any) -> ParameterDescriptor:
         description=config_schema.describe(field),
         read_only=bool(meta.get("read_only", False)),
     )
+    if isinstance(default, list) and not default:
+        # rclpy types an empty list as BYTE_ARRAY; let an override give the element type.
+        descriptor.dynamic_typing = True
     low, high = meta.get("low"), meta.get("high")
     if low is not None and high is not None and not isinstance(default, bool):
         if isinstance(default, int):
