@@ -366,7 +366,7 @@ def read_episode(
             pos = np.asarray(msg.position, float)
             vel = np.asarray(msg.velocity, float)
             vel = vel[order] if len(vel) == len(names_seen) else np.full(len(order), np.nan)
-            states.add(t, (pos[order], vel))
+            states.add(t, (pos[order], vel, _stamp_ns(msg)))
         elif topic in (topics.action, topics.takeover):
             if len(msg.joint_names):
                 _check_spec(bag_dir, f"{topic}", msg.joint_names, joint_names)
@@ -377,7 +377,9 @@ def read_episode(
                     f"{len(joint_names)} ({joint_names})."
                 )
             series = actions if topic == topics.action else takeovers
-            series.add(t, (values, msg.policy_version, bool(msg.human_intervention)))
+            series.add(
+                t, (values, msg.policy_version, bool(msg.human_intervention), _stamp_ns(msg))
+            )
         elif topic == topics.object_pose:
             p, q = msg.pose.position, msg.pose.orientation
             poses.add(t, (np.array([p.x, p.y, p.z]), np.array([q.w, q.x, q.y, q.z])))
@@ -390,11 +392,29 @@ def read_episode(
     return _align(bag_dir, joint_names, meta, states, actions, takeovers, poses, statuses, safety)
 
 
+def _stamp_ns(msg) -> int:
+    return int(msg.header.stamp.sec) * 1_000_000_000 + int(msg.header.stamp.nanosec)
+
+
+def _observation_index(states: _Series, actions: _Series, a_times: np.ndarray) -> np.ndarray:
+    """The joint state each action was computed from.
+
+    An action's header stamp is the stamp of its observation, so match on header stamps
+    (immune to the order in which callbacks ran); fall back to receive times when stamps
+    are unset or not monotonic.
+    """
+    state_stamps = np.array([row[2] for row in states.rows], np.int64)
+    action_stamps = np.array([row[3] for row in actions.rows], np.int64)
+    if (action_stamps > 0).all() and (np.diff(state_stamps) >= 0).all():
+        return np.searchsorted(state_stamps, action_stamps, side="right") - 1
+    return states.latest_index(a_times)
+
+
 def _align(bag_dir, joint_names, meta, states, actions, takeovers, poses, statuses, safety):
     if not actions.times or not states.times:
         return Transitions.empty(joint_names)
     a_times = np.asarray(actions.times, np.int64)
-    state_idx = states.latest_index(a_times)
+    state_idx = _observation_index(states, actions, a_times)
     keep = state_idx >= 0  # actions before the first joint state have no observation
     if not keep.any():
         return Transitions.empty(joint_names)

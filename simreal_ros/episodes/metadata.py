@@ -144,3 +144,12 @@ class EpisodeMetadata:
         if "episode_id" not in data:
             return None
         return cls.from_dict(data)
+
+
+def new_episode_id(source: str, now: float | None = None) -> str:
+    """Sortable, unique id: ``20261130-193512-sim-4f2a9c`` (UTC time, source, random)."""
+    import secrets
+    import time
+
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+    return f"{stamp}-{source or 'episode'}-{secrets.token_hex(3)}"

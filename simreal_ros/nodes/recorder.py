@@ -1,0 +1,362 @@
+"""recorder node: one rosbag2 (MCAP) bag per episode, started and stopped by service.
+
+Raw subscriptions hand CDR bytes to ``EpisodeRecording`` (simreal_ros.episodes), which
+writes them off the executor thread. Services ``~/start`` (StartEpisode), ``~/stop``
+(StopEpisode) and ``~/flush`` (Trigger: returns once everything received so far is in the
+file). Each finished episode is announced on /episodes/recorded.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
+from std_srvs.srv import Trigger
+
+from simreal_ros.episodes.bag_writer import EpisodeRecording, TopicSpec
+from simreal_ros.episodes.config import RecorderConfig, check_disk, free_disk_mb
+from simreal_ros.episodes.metadata import (
+    CONDITIONS,
+    OUTCOMES,
+    SOURCES,
+    EpisodeMetadata,
+    check_choice,
+    check_episode_id,
+    new_episode_id,
+    normalize_failure_mode,
+)
+from simreal_ros.msg import EpisodeEvent
+from simreal_ros.nodes import qos
+from simreal_ros.nodes.params import declare_config
+from simreal_ros.srv import StartEpisode, StopEpisode
+
+
+def _message_class(msgtype: str):
+    package, kind, name = msgtype.split("/")
+    return getattr(importlib.import_module(f"{package}.{kind}"), name)
+
+
+def _robot_joints() -> tuple[list[str], list[str]]:
+    try:
+        from simreal_ros.robot.description import load_robot_description
+
+        robot = load_robot_description()
+    except Exception:  # no robot model installed: episodes simply carry no joint spec
+        return [], []
+    names = list(robot.joint_names)
+    units = ["m" if n.startswith("gripper") else "rad" for n in names]
+    return names, units
+
+
+class RecorderNode(Node):
+    def __init__(self, **kwargs) -> None:
+        super().__init__("recorder", **kwargs)
+        self.config: RecorderConfig = declare_config(self, RecorderConfig)
+        self.config.data_path.mkdir(parents=True, exist_ok=True)
+        names, units = _robot_joints()
+        self._joint_names = list(self.config.joint_names) or names
+        self._joint_units = list(self.config.joint_units) or (
+            units if not self.config.joint_names else []
+        )
+        self._specs = self.config.topic_specs()
+        self._recording: EpisodeRecording | None = None
+        self._topic_subs: dict[str, object] = {}
+        self._sub_reliable: dict[str, bool] = {}
+        self._last_event: EpisodeEvent | None = None
+        self._episodes_done = 0
+        for index, spec in enumerate(self._specs):
+            self._subscribe(index, spec)
+        self._event_pub = self.create_publisher(EpisodeEvent, "/episodes/recorded", qos.STATUS)
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.STATUS)
+        self.create_service(StartEpisode, "~/start", self._on_start)
+        self.create_service(StopEpisode, "~/stop", self._on_stop)
+        self.create_service(Trigger, "~/flush", self._on_flush)
+        self.create_timer(1.0, self._on_diagnostics)
+        self.create_timer(1.0, self._follow_publisher_qos)
+        self.get_logger().info(
+            f"recorder ready: {len(self._specs)} topics -> {self.config.data_path}"
+        )
+
+    # ---- subscriptions --------------------------------------------------------------------
+
+    def _publisher_reliability(self, topic: str) -> bool | None:
+        infos = self.get_publishers_info_by_topic(topic)
+        if not infos:
+            return None
+        return all(i.qos_profile.reliability == ReliabilityPolicy.RELIABLE for i in infos)
+
+    def _subscribe(self, index: int, spec: TopicSpec) -> None:
+        reliable = self._publisher_reliability(spec.topic)
+        reliable = spec.reliable if reliable is None else reliable
+        profile = qos.STATUS if reliable else qos.SENSOR_DATA
+        old = self._topic_subs.pop(spec.topic, None)
+        if old is not None:
+            self.destroy_subscription(old)
+        self._topic_subs[spec.topic] = self.create_subscription(
+            _message_class(spec.msgtype),
+            spec.topic,
+            lambda data, i=index: self._on_message(i, data),
+            profile,
+            raw=True,
+        )
+        self._sub_reliable[spec.topic] = reliable
+        self._specs[index] = TopicSpec(
+            spec.topic,
+            spec.msgtype,
+            reliable=reliable,
+            depth=profile.depth,
+            transient_local=profile.durability == DurabilityPolicy.TRANSIENT_LOCAL,
+        )
+
+    def _follow_publisher_qos(self) -> None:
+        # A reliable subscription never matches a best-effort publisher: follow publishers
+        # as they appear (only between episodes, so a bag's offered QoS stays true).
+        if self._recording is not None:
+            return
+        for index, spec in enumerate(self._specs):
+            wanted = self._publisher_reliability(spec.topic)
+            if wanted is not None and wanted != self._sub_reliable[spec.topic]:
+                self.get_logger().info(
+                    f"{spec.topic}: publishers are {'reliable' if wanted else 'best-effort'}; "
+                    "resubscribing to match"
+                )
+                self._subscribe(index, spec)
+
+    def _on_message(self, index: int, data: bytes) -> None:
+        recording = self._recording
+        if recording is not None:
+            recording.offer(index, self.get_clock().now().nanoseconds, data)
+
+    # ---- services -------------------------------------------------------------------------
+
+    def start_episode(
+        self,
+        episode_id: str = "",
+        condition: str = "",
+        source: str = "",
+        profile: str = "",
+        task: str = "",
+        seed: int = 0,
+        note: str = "",
+    ) -> EpisodeRecording:
+        if self._recording is not None:
+            raise ValueError(
+                f"episode {self._recording.metadata.episode_id} is still recording; stop it first."
+            )
+        source = source or self.config.source
+        check_choice("source", source, SOURCES, allow_empty=False)
+        check_choice("condition", condition, CONDITIONS, allow_empty=True)
+        episode_id = check_episode_id(episode_id) if episode_id else new_episode_id(source)
+        check_disk(self.config.data_path, self.config.min_free_disk_mb)
+        for index, spec in enumerate(self._specs):  # publishers that appeared meanwhile
+            wanted = self._publisher_reliability(spec.topic)
+            if wanted is not None and wanted != self._sub_reliable[spec.topic]:
+                self._subscribe(index, spec)
+        meta = EpisodeMetadata(
+            episode_id=episode_id,
+            source=source,
+            profile=profile or self.config.profile,
+            condition=condition,
+            task=task,
+            seed=int(seed),
+            note=note,
+            joint_names=list(self._joint_names),
+            joint_units=list(self._joint_units),
+        )
+        recording = EpisodeRecording(
+            self.config.data_path / episode_id,
+            self._specs,
+            meta,
+            queue_size=self.config.queue_size,
+            flush_period_s=self.config.flush_period_s,
+            fsync=self.config.fsync,
+            action_topic=self.config.action_topic,
+            clock=lambda: self.get_clock().now().nanoseconds,
+        )
+        recording.start()
+        self._recording = recording
+        self.get_logger().info(f"recording episode {episode_id} -> {recording.bag_dir}")
+        return recording
+
+    def stop_episode(
+        self, outcome: str = "", success: bool = False, failure_mode: str = "", note: str = ""
+    ) -> EpisodeEvent:
+        recording = self._recording
+        if recording is None:
+            raise ValueError("no episode is recording; call ~/start first.")
+        outcome = outcome or ("success" if success else "failure")
+        check_choice("outcome", outcome, OUTCOMES, allow_empty=False)
+        if outcome == "success":
+            success = True
+        self._recording = None
+        try:
+            meta = recording.stop(outcome, success, normalize_failure_mode(failure_mode), note)
+        except Exception:
+            self.get_logger().error(
+                f"closing {recording.bag_dir} failed; the bag is left unclosed: run "
+                f"`simreal episodes recover {recording.bag_dir}`"
+            )
+            raise
+        event = self._event(meta, recording)
+        self._event_pub.publish(event)
+        self._last_event = event
+        self._episodes_done += 1
+        level = self.get_logger().warning if meta.dropped or recording.error else None
+        text = (
+            f"episode {meta.episode_id}: {outcome}, {meta.messages} messages, "
+            f"{meta.dropped} dropped -> {recording.bag_dir}"
+        )
+        (level or self.get_logger().info)(
+            text + (f"; {recording.error}" if recording.error else "")
+        )
+        return event
+
+    def _event(self, meta: EpisodeMetadata, recording: EpisodeRecording) -> EpisodeEvent:
+        event = EpisodeEvent()
+        event.header.stamp = self.get_clock().now().to_msg()
+        event.episode_id = meta.episode_id
+        event.bag_path = str(recording.bag_dir)
+        event.outcome = meta.outcome if meta.complete else "incomplete"
+        event.success = meta.success
+        event.failure_mode = meta.failure_mode
+        event.condition = meta.condition
+        event.source = meta.source
+        event.profile = meta.profile
+        event.policy_versions = list(meta.policy_versions)
+        event.steps = meta.steps
+        event.duration = meta.duration_s
+        event.messages = meta.messages
+        event.dropped = meta.dropped
+        event.note = meta.note
+        return event
+
+    def _on_start(self, request, response):
+        try:
+            recording = self.start_episode(
+                request.episode_id,
+                request.condition,
+                request.source,
+                request.profile,
+                request.task,
+                request.seed,
+                request.note,
+            )
+        except (ValueError, OSError) as error:
+            response.success = False
+            response.message = f"not started: {error}"
+            self.get_logger().error(response.message)
+            return response
+        response.success = True
+        response.episode_id = recording.metadata.episode_id
+        response.bag_path = str(recording.bag_dir)
+        response.message = f"recording {response.episode_id}"
+        return response
+
+    def _on_stop(self, request, response):
+        try:
+            response.episode = self.stop_episode(
+                request.outcome, request.success, request.failure_mode, request.note
+            )
+        except (ValueError, OSError, TimeoutError) as error:
+            response.success = False
+            response.message = f"not stopped: {error}"
+            self.get_logger().error(response.message)
+            return response
+        response.success = True
+        response.message = (
+            f"episode {response.episode.episode_id} recorded to {response.episode.bag_path}"
+        )
+        return response
+
+    def _on_flush(self, request, response):
+        recording = self._recording
+        if recording is None:
+            response.success, response.message = False, "no episode is recording."
+            return response
+        try:
+            flushed = recording.flush(timeout=5.0)
+        except (TimeoutError, OSError) as error:
+            response.success, response.message = False, f"flush failed: {error}"
+            return response
+        response.success = not recording.error
+        response.message = f"flushed {flushed} messages to {recording.mcap_path}"
+        if recording.error:
+            response.message += f"; {recording.error}"
+        return response
+
+    # ---- diagnostics ----------------------------------------------------------------------
+
+    def _on_diagnostics(self) -> None:
+        status = DiagnosticStatus(name="recorder: bag writer", hardware_id="recorder")
+        free = free_disk_mb(self.config.data_path)
+        values = {
+            "recording": "false",
+            "disk_free_mb": f"{free:.0f}",
+            "min_free_disk_mb": f"{self.config.min_free_disk_mb:.0f}",
+            "episodes_recorded": str(self._episodes_done),
+            "data_dir": str(self.config.data_path),
+        }
+        status.level, status.message = DiagnosticStatus.OK, "idle"
+        recording = self._recording
+        if recording is not None:
+            stats = recording.stats()
+            values.update(
+                recording="true",
+                episode_id=recording.metadata.episode_id,
+                queue_depth=str(stats.queue_depth),
+                queue_capacity=str(stats.queue_capacity),
+                write_rate_msgs=f"{stats.write_rate_msgs:.1f}",
+                write_rate_mb=f"{stats.write_rate_bytes / 2**20:.2f}",
+                written=str(stats.written),
+                flushed=str(stats.flushed),
+                dropped=str(stats.dropped),
+                last_flush_age_s=f"{stats.last_flush_age_s:.3f}",
+            )
+            status.message = f"recording {recording.metadata.episode_id}"
+            if stats.error:
+                status.level, status.message = DiagnosticStatus.ERROR, stats.error
+            elif stats.dropped:
+                status.level = DiagnosticStatus.WARN
+                status.message = f"{stats.dropped} messages dropped (writer queue full)"
+        elif self._last_event is not None:
+            values["dropped_last_episode"] = str(self._last_event.dropped)
+        if free < self.config.min_free_disk_mb:
+            status.level = DiagnosticStatus.ERROR
+            status.message = f"disk nearly full: {free:.0f} MiB free; new episodes are refused"
+        status.values = [KeyValue(key=k, value=v) for k, v in values.items()]
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = self.get_clock().now().to_msg()
+        self._diag_pub.publish(array)
+
+    def shutdown(self) -> None:
+        """Close a running episode as aborted (Ctrl-C); nothing received is lost."""
+        if self._recording is not None:
+            try:
+                self.stop_episode("aborted", False, "", "recorder shut down")
+            except Exception as error:
+                self.get_logger().error(f"closing the episode at shutdown failed: {error}")
+
+
+def main(args=None) -> None:
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = RecorderNode()
+        rclpy.spin(node)
+    except KeyboardInterrupt:
+        pass
+    except ValueError as error:
+        print(f"recorder: configuration error: {error}", flush=True)
+        raise SystemExit(2) from None
+    finally:
+        if node is not None:
+            node.shutdown()
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""recorder node in one process: services, raw recording, repeated cycles, announcements."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from mcap.reader import make_reader
+from rclpy.parameter import Parameter
+from rostest_helpers import spin_until, wait_for_subscribers
+from sensor_msgs.msg import JointState
+from simreal_ros.msg import EpisodeEvent, PolicyAction, TaskStatus
+from simreal_ros.srv import StartEpisode, StopEpisode
+
+from simreal_ros.episodes.dataset import read_episode
+from simreal_ros.nodes import qos
+from simreal_ros.nodes.recorder import RecorderNode
+
+JOINTS = [f"j{i}" for i in range(7)]
+
+
+def make_recorder(rclpy_context, executor, tmp_path, **overrides):
+    params = {"data_dir": str(tmp_path), "joint_names": JOINTS, "min_free_disk_mb": 0.0}
+    params.update(overrides)
+    node = RecorderNode(
+        context=rclpy_context,
+        parameter_overrides=[Parameter(k, value=v) for k, v in params.items()],
+    )
+    executor.add_node(node)
+    return node
+
+
+def call(executor, node, srv_type, name, **fields):
+    client = node.create_client(srv_type, name)
+    assert spin_until(executor, client.service_is_ready, 10.0), f"{name} not available"
+    future = client.call_async(srv_type.Request(**fields))
+    assert spin_until(executor, future.done, 20.0), f"{name} did not answer"
+    node.destroy_client(client)
+    return future.result()
+
+
+@pytest.fixture
+def graph(rclpy_context, executor, tmp_path):
+    recorder = make_recorder(rclpy_context, executor, tmp_path)
+    peer = rclpy.create_node("peer", context=rclpy_context)
+    executor.add_node(peer)
+    pubs = {
+        "js": peer.create_publisher(JointState, "/joint_states", qos.STATE),
+        "act": peer.create_publisher(PolicyAction, "/policy/action", qos.COMMAND),
+        "task": peer.create_publisher(TaskStatus, "/task/status", qos.STATUS),
+    }
+    for pub in pubs.values():
+        assert wait_for_subscribers(executor, pub)
+    events: list[EpisodeEvent] = []
+    peer.create_subscription(EpisodeEvent, "/episodes/recorded", events.append, qos.STATUS)
+    return recorder, peer, pubs, events
+
+
+def publish_episode(executor, pubs, steps, version="v7"):
+    for step in range(steps):
+        js = JointState(name=JOINTS, position=[float(step)] * 7, velocity=[0.0] * 7)
+        js.header.stamp.sec = step + 1
+        pubs["js"].publish(js)
+        executor.spin_once(timeout_sec=0.001)
+        action = PolicyAction(policy_version=version, sequence=step, values=[step + 0.5] * 7)
+        action.header.stamp = js.header.stamp  # the stamp of the observation it acted on
+        pubs["act"].publish(action)
+        executor.spin_once(timeout_sec=0.001)
+        task = TaskStatus(step=step + 1, reward=-1.0, done=step == steps - 1, success=True)
+        pubs["task"].publish(task)
+        executor.spin_once(timeout_sec=0.001)
+
+
+def test_start_record_stop_gives_a_labelled_bag_with_every_message(graph, executor, tmp_path):
+    recorder, peer, pubs, events = graph
+    started = call(
+        executor, peer, StartEpisode, "/recorder/start", condition="shifted", task="push"
+    )
+    assert started.success, started.message
+    publish_episode(executor, pubs, 20)
+    # Reliable publishers: every message arrives; wait until the writer has them all.
+    assert spin_until(executor, lambda: recorder._recording.received >= 60, 10.0)
+    stopped = call(
+        executor,
+        peer,
+        StopEpisode,
+        "/recorder/stop",
+        outcome="failure",
+        failure_mode="Mode collapse",
+        note="froze near the cube",
+    )
+    assert stopped.success, stopped.message
+    event = stopped.episode
+    assert event.episode_id == started.episode_id and event.outcome == "failure"
+    assert event.failure_mode == "mode_collapse" and event.condition == "shifted"
+    assert list(event.policy_versions) == ["v7"] and event.steps == 20
+    assert event.messages == 60 and event.dropped == 0
+    assert spin_until(executor, lambda: len(events) == 1, 5.0)
+    assert events[0].bag_path == started.bag_path
+    with open(f"{started.bag_path}/{started.episode_id}.mcap", "rb") as f:
+        counts: dict[str, int] = {}
+        for _, channel, _ in make_reader(f).iter_messages():
+            counts[channel.topic] = counts.get(channel.topic, 0) + 1
+    assert counts["/joint_states"] == 20 and counts["/policy/action"] == 20
+    data = read_episode(started.bag_path, JOINTS)
+    assert len(data) == 20 and data.dones[-1]
+    np.testing.assert_allclose(data.actions[:, 0], np.arange(20) + 0.5)
+
+
+def test_repeated_cycles_in_one_process_each_give_a_complete_bag(graph, executor):
+    recorder, peer, pubs, events = graph
+    for cycle in range(3):
+        recorder.start_episode(episode_id=f"cycle{cycle}")
+        publish_episode(executor, pubs, 5 + cycle)
+        n = 3 * (5 + cycle)
+        assert spin_until(executor, lambda n=n: recorder._recording.received >= n, 10.0)
+        event = recorder.stop_episode("success", True)
+        assert event.messages == n, (cycle, event.messages)
+    assert spin_until(executor, lambda: len(events) == 3, 5.0)
+    assert [e.episode_id for e in events] == ["cycle0", "cycle1", "cycle2"]
+
+
+def test_bad_requests_are_refused_with_a_reason(graph, executor):
+    recorder, peer, _, _ = graph
+    bad = call(executor, peer, StartEpisode, "/recorder/start", episode_id="../x")
+    assert not bad.success and "directory name" in bad.message
+    bad = call(executor, peer, StartEpisode, "/recorder/start", source="robot")
+    assert not bad.success and "source" in bad.message
+    stop = call(executor, peer, StopEpisode, "/recorder/stop", outcome="success")
+    assert not stop.success and "no episode is recording" in stop.message
+    assert call(executor, peer, StartEpisode, "/recorder/start", episode_id="a").success
+    again = call(executor, peer, StartEpisode, "/recorder/start", episode_id="b")
+    assert not again.success and "still recording" in again.message
+    stop = call(executor, peer, StopEpisode, "/recorder/stop", outcome="won")
+    assert not stop.success and "outcome" in stop.message
+    assert call(executor, peer, StopEpisode, "/recorder/stop", outcome="aborted").success
+
+
+def test_refuses_to_start_when_the_disk_is_nearly_full(rclpy_context, executor, tmp_path):
+    make_recorder(rclpy_context, executor, tmp_path, min_free_disk_mb=1e9)
+    peer = rclpy.create_node("peer2", context=rclpy_context)
+    executor.add_node(peer)
+    diagnostics: list[DiagnosticArray] = []
+    peer.create_subscription(DiagnosticArray, "/diagnostics", diagnostics.append, qos.STATUS)
+    answer = call(executor, peer, StartEpisode, "/recorder/start")
+    assert (
+        not answer.success
+        and "MiB free" in answer.message
+        and "min_free_disk_mb" in answer.message
+    )
+    assert not any(tmp_path.iterdir())
+    assert spin_until(executor, lambda: bool(diagnostics), 5.0)
+    status = diagnostics[-1].status[0]
+    keys = {kv.key for kv in status.values}
+    assert "disk nearly full" in status.message and "disk_free_mb" in keys
