@@ -109,7 +109,7 @@ def test_start_record_stop_gives_a_labelled_bag_with_every_message(graph, execut
 
 
 def test_repeated_cycles_in_one_process_each_give_a_complete_bag(graph, executor):
-    recorder, peer, pubs, events = graph
+    recorder, _peer, pubs, events = graph
     for cycle in range(3):
         recorder.start_episode(episode_id=f"cycle{cycle}")
         publish_episode(executor, pubs, 5 + cycle)
@@ -122,7 +122,7 @@ def test_repeated_cycles_in_one_process_each_give_a_complete_bag(graph, executor
 
 
 def test_bad_requests_are_refused_with_a_reason(graph, executor):
-    recorder, peer, _, _ = graph
+    _recorder, peer, _, _ = graph
     bad = call(executor, peer, StartEpisode, "/recorder/start", episode_id="../x")
     assert not bad.success and "directory name" in bad.message
     bad = call(executor, peer, StartEpisode, "/recorder/start", source="robot")
