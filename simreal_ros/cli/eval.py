@@ -1,0 +1,51 @@
+"""`simreal eval`: success rate of a checkpoint (optionally + adapter) off ROS."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from simreal_ros.policy.evaluate import CONDITIONS, PROFILES
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "eval",
+        help="evaluate a checkpoint in sim over seeds (Wilson 95%% CI)",
+        description=(
+            "Run one episode per seed off ROS (parallel worker processes) and print the "
+            "success rate with a Wilson 95% confidence interval, mean return and mean "
+            "episode length. real_twin is a simulated stand-in for the arm, not the arm."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--checkpoint", required=True, help="checkpoint directory")
+    parser.add_argument("--adapter", default=None, help="peft LoRA adapter directory")
+    parser.add_argument("--profile", choices=PROFILES, default="nominal")
+    parser.add_argument("--condition", choices=CONDITIONS, default="train")
+    parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--json", default=None, help="also write the result (with episodes)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from simreal_ros.policy.evaluate import PolicySource, evaluate_policy
+
+    if args.episodes < 1:
+        raise ValueError("--episodes must be at least 1.")
+    source = PolicySource(args.checkpoint, adapter_dir=args.adapter)
+    result = evaluate_policy(
+        source,
+        profile=args.profile,
+        condition=args.condition,
+        seeds=range(args.first_seed, args.first_seed + args.episodes),
+        workers=args.workers,
+    )
+    label = " (simulated stand-in for the arm)" if args.profile == "real_twin" else ""
+    print(result.summary() + label)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as stream:
+            json.dump(result.to_dict(with_records=True), stream, indent=1)
+    return 0
