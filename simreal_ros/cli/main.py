@@ -11,7 +11,11 @@ import importlib
 import sys
 
 # Modules that provide subcommands, in the order `--help` lists them.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("simreal_ros.cli.up",)
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "simreal_ros.cli.up",
+    "simreal_ros.cli.pretrain",
+    "simreal_ros.cli.eval",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

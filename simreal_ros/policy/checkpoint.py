@@ -121,19 +121,11 @@ def save_checkpoint(
             **(extra or {}),
         }
         (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
-        # Keep files that are not ours (README.md, train_state/) across a rewrite.
         if directory.exists():
-            for item in directory.iterdir():
-                if item.name not in (METADATA_FILE, ACTOR_FILE, CRITIC_FILE):
-                    target = staging / item.name
-                    if item.is_dir():
-                        shutil.copytree(item, target)
-                    else:
-                        shutil.copy2(item, target)
-            old = directory.with_name(f".{directory.name}.old.{os.getpid()}")
-            os.replace(directory, old)
-            os.replace(staging, directory)
-            shutil.rmtree(old, ignore_errors=True)
+            # Rewrite in place, metadata last: a crash in between leaves checksums that do
+            # not match, which loading refuses. Other files (README.md, train_state/) stay.
+            for name in (ACTOR_FILE, CRITIC_FILE, METADATA_FILE):
+                os.replace(staging / name, directory / name)
         else:
             os.replace(staging, directory)
     finally:

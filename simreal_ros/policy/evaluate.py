@@ -1,0 +1,210 @@
+"""Off-ROS evaluation of a policy over seeds, in parallel worker processes.
+
+``evaluate_policy`` is shared by ``simreal eval`` and the learner's screening gate. A
+policy is given as a ``PolicySource``: a checkpoint directory plus an optional peft
+adapter directory (``build_policy`` is the one hook that turns a source into a runnable
+policy), or an in-memory actor (its weights are shipped to the workers as arrays).
+Episodes run the deployed (numpy, merged) form of the policy, the same code the node runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simreal_ros.stats import wilson_interval
+
+PROFILES = ("nominal", "randomized", "real_twin")
+CONDITIONS = ("train", "shifted")
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicySource:
+    """Where a policy comes from; picklable, so worker processes can rebuild it."""
+
+    checkpoint_dir: str
+    adapter_dir: str | None = None
+    adapter_sha256: str | None = None
+    # In-memory actor weights (name -> array) replacing the checkpoint's actor.
+    actor_state: dict[str, np.ndarray] | None = None
+    version: str | None = None
+
+
+@dataclasses.dataclass
+class EpisodeRecord:
+    seed: int
+    success: bool
+    episode_return: float
+    length: int
+    failure: bool
+    final_goal_distance: float
+
+
+@dataclasses.dataclass
+class EvaluationResult:
+    task: str
+    profile: str
+    condition: str
+    version: str
+    episodes: int
+    successes: int
+    ci: tuple[float, float]
+    mean_return: float
+    mean_length: float
+    seconds: float
+    records: list[EpisodeRecord]
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.episodes if self.episodes else 0.0
+
+    def summary(self) -> str:
+        low, high = self.ci
+        return (
+            f"{self.version} {self.task}/{self.profile}/{self.condition}: "
+            f"{self.successes}/{self.episodes} = {self.success_rate:.1%} success "
+            f"(Wilson 95% CI {low:.1%}..{high:.1%}), mean return {self.mean_return:.2f}, "
+            f"mean length {self.mean_length:.1f} steps, {self.seconds:.1f} s"
+        )
+
+    def to_dict(self, with_records: bool = False) -> dict[str, Any]:
+        out = {
+            "task": self.task,
+            "profile": self.profile,
+            "condition": self.condition,
+            "version": self.version,
+            "episodes": self.episodes,
+            "successes": self.successes,
+            "success_rate": self.success_rate,
+            "ci95": list(self.ci),
+            "mean_return": self.mean_return,
+            "mean_length": self.mean_length,
+            "seconds": self.seconds,
+        }
+        if with_records:
+            out["records"] = [dataclasses.asdict(r) for r in self.records]
+        return out
+
+
+def build_policy(source: PolicySource, description: Any = None):
+    """The evaluation hook: checkpoint (+ optional peft adapter) -> a runnable policy.
+
+    Returns a ``DeployedPolicy`` (merged numpy weights, the node's code path).
+    """
+    import torch
+
+    from simreal_ros.policy import checkpoint as ckpt
+    from simreal_ros.policy.inference import NumpyActor, deploy_adapter, deploy_base
+
+    base = ckpt.load_checkpoint(source.checkpoint_dir, description=description, with_critic=False)
+    if source.actor_state is not None:
+        state = {k: torch.as_tensor(np.asarray(v)) for k, v in source.actor_state.items()}
+        base.model.actor.load_state_dict(state)
+        deployed = deploy_base(base)
+        return dataclasses.replace(
+            deployed, actor=NumpyActor(base.model.actor), version=source.version or "in-memory"
+        )
+    if source.adapter_dir is not None:
+        version = source.version or Path(source.adapter_dir).name
+        return deploy_adapter(base, source.adapter_dir, version, source.adapter_sha256)
+    deployed = deploy_base(base)
+    if source.version:
+        deployed = dataclasses.replace(deployed, version=source.version)
+    return deployed
+
+
+def run_episode(env, policy, seed: int, condition: str) -> EpisodeRecord:
+    observation, _ = env.reset(seed=int(seed), options={"condition": condition})
+    total, steps, success, failure = 0.0, 0, False, False
+    terminated = truncated = False
+    info: dict[str, Any] = {}
+    while not (terminated or truncated):
+        observation, reward, terminated, truncated, info = env.step(policy.act(observation))
+        total += float(reward)
+        steps += 1
+        success = success or bool(info.get("success", False))
+        failure = failure or bool(info.get("failure", False))
+    return EpisodeRecord(
+        seed=int(seed),
+        success=success,
+        episode_return=total,
+        length=steps,
+        failure=failure,
+        final_goal_distance=float(info.get("goal_distance", float("nan"))),
+    )
+
+
+def _worker(
+    source: PolicySource, profile: str, condition: str, seeds: list[int]
+) -> tuple[str, str, list[EpisodeRecord]]:
+    import torch
+
+    torch.set_num_threads(1)
+    from simreal_ros.sim.env import ArmTaskEnv
+
+    policy = build_policy(source)
+    spec = policy.converter.spec
+    env = ArmTaskEnv(
+        task=spec.task, profile=profile, condition=condition, control_rate_hz=spec.control_rate_hz
+    )
+    try:
+        records = [run_episode(env, policy, seed, condition) for seed in seeds]
+    finally:
+        env.close()
+    return spec.task, policy.version, records
+
+
+def evaluate_policy(
+    policy: PolicySource | str | Path,
+    profile: str = "nominal",
+    condition: str = "train",
+    seeds: Sequence[int] | int = 100,
+    workers: int = 1,
+) -> EvaluationResult:
+    """Run one episode per seed; success rate with a Wilson 95% CI, return and length.
+
+    ``policy``: a checkpoint directory or a ``PolicySource``. ``seeds``: a list of seeds,
+    or a count N meaning seeds 0..N-1. ``workers`` > 1 uses spawned processes.
+    """
+    if profile not in PROFILES:
+        raise ValueError(f"profile {profile!r}: use one of {', '.join(PROFILES)}.")
+    if condition not in CONDITIONS:
+        raise ValueError(f"condition {condition!r}: use one of {', '.join(CONDITIONS)}.")
+    source = policy if isinstance(policy, PolicySource) else PolicySource(str(policy))
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
+    if not seed_list:
+        raise ValueError("no seeds to evaluate; give at least one episode.")
+    workers = max(1, min(int(workers), len(seed_list)))
+    start = time.perf_counter()
+    if workers == 1:
+        task, version, records = _worker(source, profile, condition, seed_list)
+    else:
+        chunks = [seed_list[i::workers] for i in range(workers)]
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            futures = [pool.submit(_worker, source, profile, condition, c) for c in chunks]
+            results = [f.result() for f in futures]
+        task, version = results[0][0], results[0][1]
+        by_seed = {r.seed: r for _, _, rs in results for r in rs}
+        records = [by_seed[s] for s in seed_list]
+    successes = sum(r.success for r in records)
+    return EvaluationResult(
+        task=task,
+        profile=profile,
+        condition=condition,
+        version=version,
+        episodes=len(records),
+        successes=successes,
+        ci=wilson_interval(successes, len(records)),
+        mean_return=float(np.mean([r.episode_return for r in records])),
+        mean_length=float(np.mean([r.length for r in records])),
+        seconds=time.perf_counter() - start,
+        records=records,
+    )
