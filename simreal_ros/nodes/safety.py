@@ -1,0 +1,241 @@
+"""safety node: the filter between the policy and the arm's controller.
+
+Subscribes /policy/action and /joint_states, publishes the filtered command on its own
+timer at the control rate (so the watchdog acts when the policy goes silent), reports on
+/safety/status and /diagnostics. A latched e-stop (~/estop) is cleared only by ~/reset,
+which refuses while inputs are stale. Nothing here decides anything: the SafetyFilter core
+does; this node converts messages and keeps time. It fails closed: an error in a callback
+is logged and the arm is held, never sent the raw request, and the node keeps running.
+"""
+
+from __future__ import annotations
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import Trigger
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from simreal_ros.msg import PolicyAction, SafetyIntervention, SafetyStatus
+from simreal_ros.nodes import qos
+from simreal_ros.nodes.params import declare_config
+from simreal_ros.robot.description import load_robot_description
+from simreal_ros.safety import ALL_REASONS, ESTOP, HOLDING, STATE_NAMES, SafetyConfig, SafetyFilter
+
+COMMAND_TOPIC = "/forward_position_controller/commands"
+TRAJECTORY_TOPIC = "/joint_trajectory_controller/joint_trajectory"
+
+
+def _seconds(stamp) -> float:
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+class SafetyNode(Node):
+    """ROS adapter of ``SafetyFilter``."""
+
+    def __init__(self, *, description=None, **node_kwargs) -> None:
+        super().__init__("safety", **node_kwargs)
+        self.config: SafetyConfig = declare_config(self, SafetyConfig)
+        self.description = description if description is not None else load_robot_description()
+        self.filter = SafetyFilter.from_description(self.description, self.config)
+        names = list(self.filter.names)
+        self._command_msg = Float64MultiArray()
+        self._command_pub = self.create_publisher(Float64MultiArray, COMMAND_TOPIC, qos.COMMAND)
+        self._trajectory_pub = None
+        if self.config.output_trajectory:
+            self._trajectory_pub = self.create_publisher(
+                JointTrajectory, TRAJECTORY_TOPIC, qos.COMMAND
+            )
+            self._trajectory_msg = JointTrajectory(joint_names=names)
+            point = JointTrajectoryPoint()
+            point.time_from_start.nanosec = int(self.config.dt * 1e9)
+            self._trajectory_msg.points = [point]
+        self._status_pub = self.create_publisher(SafetyStatus, "/safety/status", qos.STATUS)
+        self._diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.STATUS)
+        self.create_subscription(PolicyAction, "/policy/action", self._on_action, qos.COMMAND)
+        self.create_subscription(
+            JointState, "/joint_states", self._on_joint_state, qos.SENSOR_DATA
+        )
+        self.create_service(Trigger, "~/estop", self._on_estop)
+        self.create_service(Trigger, "~/reset", self._on_reset)
+        self._status_period = 1.0 / self.config.status_rate
+        self._last_status = -float("inf")
+        self._last_result_state = HOLDING
+        self.node_errors = 0
+        self.create_timer(self.config.dt, self._on_tick)
+        self.create_timer(1.0 / self.config.diagnostics_rate, self._publish_diagnostics)
+        self.get_logger().info(
+            f"safety filter on {len(names)} joints at {self.config.control_rate:g} Hz; "
+            f"command_timeout {self.config.command_timeout:g} s, state_timeout "
+            f"{self.config.state_timeout:g} s, workspace check "
+            f"{'on' if self.filter.workspace is not None else 'off'}"
+        )
+
+    def _now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    # ------------------------------------------------------------- inputs
+
+    def _on_action(self, msg: PolicyAction) -> None:
+        try:
+            refusal = self.filter.submit_command(
+                msg.values,
+                _seconds(msg.header.stamp),
+                self._now(),
+                msg.joint_names,
+                msg.policy_version,
+            )
+        except Exception as error:  # the filter refuses bad input itself; this is a bug
+            self._node_error("policy action", error)
+            self.filter.engage_estop(f"policy action handling failed: {error!r}")
+            return
+        if refusal is not None:
+            self.get_logger().warning(
+                f"policy action refused, holding: {refusal.describe()}",
+                throttle_duration_sec=1.0,
+            )
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        try:
+            refusal = self.filter.submit_named_state(
+                msg.name, msg.position, _seconds(msg.header.stamp), self._now()
+            )
+        except Exception as error:
+            self._node_error("joint state", error)
+            return
+        if refusal is not None:
+            self.get_logger().warning(
+                f"joint state refused, holding: {refusal.describe()}", throttle_duration_sec=1.0
+            )
+
+    def _on_estop(self, request, response):
+        self.filter.engage_estop("e-stop service")
+        self.get_logger().warning("e-stop engaged by service call; holding until ~/reset")
+        response.success = True
+        response.message = "e-stop latched; holding position until ~/reset succeeds."
+        return response
+
+    def _on_reset(self, request, response):
+        ok, message = self.filter.reset(self._now())
+        if ok:
+            self.get_logger().info(message)
+        else:
+            self.get_logger().warning(message)
+        response.success = ok
+        response.message = message
+        return response
+
+    # ------------------------------------------------------------- tick
+
+    def _on_tick(self) -> None:
+        try:
+            now = self._now()
+            result = self.filter.tick(now)
+            if result is None:
+                return  # no joint state yet: nothing safe to command
+            self._command_msg.data = result.command.tolist()
+            self._command_pub.publish(self._command_msg)
+            if self._trajectory_pub is not None:
+                self._trajectory_msg.points[0].positions = self._command_msg.data
+                self._trajectory_pub.publish(self._trajectory_msg)
+            if result.error:
+                self.get_logger().error(
+                    f"safety filter failed, braking to hold: {result.error}",
+                    throttle_duration_sec=1.0,
+                )
+            if result.changed and result.state != self._last_result_state:
+                self.get_logger().info(f"safety state: {STATE_NAMES[result.state]}")
+            self._last_result_state = result.state
+            if result.changed or now - self._last_status >= self._status_period:
+                self._last_status = now
+                self._status_pub.publish(self._status_message(result))
+        except Exception as error:
+            self._node_error("control tick", error)
+
+    def _node_error(self, where: str, error: BaseException) -> None:
+        self.node_errors += 1
+        self.get_logger().error(
+            f"safety node error in {where} (holding, not passing input): {error!r}",
+            throttle_duration_sec=1.0,
+        )
+
+    def _status_message(self, result) -> SafetyStatus:
+        msg = SafetyStatus()
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.state = result.state
+        msg.interventions = [
+            SafetyIntervention(
+                limit=item.limit,
+                joint=item.joint,
+                requested=item.requested,
+                allowed=item.allowed,
+                excess=item.excess,
+            )
+            for item in result.interventions
+        ]
+        msg.limited_joints = list(result.limited_joints)
+        msg.watchdog_tripped = result.watchdog_tripped
+        msg.estop_latched = result.estop_latched
+        msg.policy_version = result.policy_version
+        msg.command_age = min(result.command_age, 1e9)
+        msg.state_age = min(result.state_age, 1e9)
+        msg.interventions_total = sum(self.filter.counts.values())
+        return msg
+
+    def _publish_diagnostics(self) -> None:
+        try:
+            now = self._now()
+            f = self.filter
+            status = DiagnosticStatus()
+            status.name = "safety: filter"
+            status.hardware_id = self.description.name
+            state = self._last_result_state
+            if f.estop_latched:
+                status.level, status.message = DiagnosticStatus.ERROR, "e-stop latched"
+            elif not f.has_state:
+                status.level, status.message = DiagnosticStatus.WARN, "no joint state yet"
+            elif state == HOLDING:
+                status.level, status.message = DiagnosticStatus.WARN, "holding"
+            else:
+                status.level, status.message = DiagnosticStatus.OK, STATE_NAMES[state]
+            if state == ESTOP and not f.estop_latched:
+                status.message = "recovering from e-stop"
+            values = [
+                ("estop_latched", f.estop_latched),
+                ("command_age_s", f"{min(f.command_watchdog.age(now), 1e9):.3f}"),
+                ("state_age_s", f"{min(f.state_watchdog.age(now), 1e9):.3f}"),
+                ("watchdog_trips_command", f.command_watchdog.trips),
+                ("watchdog_trips_state", f.state_watchdog.trips),
+                ("filter_exceptions", f.exceptions),
+                ("node_errors", self.node_errors),
+                ("ticks", f.ticks),
+                ("interventions_total", sum(f.counts.values())),
+            ]
+            values += [(f"interventions_{reason}", f.counts[reason]) for reason in ALL_REASONS]
+            status.values = [KeyValue(key=key, value=str(value)) for key, value in values]
+            array = DiagnosticArray(status=[status])
+            array.header.stamp = self.get_clock().now().to_msg()
+            self._diagnostics_pub.publish(array)
+        except Exception as error:
+            self._node_error("diagnostics", error)
+
+
+def main(args=None) -> None:
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = SafetyNode()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()
