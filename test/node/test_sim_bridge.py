@@ -1,0 +1,130 @@
+"""sim_bridge in one process: topics, command rejection, services in lockstep."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from geometry_msgs.msg import PoseStamped
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rostest_helpers import spin_until, wait_for_publishers, wait_for_subscribers
+from sensor_msgs.msg import JointState
+from simreal_ros.msg import TaskStatus
+from simreal_ros.srv import GetDynamics, ResetEpisode, SetDynamics, StepSim
+from std_msgs.msg import Float64MultiArray
+
+from simreal_ros.nodes import qos
+from simreal_ros.nodes.sim_bridge import COMMAND_TOPIC, SimBridgeNode
+
+
+def make_bridge(context, **params) -> SimBridgeNode:
+    overrides = [Parameter("autostart", value=True)]
+    overrides += [Parameter(name, value=value) for name, value in params.items()]
+    return SimBridgeNode(context=context, parameter_overrides=overrides)
+
+
+def call(executor, client, request, timeout=10.0):
+    assert client.wait_for_service(timeout_sec=timeout)
+    future = client.call_async(request)
+    assert spin_until(executor, future.done, timeout)
+    return future.result()
+
+
+@pytest.fixture
+def probe(rclpy_context, executor):
+    node = Node("sim_bridge_probe", context=rclpy_context)
+    executor.add_node(node)
+    return node
+
+
+def test_free_running_bridge_publishes_joint_states_in_controller_order(executor, probe):
+    bridge = make_bridge(probe.context, seed=4)
+    executor.add_node(bridge)
+    received: list[JointState] = []
+    poses: list[PoseStamped] = []
+    probe.create_subscription(JointState, "/joint_states", received.append, qos.SENSOR_DATA)
+    probe.create_subscription(PoseStamped, "/object/pose", poses.append, qos.SENSOR_DATA)
+    assert spin_until(executor, lambda: len(received) >= 20 and poses, timeout=10.0)
+    message = received[-1]
+    assert list(message.name) == list(bridge.core.robot.joint_names)
+    assert len(message.position) == len(message.velocity) == len(message.effort) == 7
+    stamps = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for m in received]
+    assert all(b > a for a, b in itertools.pairwise(stamps))  # sim time moves on
+    assert np.allclose(message.position, bridge.core.robot.home_position, atol=1e-2)
+    assert 0.35 < poses[-1].pose.position.x < 0.6  # the cube, on the table in front
+
+
+def test_wrong_size_or_non_finite_command_is_rejected_and_not_applied(executor, probe):
+    bridge = make_bridge(probe.context, mode="lockstep")
+    executor.add_node(bridge)
+    publisher = probe.create_publisher(Float64MultiArray, COMMAND_TOPIC, qos.COMMAND)
+    assert wait_for_subscribers(executor, publisher)
+    step = probe.create_client(StepSim, "/sim_bridge/step")
+    home = bridge.core.robot.home_position
+    core = bridge.core
+
+    # One at a time: the command QoS keeps only the newest message.
+    publisher.publish(Float64MultiArray(data=[0.5] * 6))
+    assert spin_until(executor, lambda: core.commands_rejected >= 1, timeout=5.0)
+    publisher.publish(Float64MultiArray(data=[float("nan")] * 7))
+    assert spin_until(executor, lambda: core.commands_rejected >= 2, timeout=5.0)
+    call(executor, step, StepSim.Request(steps=300))
+    assert np.allclose(core.physics.joint_positions(), home, atol=1e-3)
+    assert core.commands_accepted == 0
+
+    target = home + np.array([0.3, -0.2, 0.2, 0.1, 0.1, -0.2, 0.02])
+    publisher.publish(Float64MultiArray(data=target.tolist()))
+    assert spin_until(executor, lambda: core.commands_accepted == 1, timeout=5.0)
+    response = call(executor, step, StepSim.Request(steps=1000))
+    assert response.success
+    assert np.allclose(core.physics.joint_positions(), target, atol=5e-3)
+
+
+def test_reset_step_and_dynamics_services_in_lockstep(executor, probe):
+    bridge = make_bridge(probe.context, mode="lockstep")
+    executor.add_node(bridge)
+    statuses: list[TaskStatus] = []
+    status_sub = probe.create_subscription(TaskStatus, "/task/status", statuses.append, qos.STATUS)
+    reset = probe.create_client(ResetEpisode, "/sim_bridge/reset")
+    step = probe.create_client(StepSim, "/sim_bridge/step")
+    set_dyn = probe.create_client(SetDynamics, "/sim_bridge/set_dynamics")
+    get_dyn = probe.create_client(GetDynamics, "/sim_bridge/get_dynamics")
+    core = bridge.core
+
+    first = call(executor, reset, ResetEpisode.Request(seed=3, condition="shifted"))
+    assert first.success and first.episode_id
+    cube = core.physics.object_position()
+    before = call(executor, step, StepSim.Request(steps=0)).sim_time
+    after = call(executor, step, StepSim.Request(steps=50))
+    assert after.success and after.sim_time == pytest.approx(before + 0.1)
+    again = call(executor, reset, ResetEpisode.Request(seed=3, condition="shifted"))
+    assert again.episode_id != first.episode_id
+    assert np.array_equal(core.physics.object_position(), cube)  # same seed, same episode
+    assert call(executor, step, StepSim.Request(steps=0)).sim_time >= after.sim_time  # no rewind
+    bad = call(executor, reset, ResetEpisode.Request(seed=3, condition="tuesday"))
+    assert not bad.success and "condition" in bad.message
+
+    assert wait_for_publishers(executor, status_sub)
+    call(executor, step, StepSim.Request(steps=100))
+    assert spin_until(executor, lambda: any(s.seed == 3 for s in statuses), timeout=5.0)
+    status = [s for s in statuses if s.seed == 3][-1]
+    assert status.condition == "shifted" and status.task == "push"
+    assert status.episode_id == again.episode_id and not status.done
+    assert status.goal.x > 0.3
+
+    ok = call(
+        executor,
+        set_dyn,
+        SetDynamics.Request(names=["mass.cube", "latency_steps"], values=[0.4, 3.0]),
+    )
+    assert ok.success, ok.message
+    values = call(executor, get_dyn, GetDynamics.Request())
+    table = dict(zip(values.names, values.values, strict=True))
+    assert table["mass.cube"] == pytest.approx(0.4) and table["latency_steps"] == 3.0
+    refused = call(executor, set_dyn, SetDynamics.Request(names=["mass.moon"], values=[1.0]))
+    assert not refused.success and "unknown dynamics parameter" in refused.message
+    twin = call(executor, set_dyn, SetDynamics.Request(profile="real_twin"))
+    assert twin.success
+    assert call(executor, get_dyn, GetDynamics.Request()).profile == "real_twin"
