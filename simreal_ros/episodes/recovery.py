@@ -25,6 +25,8 @@ from simreal_ros.episodes.metadata import METADATA_TOPIC, METADATA_TYPE, Episode
 from simreal_ros.episodes.typestore import project_typestore, register_definition
 
 MCAP_MAGIC = b"\x89MCAP0\r\n"
+POLICY_ACTION_TYPE = "simreal_ros/msg/PolicyAction"
+ACTION_TOPIC = "/policy/action"
 
 
 @dataclasses.dataclass
@@ -150,6 +152,7 @@ def recover_bag(bag_dir: Path, keep_original: bool = False) -> RecoveryReport:
     last_meta: EpisodeMetadata | None = None
     first_ns, last_ns = 0, 0
     scan = ScanResult({}, {}, Counter(), False, "")
+    seen: dict = {"steps": 0, "human": 0, "versions": []}
     try:
         for record in iter_mcap_records(source, scan):
             if not isinstance(record, Message):
@@ -163,6 +166,8 @@ def recover_bag(bag_dir: Path, keep_original: bool = False) -> RecoveryReport:
             last_ns = max(last_ns, record.log_time)
             if channel.topic == METADATA_TOPIC:
                 last_meta = _decode_metadata(store, record.data) or last_meta
+            elif scan.schemas[channel.schema_id].name == POLICY_ACTION_TYPE:
+                _count_action(store, channel.topic, record.data, seen)
         meta = last_meta or EpisodeMetadata(episode_id=_safe_id(bag_dir.name))
         if not meta.complete:
             meta.outcome = "incomplete"
@@ -171,6 +176,10 @@ def recover_bag(bag_dir: Path, keep_original: bool = False) -> RecoveryReport:
         meta.end_time_ns = meta.end_time_ns or last_ns or time.time_ns()
         meta.start_time_ns = meta.start_time_ns or first_ns
         meta.message_counts = {t: n for t, n in counts.items() if t != METADATA_TOPIC}
+        # Counted from the data: the start record knew none of this yet.
+        meta.steps = seen["steps"]
+        meta.human_interventions = seen["human"]
+        meta.policy_versions = list(dict.fromkeys(meta.policy_versions + seen["versions"]))
         # The record of the recovery itself, so readers of the MCAP alone see it too.
         meta_channel = next(
             (cid for cid, ch in scan.channels.items() if ch.topic == METADATA_TOPIC), None
@@ -235,6 +244,19 @@ def _add_connection(writer: Writer, store, scan: ScanResult, channel: Channel):
         serialization_format=channel.message_encoding or "cdr",
         offered_qos_profiles=parse_qos(qos_text) if qos_text else [],
     )
+
+
+def _count_action(store, topic: str, data: bytes, seen: dict) -> None:
+    try:
+        msg = store.deserialize_cdr(data, POLICY_ACTION_TYPE)
+    except Exception:
+        return
+    if topic == ACTION_TOPIC:
+        seen["steps"] += 1
+    if msg.human_intervention:
+        seen["human"] += 1
+    if msg.policy_version and msg.policy_version not in seen["versions"]:
+        seen["versions"].append(msg.policy_version)
 
 
 def _decode_metadata(store, data: bytes) -> EpisodeMetadata | None:

@@ -1,0 +1,73 @@
+"""What is in a data directory: episode bags, their state, metadata and message counts."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from simreal_ros.episodes.dataset import find_bags, read_metadata
+from simreal_ros.episodes.metadata import EpisodeMetadata
+from simreal_ros.episodes.recovery import bag_state, mcap_file, scan_mcap
+
+
+@dataclasses.dataclass
+class EpisodeEntry:
+    bag_dir: Path
+    state: str  # closed, unclosed (needs `simreal episodes recover`) or corrupt
+    metadata: EpisodeMetadata | None
+    size_bytes: int
+
+
+def list_episodes(data_dir: Path | str) -> list[EpisodeEntry]:
+    """Every episode bag under ``data_dir`` (a folder of bags, or one bag), oldest first."""
+    entries = []
+    for bag in find_bags(data_dir):
+        state = bag_state(bag)
+        meta = read_metadata(bag) if state != "corrupt" else None
+        size = sum(p.stat().st_size for p in bag.iterdir() if p.is_file())
+        entries.append(EpisodeEntry(bag, state, meta, size))
+    entries.sort(key=lambda e: (e.metadata.start_time_ns if e.metadata else 0, str(e.bag_dir)))
+    return entries
+
+
+def format_table(entries: list[EpisodeEntry]) -> str:
+    header = f"{'episode':36} {'state':9} {'source':9} {'cond':7} {'outcome':10} "
+    header += f"{'steps':>5} {'secs':>6} {'drop':>4} {'MiB':>7}  policy versions"
+    lines = [header]
+    for e in entries:
+        m = e.metadata
+        if m is None:
+            lines.append(f"{e.bag_dir.name:36} {e.state:9} (no readable metadata)")
+            continue
+        lines.append(
+            f"{m.episode_id:36} {e.state:9} {m.source:9} {m.condition or '-':7} "
+            f"{m.outcome or '-':10} {m.steps:5d} {m.duration_s:6.1f} {m.dropped:4d} "
+            f"{e.size_bytes / 2**20:7.1f}  {','.join(m.policy_versions) or '-'}"
+        )
+    successes = sum(1 for e in entries if e.metadata and e.metadata.success)
+    lines.append(f"{len(entries)} episodes, {successes} successes")
+    return "\n".join(lines)
+
+
+def episode_info(bag_dir: Path | str) -> dict:
+    """State, metadata and per-topic message counts (from the file itself) of one bag."""
+    bag_dir = Path(bag_dir)
+    state = bag_state(bag_dir)
+    info: dict = {"bag": str(bag_dir), "state": state}
+    if state == "corrupt":
+        return info
+    scan = scan_mcap(mcap_file(bag_dir))
+    info["topics"] = {
+        scan.channels[cid].topic: {
+            "type": scan.schemas[scan.channels[cid].schema_id].name
+            if scan.channels[cid].schema_id in scan.schemas
+            else "",
+            "messages": count,
+        }
+        for cid, count in sorted(scan.message_counts.items())
+    }
+    if scan.error:
+        info["read_stopped_at"] = scan.error
+    meta = read_metadata(bag_dir)
+    info["metadata"] = meta.to_dict() if meta else None
+    return info
