@@ -96,6 +96,7 @@ def save_checkpoint(
         )
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    staging.chmod(0o755)  # mkdtemp makes it private; a checkpoint is meant to be shared
     try:
         tensors = {
             ACTOR_FILE: {k: v.detach().contiguous() for k, v in model.actor.state_dict().items()},

@@ -232,7 +232,7 @@ class Pretrainer:
         self.actor_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.actor_opt.step()
-        return float(loss)
+        return float(loss.detach())
 
     def sac_step(self) -> dict[str, float]:
         batch = self._batch()
@@ -267,7 +267,11 @@ class Pretrainer:
         with torch.no_grad():
             for p, p_t in zip(critic.parameters(), self.target_critic.parameters(), strict=True):
                 p_t.mul_(1 - self.config.tau).add_(p, alpha=self.config.tau)
-        return {"critic": float(critic_loss), "bc": float(bc), "q": float(q_pi.mean())}
+        return {
+            "critic": float(critic_loss.detach()),
+            "bc": float(bc.detach()),
+            "q": float(q_pi.detach().mean()),
+        }
 
     # --- the schedule ---------------------------------------------------------------
 
