@@ -53,8 +53,8 @@ class Intervention:
 
 
 class TickResult:
-    """What one tick produced. ``command`` is the filter's buffer: convert it before the
-    next tick."""
+    """What one tick produced (a new object per tick). ``command`` is the filter's output
+    buffer, overwritten by the next tick: convert or copy it first."""
 
     __slots__ = (
         "changed",
@@ -132,7 +132,6 @@ class SafetyFilter:
         self.ticks = 0
         self.exceptions = 0
         self.last_error = ""
-        self._result = TickResult(self._out)
 
     @classmethod
     def from_description(cls, description, config: SafetyConfig | None = None) -> SafetyFilter:
@@ -366,7 +365,7 @@ class SafetyFilter:
         """The command for this control tick; None before the first joint state."""
         if not self._have_state:
             return None
-        result = self._result
+        result = TickResult(self._out)
         result.interventions = self._pending
         self._pending = []
         result.limited_joints = []

@@ -249,9 +249,10 @@ def test_diagnostics_report_counts_trips_and_ages(bench):
 
 def test_an_exception_in_the_filter_brakes_and_the_node_keeps_running(bench):
     target = HOME.copy()
-    target[0] += 1.0
-    bench.drive(0.4, action=target)
+    target[0] += 1.2
+    bench.drive(0.3, action=target)
     moving = bench.safety.filter.commanded_velocity[0]
+    at_fault = bench.safety.filter.commanded_position[0]
     assert moving > 0.5
 
     def broken(*args, **kwargs):
@@ -268,6 +269,8 @@ def test_an_exception_in_the_filter_brakes_and_the_node_keeps_running(bench):
     tail = bench.commands[before - 2 :]
     steps_ok(tail, 0.01)
     np.testing.assert_allclose(bench.commands[-1], bench.commands[-2], atol=1e-12)
+    braking = moving**2 / (2 * ROBOT.acceleration_limit[0]) + 2 * moving * 0.01
+    assert bench.commands[-1][0] <= at_fault + braking
     assert bench.commands[-1][0] < target[0] - 0.1
 
 

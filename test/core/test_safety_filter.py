@@ -1,0 +1,308 @@
+"""Safety filter core: one test per limit, per refusal and per configuration error."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from simreal_ros.robot.description import load_robot_description
+from simreal_ros.safety import (
+    ESTOP,
+    HOLDING,
+    LIMITED,
+    PASS,
+    JointLimits,
+    SafetyConfig,
+    SafetyFilter,
+    limits_from_description,
+)
+
+DT = 0.01
+NAMES = ("a", "b", "c")
+ROBOT = load_robot_description()
+
+
+def make_limits(**changes) -> JointLimits:
+    values = dict(
+        names=NAMES,
+        lower=[-1.0, -1.0, -1.0],
+        upper=[1.0, 1.0, 1.0],
+        velocity=[1.0, 2.0, 0.5],
+        acceleration=[10.0, 10.0, 10.0],
+        jerk=[1e6, 1e6, 1e6],
+        tracking_error=[0.5, 0.5, 0.5],
+    )
+    values.update(changes)
+    return JointLimits(**values)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def advance(self) -> float:
+        self.t += DT
+        return self.t
+
+
+def started(limits=None, q0=(0.0, 0.0, 0.0), **config) -> tuple[SafetyFilter, Clock]:
+    config.setdefault("control_rate", 1.0 / DT)
+    config.setdefault("command_timeout", 0.1)
+    config.setdefault("state_timeout", 0.1)
+    f = SafetyFilter(limits or make_limits(), SafetyConfig(**config))
+    clock = Clock()
+    assert f.tick(clock.t) is None  # nothing before the first joint state
+    assert f.submit_state(np.array(q0), clock.t, clock.t) is None
+    return f, clock
+
+
+def step(f: SafetyFilter, clock: Clock, command, measured=None):
+    now = clock.advance()
+    f.submit_state(f.commanded_position.copy() if measured is None else measured, now, now)
+    if command is not None:
+        f.submit_command(command, now, now)
+    result = f.tick(now)
+    return result.command.copy(), result
+
+
+def reasons(result) -> set[tuple[str, str]]:
+    return {(i.limit, i.joint) for i in result.interventions}
+
+
+def test_an_allowed_command_passes_bit_exactly():
+    f, clock = started()
+    command = np.array([0.0004, -0.0004, 0.0002])
+    out, result = step(f, clock, command)
+    assert np.array_equal(out, command)
+    assert result.state == PASS and result.interventions == []
+
+
+def test_acceleration_limits_the_first_step_from_rest():
+    f, clock = started()
+    out, result = step(f, clock, [0.5, 0.0, 0.0])
+    assert 0 < out[0] <= 10.0 * DT * DT + 1e-12
+    (item,) = result.interventions
+    assert (item.limit, item.joint) == ("acceleration", "a")
+    assert item.requested == pytest.approx(0.5 / DT / DT)
+    assert item.allowed == pytest.approx(10.0, rel=1e-6)
+    assert item.excess == pytest.approx(0.5 / DT / DT - 10.0, rel=1e-6)
+    assert result.state == LIMITED
+
+
+def test_velocity_limit_caps_a_long_move_and_names_the_joint():
+    f, clock = started()
+    outs = [step(f, clock, [0.9, 0.0, 0.0]) for _ in range(60)]
+    steps = np.diff([o[0] for o, _ in outs])
+    assert steps.max() <= 1.0 * DT * (1 + 1e-9)
+    velocity = [i for _, r in outs for i in r.interventions if i.limit == "velocity"]
+    assert velocity and all(i.joint == "a" for i in velocity)
+    assert velocity[0].allowed == pytest.approx(1.0, rel=1e-6)
+    assert velocity[0].excess == pytest.approx(velocity[0].requested - 1.0, rel=1e-6)
+
+
+def test_position_limit_clips_the_target_and_brakes_without_overshoot():
+    f, clock = started()
+    outs = [step(f, clock, [3.0, 0.0, 0.0]) for _ in range(300)]
+    positions = np.array([o[0] for o, _ in outs])
+    assert positions.max() <= 1.0
+    assert positions[-1] == pytest.approx(1.0, abs=1e-6)
+    clip = [i for _, r in outs for i in r.interventions if i.limit == "position"]
+    assert clip[0].requested == 3.0 and clip[0].allowed == 1.0 and clip[0].excess == 2.0
+    accelerations = np.diff(positions, 2) / DT / DT
+    assert np.abs(accelerations).max() <= 10.0 * (1 + 1e-6)
+
+
+def test_jerk_limit_smooths_a_small_step():
+    f, clock = started(make_limits(jerk=[100.0, 100.0, 100.0]))
+    out, result = step(f, clock, [0.0005, 0.0, 0.0])
+    assert ("jerk", "a") in reasons(result)
+    assert out[0] <= 100.0 * DT**3 * (1 + 1e-9)
+
+
+def test_jerk_yields_when_braking_needs_it():
+    # Low jerk: reaching the target without overshoot needs harder braking than jerk allows.
+    f, clock = started(make_limits(jerk=[20.0, 20.0, 20.0]))
+    outs = [step(f, clock, [0.3, 0.0, 0.0])[0][0] for _ in range(300)]
+    assert max(outs) <= 0.3 + 1e-9
+    assert f.limiter.relaxed[5] > 0  # the jerk limit was relaxed, and counted
+
+
+def test_tracking_error_keeps_the_command_near_a_lagging_arm():
+    f, clock = started()
+    measured = np.zeros(3)
+    for _ in range(200):
+        out, result = step(f, clock, [0.9, 0.0, 0.0], measured=measured)
+    assert abs(out[0] - measured[0]) <= 0.5 + 1e-9
+    assert any(i.limit == "tracking_error" for i in result.interventions) or result.state == PASS
+
+
+def test_refusals_hold_and_say_why():
+    f, clock = started()
+    for _ in range(20):
+        step(f, clock, [0.5, 0.0, 0.0])
+    v_before = f.commanded_velocity[0]
+    assert v_before > 0.1
+    now = clock.advance()
+    f.submit_state(f.commanded_position.copy(), now, now)
+    cases = [
+        (([0.1, float("nan"), 0.0], now, ()), "non_finite", "b"),
+        (([0.1, 0.0], now, ()), "wrong_size", ""),
+        (([0.1, 0.0, 0.0], now, ("a", "c", "b")), "joint_order", "b"),
+        (([0.1, 0.0, 0.0], now - 1.0, ()), "stale_command", ""),
+        (([0.1, 0.0, 0.0], 0.0, ()), "stale_command", ""),
+        (([0.1, 0.0, 0.0], now + 5.0, ()), "stale_command", ""),
+    ]
+    for (values, stamp, names), limit, joint in cases:
+        refusal = f.submit_command(values, stamp, now, names)
+        assert refusal is not None and (refusal.limit, refusal.joint) == (limit, joint)
+        assert limit in refusal.describe()
+    assert f.submit_command([0.1, 0.0, 0.0], now, now) is None
+    refusal = f.submit_command([0.1, 0.0, 0.0], now - 0.05, now)
+    assert refusal.limit == "out_of_order" and refusal.excess == pytest.approx(0.05)
+    result = f.tick(now)
+    assert result.state == HOLDING
+    assert {i.limit for i in result.interventions} >= {"non_finite", "wrong_size", "out_of_order"}
+    # Holding brakes within the acceleration limit: slower, but not a step to zero.
+    v_after = f.commanded_velocity[0]
+    assert v_before - 10.0 * DT * (1 + 1e-9) <= v_after < v_before
+
+
+def test_state_refusals_hold():
+    f, clock = started()
+    now = clock.advance()
+    assert f.submit_state([0.0, float("inf"), 0.0], now, now).limit == "state_non_finite"
+    assert f.submit_state([0.0, 0.0], now, now).limit == "state_wrong_size"
+    missing = f.submit_named_state(["a", "c"], [0.0, 0.0], now, now)
+    assert (missing.limit, missing.joint) == ("state_joint_missing", "b")
+    assert f.submit_named_state(["c", "x", "b", "a"], [3.0, 9.0, 2.0, 1.0], now, now) is None
+    np.testing.assert_array_equal(f._measured, [1.0, 2.0, 3.0])
+    assert f.submit_state([0.0, 0.0, 0.0], now - 1.0, now).limit == "state_out_of_order"
+    f.submit_command([0.0, 0.0, 0.0], now, now)
+    assert f.tick(now).state == HOLDING
+
+
+def test_watchdog_trips_once_and_recovers():
+    f, clock = started()
+    for _ in range(5):
+        step(f, clock, [0.0, 0.0, 0.0])
+    results = [step(f, clock, None)[1] for _ in range(30)]
+    stale = [i for r in results for i in r.interventions if i.limit == "stale_command"]
+    assert len(stale) == 1 and stale[0].allowed == 0.1 and stale[0].requested > 0.1
+    assert results[-1].watchdog_tripped and results[-1].state == HOLDING
+    assert f.command_watchdog.trips == 1
+    assert step(f, clock, [0.0, 0.0, 0.0])[1].state == PASS
+
+
+def test_estop_latches_until_a_reset_with_fresh_inputs():
+    f, clock = started()
+    step(f, clock, [0.0, 0.0, 0.0])
+    f.engage_estop("test")
+    out, result = step(f, clock, [0.5, 0.0, 0.0])
+    assert result.state == ESTOP and out[0] == 0.0
+    assert ("estop", "") in reasons(result)
+    for _ in range(20):
+        clock.advance()
+    ok, message = f.reset(clock.t)
+    assert not ok and "joint states are stale" in message and "policy actions are stale" in message
+    step(f, clock, [0.5, 0.0, 0.0])
+    ok, message = f.reset(clock.t)
+    assert ok, message
+    out, result = step(f, clock, [0.5, 0.0, 0.0])
+    assert out[0] > 0 and result.state == LIMITED
+
+
+def test_an_exception_brakes_instead_of_passing_the_request():
+    f, clock = started()
+    for _ in range(20):
+        step(f, clock, [0.5, 0.0, 0.0])
+    v_before = f.commanded_velocity[0]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected")
+
+    f.limiter.next_velocity = broken
+    _, result = step(f, clock, [0.9, 0.0, 0.0])
+    assert result.state == HOLDING and "injected" in result.error
+    assert ("exception", "") in reasons(result)
+    assert f.commanded_velocity[0] == pytest.approx(v_before - 10.0 * DT * (1 - 1e-9))
+
+
+def test_workspace_box_stops_the_tool_at_the_boundary():
+    f = SafetyFilter.from_description(ROBOT, SafetyConfig(command_timeout=0.1))
+    clock = Clock()
+    f.submit_state(ROBOT.home_position, clock.t, clock.t)
+    target = np.asarray(ROBOT.home_position) + 0.5
+    results = [step(f, clock, target) for _ in range(80)]
+    lower, upper = np.asarray(ROBOT.workspace_lower), np.asarray(ROBOT.workspace_upper)
+    for out, _ in results:
+        x = f.workspace.ee_position(out)
+        assert np.all(x >= lower - 2e-3) and np.all(x <= upper + 2e-3), x
+    assert any(i.limit == "workspace" for _, r in results for i in r.interventions)
+
+
+def test_keep_out_box_is_not_entered():
+    home_ee = np.array([0.45, 0.0, 0.2])
+    box = [0.30, -0.3, 0.0, 0.40, 0.3, 0.5]  # a wall between home and the base
+    f = SafetyFilter.from_description(ROBOT, SafetyConfig(keep_out_boxes=box))
+    clock = Clock()
+    f.submit_state(ROBOT.home_position, clock.t, clock.t)
+    target = np.asarray(ROBOT.home_position) + np.array([0.0, -0.3, 0.3, 0, 0, 0, 0])
+    hit = False
+    for _ in range(120):
+        out, result = step(f, clock, target)
+        x = f.workspace.ee_position(out)
+        inside = np.all(x > np.array(box[:3]) + 2e-3) and np.all(x < np.array(box[3:]) - 2e-3)
+        assert not inside, x
+        hit |= any(i.limit == "keep_out" for i in result.interventions)
+    assert hit
+    assert f.workspace.ee_position(np.asarray(ROBOT.home_position)) == pytest.approx(
+        home_ee, abs=0.01
+    )
+
+
+# ---------------------------------------------------------------- configuration errors
+
+
+def test_config_errors_name_the_value_and_why():
+    with pytest.raises(ValueError, match="lower limit 1 is not below the upper limit -1"):
+        make_limits(lower=[1.0, -1.0, -1.0], upper=[-1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match=r"velocity has 2 values for 3 joints"):
+        make_limits(velocity=[1.0, 1.0])
+    with pytest.raises(ValueError, match=r"velocity_limits\[2\] \(elbow_joint\) = 4 .*above"):
+        limits_from_description(ROBOT, SafetyConfig(velocity_limits=[1.0, 1.0, 4.0, 1, 1, 1, 0.1]))
+    with pytest.raises(ValueError, match="has 6 values but the robot has 7 joints"):
+        limits_from_description(ROBOT, SafetyConfig(acceleration_limits=[1.0] * 6))
+    with pytest.raises(ValueError, match="below its minimum"):
+        SafetyConfig(command_timeout=0.0)
+    with pytest.raises(ValueError, match="6 per box"):
+        SafetyConfig(keep_out_boxes=[0.0] * 5)
+    with pytest.raises(ValueError, match="excludes the home pose"):
+        SafetyFilter.from_description(ROBOT, SafetyConfig(workspace_upper=[0.85, 0.45, 0.1]))
+    with pytest.raises(ValueError, match="keep-out box contains the home"):
+        SafetyFilter.from_description(
+            ROBOT, SafetyConfig(keep_out_boxes=[0.4, -0.1, 0.1, 0.5, 0.1, 0.3])
+        )
+    with pytest.raises(ValueError, match=r"z lower 0\.7 is not below z upper 0\.6"):
+        SafetyFilter.from_description(
+            ROBOT, SafetyConfig(workspace_lower=[0.2, -0.45, 0.7], workspace_upper=[1, 1, 0.6])
+        )
+    with pytest.raises(ValueError, match="leaves no range"):
+        limits_from_description(ROBOT, SafetyConfig(margin_exempt_joints=[], position_margin=0.5))
+    missing = dataclasses.replace(ROBOT, joint_names=("no_such_joint", *ROBOT.joint_names[1:]))
+    with pytest.raises(ValueError, match="joint 'no_such_joint' is not in the robot model"):
+        SafetyFilter.from_description(missing, SafetyConfig())
+    near_limit = np.asarray(ROBOT.home_position).copy()
+    near_limit[1] = -0.01  # shoulder_lift, within 0.02 of its hard upper limit 0.0
+    with pytest.raises(ValueError, match=r"home position -0\.01 of joint shoulder_lift_joint"):
+        limits_from_description(
+            dataclasses.replace(ROBOT, home_position=near_limit), SafetyConfig()
+        )
+
+
+def test_default_limits_come_from_the_description_with_margin():
+    limits = limits_from_description(ROBOT, SafetyConfig(limit_scale=0.5))
+    np.testing.assert_allclose(limits.velocity, np.asarray(ROBOT.velocity_limit) * 0.5)
+    assert limits.upper[1] == pytest.approx(-0.02)
+    assert limits.lower[-1] == 0.0  # the gripper closes fully
