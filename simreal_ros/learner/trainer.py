@@ -545,14 +545,16 @@ class LearnerSession:
 
 # ---------------------------------------------------------------- evaluation in sim
 def policy_evaluator(config: LearnerConfig) -> Evaluator:
-    """The gate's evaluator: the policy package's parallel spawned-worker sim evaluation."""
-    from simreal_ros.policy.evaluate import evaluate_policy
+    """The gate's evaluator: the policy package's parallel spawned-worker sim evaluation
+    (the deployed, merged form of base + adapter, with the adapter's checksum checked)."""
+    from simreal_ros.policy.evaluate import PolicySource, evaluate_policy
 
     def evaluate(checkpoint_dir, adapter_dir, condition, seeds) -> EvaluationSummary:
+        source = PolicySource(
+            str(checkpoint_dir), None if adapter_dir is None else str(adapter_dir)
+        )
         result = evaluate_policy(
-            checkpoint_dir,
-            adapter_dir=adapter_dir,
-            task=config.task,
+            source,
             profile=config.screen_profile,
             condition=condition,
             seeds=list(seeds),
@@ -564,16 +566,12 @@ def policy_evaluator(config: LearnerConfig) -> Evaluator:
 
 
 def summary_from_evaluation(result) -> EvaluationSummary:
-    get = result.get if isinstance(result, dict) else lambda k, d=None: getattr(result, k, d)
-    per_seed = [bool(x) for x in (get("per_seed_success") or get("successes_per_seed") or [])]
-    episodes = int(get("episodes") or len(per_seed))
-    successes = get("successes")
-    successes = int(successes if successes is not None else sum(per_seed))
+    """``simreal_ros.policy.evaluate.EvaluationResult`` -> the gate's summary."""
     return EvaluationSummary(
-        episodes=episodes,
-        successes=successes,
-        mean_return=float(get("mean_return") or 0.0),
-        per_seed_success=per_seed,
+        episodes=int(result.episodes),
+        successes=int(result.successes),
+        mean_return=float(result.mean_return),
+        per_seed_success=[bool(r.success) for r in result.records],
     )
 
 
