@@ -1,0 +1,346 @@
+"""trial_runner node: drives labelled episodes through the running graph.
+
+Implements ``simreal_ros.trials.runner.TrialGraph`` over ROS: the sim bridge's reset
+service (or an operator prompt on the real profile), the recorder's start/stop services,
+/task/status for the end of an episode and /operator/takeover for human interventions.
+``~/label`` (StopEpisode) lets an operator end and label the running episode. The trial
+loop itself (``run_trials``) is core code; ``main`` runs it with this node's parameters.
+"""
+
+from __future__ import annotations
+
+import select
+import sys
+import threading
+import time
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.node import Node
+from std_srvs.srv import SetBool
+
+from simreal_ros.episodes.metadata import new_episode_id, normalize_failure_mode
+from simreal_ros.msg import PolicyAction, TaskStatus
+from simreal_ros.nodes import qos
+from simreal_ros.nodes.params import declare_config
+from simreal_ros.srv import GetDynamics, ResetEpisode, StartEpisode, StopEpisode
+from simreal_ros.trials.config import TrialRunnerConfig
+from simreal_ros.trials.runner import (
+    EpisodeResult,
+    KeyboardOperator,
+    Label,
+    TaskEnd,
+    label_from_task,
+    run_trials,
+    summarize,
+)
+
+
+class TrialRunnerNode(Node):
+    def __init__(self, operator: KeyboardOperator | None = None, **kwargs) -> None:
+        super().__init__("trial_runner", **kwargs)
+        self.config: TrialRunnerConfig = declare_config(self, TrialRunnerConfig)
+        group = ReentrantCallbackGroup()
+        cfg = self.config
+        self._reset = self.create_client(ResetEpisode, cfg.reset_service, callback_group=group)
+        self._dynamics = self.create_client(
+            GetDynamics, cfg.dynamics_service, callback_group=group
+        )
+        self._pause = self.create_client(SetBool, cfg.pause_service, callback_group=group)
+        self._start = self.create_client(StartEpisode, cfg.start_service, callback_group=group)
+        self._stop = self.create_client(StopEpisode, cfg.stop_service, callback_group=group)
+        self.create_subscription(
+            TaskStatus, cfg.task_status_topic, self._on_status, qos.STATUS, callback_group=group
+        )
+        # Best-effort matches both reliable and best-effort takeover publishers.
+        self.create_subscription(
+            PolicyAction, cfg.takeover_topic, self._on_takeover, qos.SENSOR_DATA
+        )
+        self.create_service(StopEpisode, "~/label", self._on_label, callback_group=group)
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.STATUS)
+        self.create_timer(1.0, self._on_diagnostics)
+        self.operator = operator
+        if operator is None and cfg.profile == "real" and cfg.keyboard:
+            self.operator = KeyboardOperator()
+        self._cond = threading.Condition()
+        self._episode_id = ""
+        self._end = TaskEnd()
+        self._last_step = -1
+        self._takeovers = 0
+        self._recording = False
+        self._source, self._dyn_profile = cfg.source, ""
+        self._dynamics_available = True
+        self._pause_available = cfg.profile == "sim"
+        self._paused = False
+        self.results: list[EpisodeResult] = []
+
+    # ---- ROS plumbing ---------------------------------------------------------------------
+
+    def _call(self, client, request, what: str, timeout: float | None = None):
+        timeout = timeout or self.config.service_timeout_s
+        if not client.wait_for_service(timeout_sec=timeout):
+            raise TimeoutError(
+                f"{what} service {client.srv_name} is not available after {timeout:.0f} s; "
+                "is that node running?"
+            )
+        done = threading.Event()
+        future = client.call_async(request)
+        future.add_done_callback(lambda _: done.set())
+        if not done.wait(timeout):
+            client.remove_pending_request(future)
+            raise TimeoutError(f"{what} service {client.srv_name} did not answer in {timeout} s.")
+        return future.result()
+
+    def _on_status(self, msg: TaskStatus) -> None:
+        with self._cond:
+            if not self._episode_id or (msg.episode_id and msg.episode_id != self._episode_id):
+                return
+            end = self._end
+            if msg.step != self._last_step:  # count each control step's reward once
+                self._last_step = msg.step
+                end.total_reward += msg.reward
+            end.steps = max(end.steps, int(msg.step))
+            if msg.done:
+                end.done, end.success, end.truncated = True, bool(msg.success), msg.truncated
+                self._cond.notify_all()
+
+    def _on_takeover(self, msg: PolicyAction) -> None:
+        with self._cond:
+            if self._episode_id and msg.human_intervention:
+                self._takeovers += 1
+
+    def _on_label(self, request, response):
+        outcome = request.outcome or ("success" if request.success else "failure")
+        with self._cond:
+            if not self._recording:
+                response.success, response.message = False, "no episode is running."
+                return response
+            if outcome not in ("success", "failure", "aborted"):
+                response.success = False
+                response.message = f"outcome {outcome!r} must be success, failure or aborted."
+                return response
+            self._end.label = Label(
+                outcome,
+                outcome == "success",
+                normalize_failure_mode(request.failure_mode),
+                request.note,
+            )
+            self._cond.notify_all()
+        response.success = True
+        response.message = f"episode {self._episode_id} labelled {outcome}; it ends now."
+        return response
+
+    # ---- TrialGraph -----------------------------------------------------------------------
+
+    def _source_labels(self) -> tuple[str, str]:
+        if self.config.profile == "real":
+            return self.config.source or "real", ""
+        profile = ""
+        if self._dynamics_available:
+            try:
+                answer = self._call(self._dynamics, GetDynamics.Request(), "get_dynamics", 2.0)
+                profile = answer.profile
+            except TimeoutError:
+                self._dynamics_available = False  # an older bridge: label by config only
+        # The real_twin dynamics profile is a simulated stand-in, never the physical arm.
+        return self.config.source or ("real_twin" if profile == "real_twin" else "sim"), profile
+
+    def _set_paused(self, paused: bool) -> None:
+        if not self._pause_available:
+            return
+        try:
+            answer = self._call(self._pause, SetBool.Request(data=paused), "pause", 2.0)
+        except TimeoutError:
+            self._pause_available = False  # a bridge without pause: record from the reset on
+            self.get_logger().warning(
+                f"{self.config.pause_service} not available: episodes start running before "
+                "recording starts (a few ms of each episode may be missing from its bag)"
+            )
+            return
+        self._paused = paused and answer.success
+
+    def reset(self, seed: int, condition: str, episode_id: str) -> str:
+        # Our own id, set before the reset, so the first /task/status of the episode counts.
+        episode_id = episode_id or new_episode_id(self.config.profile)
+        with self._cond:
+            self._episode_id, self._end, self._last_step = episode_id, TaskEnd(), -1
+            self._takeovers = 0
+        self._source, self._dyn_profile = self._source_labels()
+        if self.config.profile == "real":
+            if self.operator is not None:
+                self.operator.confirm_reset(len(self.results), seed, condition)
+            return episode_id
+        self._set_paused(True)
+        request = ResetEpisode.Request(seed=seed, condition=condition, episode_id=episode_id)
+        answer = self._call(self._reset, request, "reset")
+        if not answer.success:
+            self._set_paused(False)
+            raise RuntimeError(f"sim bridge refused the reset: {answer.message}")
+        if answer.episode_id and answer.episode_id != episode_id:
+            with self._cond:
+                self._episode_id = answer.episode_id
+        return answer.episode_id or episode_id
+
+    def start_recording(self, episode_id: str, condition: str, seed: int) -> str:
+        request = StartEpisode.Request(
+            episode_id=episode_id,
+            condition=condition,
+            source=self._source,
+            profile=self._dyn_profile,
+            task=self.config.task,
+            seed=seed,
+        )
+        try:
+            answer = self._call(self._start, request, "recorder start")
+        finally:
+            if self._paused:
+                self._set_paused(False)
+        if not answer.success:
+            raise RuntimeError(f"recorder refused to start: {answer.message}")
+        self._recording = True
+        return answer.bag_path
+
+    def wait_for_end(self, episode_id: str, timeout_s: float) -> TaskEnd:
+        deadline = time.monotonic() + timeout_s
+        keyboard = self.config.profile == "real" and self.operator is not None
+        if keyboard:
+            print(
+                "Running. Press Enter to end the episode (it also ends on /task/status done, "
+                "~/label or the timeout).",
+                file=sys.stderr,
+                flush=True,
+            )
+        with self._cond:
+            while True:
+                end = self._end
+                if end.done or end.label is not None:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    end.timed_out = True
+                    break
+                self._cond.wait(min(remaining, 0.1))
+                if keyboard and _enter_pressed():
+                    break
+        return end
+
+    def label(self, end: TaskEnd) -> Label:
+        if end.label is not None:
+            return end.label
+        if self.config.profile == "real" and self.operator is not None:
+            return self.operator.ask_label(end)
+        return label_from_task(end, self.config.timeout_s)
+
+    def stop_recording(self, label: Label) -> dict:
+        request = StopEpisode.Request(
+            outcome=label.outcome,
+            success=label.success,
+            failure_mode=label.failure_mode,
+            note=label.note,
+        )
+        answer = self._call(self._stop, request, "recorder stop")
+        self._recording = False
+        if not answer.success:
+            raise RuntimeError(f"recorder refused to stop: {answer.message}")
+        e = answer.episode
+        return {
+            "episode_id": e.episode_id,
+            "bag_path": e.bag_path,
+            "messages": e.messages,
+            "dropped": e.dropped,
+            "policy_versions": list(e.policy_versions),
+            "steps": e.steps,
+        }
+
+    def human_interventions(self) -> int:
+        with self._cond:
+            return self._takeovers
+
+    # ---- running --------------------------------------------------------------------------
+
+    def run(self, progress: bool = True) -> list[EpisodeResult]:
+        """Run the configured episodes (seeds seed .. seed + episodes - 1)."""
+        cfg = self.config
+        seeds = [cfg.seed + k for k in range(cfg.episodes)]
+        try:
+            results = run_trials(
+                self, cfg.episodes, cfg.condition, seeds, cfg.timeout_s, self.label, progress
+            )
+        except KeyboardInterrupt:
+            if self._recording:
+                self.stop_recording(Label("aborted", False, "", "trial runner interrupted"))
+            raise
+        self.results.extend(results)
+        return results
+
+    def _on_diagnostics(self) -> None:
+        successes = sum(r.success for r in self.results)
+        status = DiagnosticStatus(
+            name="trial_runner: trials",
+            hardware_id="trial_runner",
+            level=DiagnosticStatus.OK,
+            message=f"episode {self._episode_id}" if self._recording else "idle",
+        )
+        status.values = [
+            KeyValue(key="profile", value=self.config.profile),
+            KeyValue(key="condition", value=self.config.condition),
+            KeyValue(key="episodes_done", value=str(len(self.results))),
+            KeyValue(key="successes", value=str(successes)),
+            KeyValue(key="recording", value=str(self._recording).lower()),
+        ]
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = self.get_clock().now().to_msg()
+        self._diag_pub.publish(array)
+
+
+def _enter_pressed() -> bool:
+    try:
+        ready, _, _ = select.select([sys.stdin], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    if ready:
+        sys.stdin.readline()
+        return True
+    return False
+
+
+class SpinningNode:
+    """A node spun by a MultiThreadedExecutor in a background thread (for blocking callers)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.executor = MultiThreadedExecutor(num_threads=2, context=node.context)
+        self.executor.add_node(node)
+        self._thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.executor.shutdown()
+        self._thread.join(timeout=5.0)
+        self.node.destroy_node()
+
+
+def main(args=None) -> int:
+    rclpy.init(args=args)
+    spinning = None
+    try:
+        node = TrialRunnerNode()
+        spinning = SpinningNode(node)
+        results = node.run()
+        print(summarize(results), flush=True)
+        return 1 if any(r.error for r in results) else 0
+    except KeyboardInterrupt:
+        return 130
+    except (ValueError, TimeoutError) as error:
+        print(f"trial_runner: {error}", file=sys.stderr, flush=True)
+        return 2
+    finally:
+        if spinning is not None:
+            spinning.close()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

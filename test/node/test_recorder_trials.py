@@ -1,0 +1,169 @@
+"""trial_runner + recorder in one process against a fake sim bridge (reset + /task/status)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+import rclpy
+import yaml
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import JointState
+from simreal_ros.msg import PolicyAction, TaskStatus
+from simreal_ros.srv import ResetEpisode, StopEpisode
+from std_srvs.srv import SetBool
+
+from simreal_ros.episodes.dataset import read_episode
+from simreal_ros.episodes.metadata import EpisodeMetadata
+from simreal_ros.nodes import qos
+from simreal_ros.nodes.recorder import RecorderNode
+from simreal_ros.nodes.trial_runner import TrialRunnerNode
+from simreal_ros.trials.runner import run_trials
+
+JOINTS = [f"j{i}" for i in range(7)]
+
+
+class FakeBridge:
+    """Publishes a 100 Hz episode that ends (done) after `steps`; even seeds succeed."""
+
+    def __init__(self, context, steps=8, hang_seeds=()):
+        self.node = rclpy.create_node("sim_bridge", context=context)
+        self.steps = steps
+        self.hang_seeds = set(hang_seeds)
+        self.episode_id, self.seed, self.step = "", 0, 0
+        self.status = self.node.create_publisher(TaskStatus, "/task/status", qos.STATUS)
+        self.joints = self.node.create_publisher(JointState, "/joint_states", qos.STATE)
+        self.action = self.node.create_publisher(PolicyAction, "/policy/action", qos.COMMAND)
+        self.takeover = self.node.create_publisher(PolicyAction, "/operator/takeover", qos.COMMAND)
+        self.paused = False
+        self.node.create_service(ResetEpisode, "~/reset", self.on_reset)
+        self.node.create_service(SetBool, "~/pause", self.on_pause)
+        self.node.create_timer(0.01, self.tick)
+        self.lock = threading.Lock()
+
+    def on_reset(self, request, response):
+        with self.lock:
+            self.episode_id = request.episode_id or f"fake-{request.seed}"
+            self.seed, self.step = request.seed, 0
+        response.success, response.episode_id = True, self.episode_id
+        return response
+
+    def on_pause(self, request, response):
+        self.paused = request.data
+        response.success = True
+        return response
+
+    def tick(self):
+        with self.lock:
+            if not self.episode_id or self.step > self.steps or self.paused:
+                return
+            self.step += 1
+            step, seed, episode_id = self.step, self.seed, self.episode_id
+        js = JointState(name=JOINTS, position=[float(step)] * 7, velocity=[0.0] * 7)
+        js.header.stamp.sec, js.header.stamp.nanosec = seed + 1, step
+        self.joints.publish(js)
+        action = PolicyAction(policy_version="v3", sequence=step, values=[0.1] * 7)
+        action.header.stamp = js.header.stamp
+        self.action.publish(action)
+        if seed == 1 and step == 2:
+            self.takeover.publish(PolicyAction(values=[0.2] * 7, human_intervention=True))
+        if seed in self.hang_seeds:
+            return
+        done = step == self.steps
+        self.status.publish(
+            TaskStatus(
+                episode_id=episode_id,
+                step=step,
+                reward=-1.0,
+                done=done,
+                success=done and seed % 2 == 0,
+                truncated=done and seed % 2 == 1,
+            )
+        )
+
+
+@pytest.fixture
+def running_graph(rclpy_context, tmp_path):
+    recorder = RecorderNode(
+        context=rclpy_context,
+        parameter_overrides=[
+            Parameter("data_dir", value=str(tmp_path)),
+            Parameter("joint_names", value=JOINTS),
+            Parameter("min_free_disk_mb", value=0.0),
+        ],
+    )
+    bridge = FakeBridge(rclpy_context, hang_seeds=(4,))
+    runner = TrialRunnerNode(
+        context=rclpy_context,
+        parameter_overrides=[
+            Parameter("service_timeout_s", value=5.0),
+            Parameter("dynamics_service", value="/nobody/get_dynamics"),
+        ],
+    )
+    executor = MultiThreadedExecutor(num_threads=3, context=rclpy_context)
+    for node in (recorder, bridge.node, runner):
+        executor.add_node(node)
+    thread = threading.Thread(target=executor.spin, daemon=True)
+    thread.start()
+    try:
+        yield runner, executor
+    finally:
+        executor.shutdown()
+        thread.join(timeout=5.0)
+        for node in (runner, bridge.node, recorder):
+            node.destroy_node()
+
+
+def test_five_labelled_episodes_through_reset_record_and_task_status(running_graph):
+    runner, _ = running_graph
+    results = run_trials(runner, 5, "train", seeds=range(5), timeout_s=1.5, progress=False)
+    assert [r.error for r in results] == [""] * 5
+    assert [r.outcome for r in results] == ["success", "failure", "success", "failure", "failure"]
+    assert [r.steps for r in results[:4]] == [8] * 4
+    assert results[4].timed_out  # seed 4: the fake bridge never says done
+    assert results[1].human_interventions == 1
+    assert "human takeover" in results[1].note
+    for r in results:
+        info = yaml.safe_load(Path(r.bag_path, "metadata.yaml").read_text())
+        meta = EpisodeMetadata.from_custom_data(info["rosbag2_bagfile_information"]["custom_data"])
+        assert meta.outcome == r.outcome and meta.complete and meta.source == "sim"
+        assert meta.policy_versions == ["v3"] and meta.dropped == 0
+        assert r.messages == sum(meta.message_counts.values())
+    data = read_episode(results[0].bag_path, JOINTS)
+    assert len(data) >= 1 and data.dones[-1]
+    takeover = read_episode(results[1].bag_path, JOINTS)
+    assert takeover.human_interventions.any()
+
+
+def test_operator_label_service_ends_the_running_episode(running_graph, rclpy_context):
+    runner, executor = running_graph
+    caller = rclpy.create_node("operator", context=rclpy_context)
+    executor.add_node(caller)
+    client = caller.create_client(StopEpisode, "/trial_runner/label")
+    answers = []
+
+    def label_soon():
+        assert client.wait_for_service(timeout_sec=5.0)
+        # Wait until the episode is recording, then label it as an operator would.
+        while not runner._recording:
+            threading.Event().wait(0.01)
+        request = StopEpisode.Request(
+            outcome="failure", failure_mode="action convention mismatch", note="joints swapped"
+        )
+        done = threading.Event()
+        future = client.call_async(request)
+        future.add_done_callback(lambda _: done.set())
+        assert done.wait(10.0)
+        answers.append(future.result())
+
+    thread = threading.Thread(target=label_soon)
+    thread.start()
+    results = run_trials(runner, 1, "shifted", seeds=[4], timeout_s=10.0, progress=False)
+    thread.join(timeout=10.0)
+    assert answers and answers[0].success, answers
+    result = results[0]
+    assert result.outcome == "failure" and not result.timed_out
+    assert result.failure_mode == "action_convention_mismatch"
+    assert result.note == "joints swapped" and result.duration_s < 8.0
