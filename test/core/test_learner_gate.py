@@ -1,0 +1,160 @@
+"""The screening gate: the promotion rule on numbers, and sabotaged candidates rejected.
+
+The end-to-end part screens real adapter directories through ``gate.screen`` with an
+evaluator on the toy system (test/core/learner_toy.py); the same gate runs with the
+policy package's MuJoCo evaluation in test_learner_session.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from core.learner_toy import (
+    REAL_BIAS,
+    invert_layer,
+    optimal_action,
+    pretrained_actor,
+    rollouts,
+    success_rate,
+)
+
+from simreal_ros.learner import lora
+from simreal_ros.learner.bc import BehaviourCloning
+from simreal_ros.learner.gate import EvaluationSummary, GateDecision, decide, screen
+
+
+def summary(successes, episodes=20, mean_return=0.0):
+    return EvaluationSummary(episodes, successes, mean_return)
+
+
+def test_promotes_when_ci_clears_threshold_and_not_worse_than_running():
+    decision = decide(
+        {"train": summary(18), "shifted": summary(16)},
+        {"train": summary(17), "shifted": summary(15)},
+        ci_low_threshold=0.5,
+        tolerance=0.1,
+    )
+    assert decision.promoted, decision.reason
+    assert decision.reason.startswith("promoted")
+    train = decision.results[0]
+    assert train.ci_low == pytest.approx(0.6990, abs=1e-3)  # Wilson 95% for 18/20
+    assert train.baseline_success_rate == pytest.approx(0.85)
+
+
+def test_rejects_a_low_ci_lower_bound_with_the_numbers():
+    decision = decide({"train": summary(11)}, {"train": summary(5)}, 0.5, 0.1)
+    assert not decision.promoted
+    assert "11/20" in decision.reason and "below 0.50" in decision.reason
+
+
+def test_rejects_a_candidate_worse_than_the_running_policy_beyond_tolerance():
+    decision = decide(
+        {"train": summary(17), "shifted": summary(12)},
+        {"train": summary(17), "shifted": summary(18)},
+        ci_low_threshold=0.2,
+        tolerance=0.1,
+    )
+    assert not decision.promoted
+    assert "shifted" in decision.reason and "worse than the running policy" in decision.reason
+    assert decision.results[0].passed and not decision.results[1].passed_tolerance
+    # Within tolerance passes.
+    assert decide({"train": summary(16)}, {"train": summary(17)}, 0.2, 0.1).promoted
+
+
+def test_decision_round_trips_through_json_form():
+    decision = decide({"train": summary(18)}, {"train": summary(17)}, 0.5, 0.1, "randomized")
+    again = GateDecision.from_dict(decision.to_dict())
+    assert again == decision
+
+
+def test_missing_baseline_or_empty_screen_is_an_error():
+    with pytest.raises(ValueError, match="running-policy"):
+        decide({"train": summary(1)}, {}, 0.5, 0.1)
+    with pytest.raises(ValueError, match="no screening results"):
+        decide({}, {}, 0.5, 0.1)
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """Base actor plus three candidate adapters on disk: good, inverted, mislabelled."""
+    torch.manual_seed(0)
+    actor = pretrained_actor(hidden=(32, 32))
+    root = tmp_path_factory.mktemp("adapters")
+    demos = rollouts(lambda o: optimal_action(o, REAL_BIAS), 20, REAL_BIAS, 0.0, 2, "real")
+    good = lora.wrap(actor, rank=4, alpha=8)
+    BehaviourCloning(good, demos, learning_rate=3e-3, batch_size=64, sim_replay=False).train(300)
+    lora.save(good, root / "good")
+    inverted = lora.wrap(actor, rank=4, alpha=8)
+    invert_layer(inverted)
+    lora.save(inverted, root / "inverted")
+    mislabelled = demos.subset(np.arange(len(demos)))
+    mislabelled.actions = -mislabelled.actions  # e.g. a sign convention flipped in logging
+    bad = lora.wrap(actor, rank=4, alpha=8)
+    BehaviourCloning(bad, mislabelled, learning_rate=3e-3, batch_size=64, sim_replay=False).train(
+        300
+    )
+    lora.save(bad, root / "mislabelled")
+    return actor, root
+
+
+def toy_evaluator(actor):
+    calls = []
+
+    def evaluate(checkpoint_dir, adapter_dir, condition, seeds):
+        calls.append((adapter_dir, condition))
+        policy = actor if adapter_dir is None else lora.merged(lora.load(actor, adapter_dir))
+        bias = REAL_BIAS if condition == "train" else REAL_BIAS + 0.1
+        rows = success_rate(policy, seeds, bias=bias)
+        return EvaluationSummary(
+            len(rows), sum(s for s, _ in rows), float(np.mean([r for _, r in rows])),
+            [bool(s) for s, _ in rows],
+        )  # fmt: skip
+
+    evaluate.calls = calls
+    return evaluate
+
+
+def screen_toy(actor, adapter, running=None, cache=None):
+    return screen(
+        toy_evaluator(actor), None, adapter, running, ["train", "shifted"],
+        list(range(100, 140)), ci_low_threshold=0.4, tolerance=0.1, baseline_cache=cache,
+    )  # fmt: skip
+
+
+def test_a_good_candidate_is_promoted(toy):
+    actor, root = toy
+    decision = screen_toy(actor, root / "good")
+    assert decision.promoted, decision.reason
+
+
+def test_an_adapter_inverting_the_action_head_is_rejected(toy):
+    actor, root = toy
+    merged = lora.merged(lora.load(actor, root / "inverted"))
+    obs = torch.randn(8, 2)
+    with torch.no_grad():  # the sabotage really flips the head: W' = -W
+        features = actor.trunk(obs)
+        bias = actor.mean_head.bias
+        torch.testing.assert_close(
+            merged.mean_head(features) - bias, -(actor.mean_head(features) - bias)
+        )
+    decision = screen_toy(actor, root / "inverted")
+    assert not decision.promoted
+    assert "rejected" in decision.reason and "0/40" in decision.reason
+
+
+def test_a_candidate_trained_on_mislabelled_actions_is_rejected(toy):
+    actor, root = toy
+    decision = screen_toy(actor, root / "mislabelled")
+    assert not decision.promoted, decision.reason
+    assert all(not r.passed for r in decision.results)
+
+
+def test_running_policy_is_screened_once_per_seed_set(toy):
+    actor, root = toy
+    cache = {}
+    evaluator = toy_evaluator(actor)
+    for name in ("good", "inverted"):
+        screen(evaluator, None, root / name, None, ["train"], [1, 2, 3], 0.0, 1.0,
+               baseline_cache=cache)  # fmt: skip
+    assert [c for c in evaluator.calls if c[0] is None] == [(None, "train")]
