@@ -82,3 +82,16 @@ def test_reach_task_and_sparse_reward():
     assert abs(observation["goal_position"][1]) >= 0.2
     _, reward, *_ = env.step(observation["joint_position"])
     assert reward == 0.0
+
+
+def test_rgb_array_render_shows_the_scene():
+    env = ArmTaskEnv(task="push", render_mode="rgb_array")
+    env.reset(seed=0)
+    try:
+        frame = env.render()
+    except RuntimeError as error:  # no headless GL backend on this machine
+        pytest.skip(str(error))
+    finally:
+        env.close()
+    assert frame.shape == (240, 320, 3) and frame.dtype == np.uint8
+    assert frame.std() > 1.0
