@@ -167,7 +167,10 @@ class ActorCriticFineTuner:
         q = actor_head(torch.minimum(q1, q2), self.horizon)
         actor_loss = (alpha * log_prob - q).mean()
         total = actor_loss
-        metrics = {"actor_loss": float(actor_loss.detach()), "entropy": float(-log_prob.detach().mean())}
+        metrics = {
+            "actor_loss": float(actor_loss.detach()),
+            "entropy": float(-log_prob.detach().mean()),
+        }
         if self.bc_regulariser > 0:
             keep = batch.is_real & ((batch.interventions > 0) | (batch.episode_success > 0))
             if keep.any():

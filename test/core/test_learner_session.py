@@ -1,0 +1,140 @@
+"""A learning round end to end on the real stack: MuJoCo transitions, a real checkpoint,
+peft adapters, the policy package's sim evaluation as the gate, the atomic store."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from simreal_ros.learner import lora
+from simreal_ros.learner.config import LearnerConfig
+from simreal_ros.learner.gate import EvaluationSummary
+from simreal_ros.learner.replay import Transitions
+from simreal_ros.learner.trainer import (
+    LearnerSession,
+    collect_sim_transitions,
+    policy_evaluator,
+)
+from simreal_ros.policy import checkpoint as ckpt
+from simreal_ros.policy.model import ActorCritic, Architecture
+from simreal_ros.policy.spec import default_spec
+from simreal_ros.robot.description import load_robot_description
+
+GAMMA = 0.95
+
+
+@pytest.fixture(scope="module")
+def base_dir(tmp_path_factory):
+    robot = load_robot_description()
+    spec = default_spec(robot, "push")
+    torch.manual_seed(0)
+    model = ActorCritic(Architecture(spec.obs_dim, spec.act_dim, (32, 32), (32, 32)))
+    directory = tmp_path_factory.mktemp("ckpt") / "push"
+    ckpt.save_checkpoint(
+        directory, model, spec, version="base-test", gamma=GAMMA, training={"test": True}
+    )
+    return directory
+
+
+@pytest.fixture(scope="module")
+def data(base_dir):
+    base = ckpt.load_checkpoint(base_dir)
+    sim = collect_sim_transitions(base, "push", 2, seed=0, episode_seconds=1.0)
+    real = collect_sim_transitions(
+        base, "push", 2, seed=50, profile="real_twin", episode_seconds=1.0
+    )
+    real.sources = np.asarray(["real_twin"] * len(real))
+    real.episode_success[: len(real) // 2] = True  # give BC something to clone
+    real.interventions[3:6] = True
+    return sim, real
+
+
+def config(tmp_path, base_dir, **changes):
+    values = dict(
+        checkpoint_dir=str(base_dir), store_root=str(tmp_path / "models"), updates_per_round=15,
+        batch_size=16, critic_warmup_updates=5, screen_seeds=2, screen_conditions=["train"],
+        screen_workers=1, screen_profile="nominal", promote_ci_low=0.0, promote_tolerance=1.0,
+        ewc=True, ewc_fisher_samples=16,
+    )  # fmt: skip
+    values.update(changes)
+    return LearnerConfig(**values)
+
+
+def copy_of(t: Transitions) -> Transitions:
+    return t.subset(np.arange(len(t)))
+
+
+@pytest.mark.parametrize(("method", "horizon"), [("sgft", 3), ("rl", 0), ("bc", 0)])
+def test_round_trains_screens_in_mujoco_stores_and_promotes(
+    tmp_path, base_dir, data, method, horizon
+):
+    sim, real = data
+    cfg = config(tmp_path, base_dir, method=method, horizon=horizon)
+    session = LearnerSession(cfg, sim_data=copy_of(sim))
+    result = session.run_round(
+        copy_of(real), policy_evaluator(cfg), manifest=[{"episode_id": "x"}]
+    )
+    assert result.decision.promoted, result.decision.reason
+    stored = result.stored
+    assert session.store.current() == stored.version == "v0001"
+    meta = stored.metadata
+    assert meta["method"] == method and meta["parent_version"] is None
+    assert meta["base_version"] == "base-test" and meta["gamma"] == GAMMA
+    assert meta["data_manifest"]["transitions_by_source"] == {
+        "sim": len(sim), "real_twin": len(real)
+    }  # fmt: skip
+    assert meta["hyperparameters"]["ewc"] is True and meta["metrics"]["ewc"] == 1.0
+    assert stored.screening["results"][0]["episodes"] == 2
+    # What the policy node loads is what the learner trained.
+    merged = ckpt.load_actor_with_adapter(base_dir, stored.path)
+    obs = torch.as_tensor(real.obs[:5])
+    with torch.no_grad():
+        torch.testing.assert_close(merged(obs), lora.inner(session.actor_peft)(obs), atol=1e-5,
+                                   rtol=1e-5)  # fmt: skip
+    if method == "sgft":
+        assert meta["reward_scale"] > 0 and "sim transitions" in meta["reward_scale_source"]
+
+
+def test_a_rejected_candidate_is_stored_and_training_continues_from_the_running_one(
+    tmp_path, base_dir, data
+):
+    sim, real = data
+    cfg = config(tmp_path, base_dir, method="bc", updates_per_round=5, promote_tolerance=0.1)
+    session = LearnerSession(cfg, sim_data=copy_of(sim))
+    before = {k: v.clone() for k, v in lora.adapter_state(session.actor_peft).items()}
+
+    def always_fails(checkpoint_dir, adapter_dir, condition, seeds):
+        return EvaluationSummary(len(seeds), 0 if adapter_dir is not None else len(seeds), 0.0)
+
+    result = session.run_round(copy_of(real), always_fails)
+    assert not result.decision.promoted and "rejected" in result.decision.reason
+    assert session.store.versions() == ["v0001"] and session.store.current() is None
+    assert session.store.load("v0001").screening["promoted"] is False
+    after = lora.adapter_state(session.actor_peft)
+    for key, value in before.items():
+        torch.testing.assert_close(after[key], value)
+
+
+def test_gamma_must_match_the_checkpoint(tmp_path, base_dir):
+    with pytest.raises(ValueError, match="pretraining gamma"):
+        LearnerSession(config(tmp_path, base_dir, gamma=0.99))
+
+
+def test_next_session_resumes_from_the_running_version(tmp_path, base_dir, data):
+    sim, real = data
+    cfg = config(tmp_path, base_dir, method="bc")
+    first = LearnerSession(cfg, sim_data=copy_of(sim))
+    first.run_round(copy_of(real), policy_evaluator(cfg))
+    second = LearnerSession(dataclasses.replace(cfg), sim_data=copy_of(sim))
+    assert second.running_version == "v0001"
+    obs = torch.as_tensor(real.obs[:4])
+    with torch.no_grad():
+        torch.testing.assert_close(
+            lora.inner(second.actor_peft)(obs), lora.inner(first.actor_peft)(obs)
+        )
+    candidate = second.finetune(copy_of(real))
+    assert candidate.parent_version == "v0001" and candidate.version == "v0002"
+    second.discard(candidate)
