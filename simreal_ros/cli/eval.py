@@ -27,6 +27,12 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", default=None, help="also write the result (with episodes)")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="store the result under evaluation.<profile>/<condition> in the checkpoint's "
+        "policy.json (weights and their checksums are untouched)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -45,6 +51,16 @@ def run(args) -> int:
     )
     label = " (simulated stand-in for the arm)" if args.profile == "real_twin" else ""
     print(result.summary() + label)
+    if args.record:
+        from simreal_ros.policy.checkpoint import read_metadata, update_metadata
+
+        if args.adapter:
+            raise ValueError("--record stores base checkpoint results; drop --adapter.")
+        evaluation = dict(read_metadata(args.checkpoint).get("evaluation") or {})
+        entry = result.to_dict()
+        entry["seeds"] = [args.first_seed, args.first_seed + args.episodes - 1]
+        evaluation[f"{args.profile}/{args.condition}"] = entry
+        update_metadata(args.checkpoint, evaluation=evaluation)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as stream:
             json.dump(result.to_dict(with_records=True), stream, indent=1)

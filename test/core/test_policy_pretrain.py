@@ -69,3 +69,14 @@ def test_evaluation_is_deterministic_per_seed_and_parallel_matches_serial(tiny_r
     assert serial.mean_length == sum(r.length for r in serial.records) / 3
     with pytest.raises(ValueError, match="profile"):
         evaluate_policy(tiny_run, "real", "train", seeds=1)
+
+
+def test_eval_command_prints_the_interval_and_records_it(tiny_run, capsys):
+    args = ["eval", "--checkpoint", str(tiny_run), "--episodes", "2", "--workers", "1"]
+    assert main([*args, "--profile", "real_twin", "--condition", "shifted", "--record"]) == 0
+    printed = capsys.readouterr().out
+    assert "Wilson 95% CI" in printed and "stand-in" in printed
+    evaluation = ckpt.read_metadata(tiny_run)["evaluation"]["real_twin/shifted"]
+    assert evaluation["episodes"] == 2 and evaluation["seeds"] == [0, 1]
+    ckpt.load_checkpoint(tiny_run)  # recording touched no weights or checksums
+    assert main(["eval", "--checkpoint", str(tiny_run / "nope"), "--episodes", "1"]) == 2
