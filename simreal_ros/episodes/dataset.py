@@ -22,8 +22,8 @@ action logged at time a_i and the next at a_{i+1} (receive times):
   the takeover's values, with ``human_interventions`` set (so does an action that says
   ``human_intervention``);
 - ``reward``, ``done``, ``truncated``: summed / any-of the task statuses in (a_i, a_{i+1}];
-  the episode ends at the first ``done``; a recording that stops without ``done`` marks its
-  last transition ``truncated``;
+  the episode ends at the first ``done`` or ``truncated`` (time limit); a recording that
+  stops without either marks its last transition ``truncated``;
 - ``safety_interventions`` / ``safety_penalties``: interventions in (a_i, a_{i+1}] and the
   sum of their ``excess``;
 - ``next_obs``: ``obs`` of the next transition (for the last one, the last state recorded).
@@ -436,8 +436,8 @@ def _align(bag_dir, joint_names, meta, states, actions, takeovers, poses, status
                 rewards[i] += reward
                 dones[i] |= bool(done)
                 truncateds[i] |= bool(truncated)
-    ended = np.flatnonzero(dones)
-    if len(ended):  # the episode ends at its first done; later ticks belong to no episode
+    ended = np.flatnonzero(dones | truncateds)
+    if len(ended):  # the episode ends at its first done or time limit; later ticks belong to none
         n = int(ended[0]) + 1
     else:
         truncateds[n - 1] = True

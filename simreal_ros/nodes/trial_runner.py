@@ -102,8 +102,9 @@ class TrialRunnerNode(Node):
                 self._last_step = msg.step
                 end.total_reward += msg.reward
             end.steps = max(end.steps, int(msg.step))
-            if msg.done:
-                end.done, end.success, end.truncated = True, bool(msg.success), msg.truncated
+            # The episode is over on a true termination (done) or on its time limit.
+            if msg.done or msg.truncated:
+                end.done, end.success, end.truncated = msg.done, bool(msg.success), msg.truncated
                 self._cond.notify_all()
 
     def _on_takeover(self, msg: PolicyAction) -> None:
@@ -215,7 +216,7 @@ class TrialRunnerNode(Node):
         with self._cond:
             while True:
                 end = self._end
-                if end.done or end.label is not None:
+                if end.done or end.truncated or end.label is not None:
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:

@@ -1,0 +1,103 @@
+"""`simreal trials` in the sim graph: sim_bridge, recorder and the trial runner as separate
+processes over DDS; 5 labelled episodes, each a closed bag whose outcome matches."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import numpy as np
+import pytest
+import rclpy
+from rostest_helpers import spin_until
+from sensor_msgs.msg import JointState
+from simreal_ros.msg import PolicyAction
+
+from simreal_ros.episodes.dataset import read_episode, read_metadata
+from simreal_ros.episodes.recovery import bag_state
+from simreal_ros.graph.processes import NodeProcess, graph_environment, python_module_argv
+from simreal_ros.nodes import qos
+
+pytestmark = pytest.mark.graph
+
+HAVE_BRIDGE = importlib.util.find_spec("simreal_ros.nodes.sim_bridge") is not None
+
+
+@pytest.mark.skipif(not HAVE_BRIDGE, reason="simreal_ros.nodes.sim_bridge is not in the tree")
+def test_trials_cli_runs_five_labelled_recorded_episodes(tmp_path, rclpy_context, executor):
+    from simreal_ros.robot.description import load_robot_description
+
+    robot = load_robot_description()
+    env = graph_environment()
+    bridge = NodeProcess(
+        "sim_bridge",
+        python_module_argv(
+            "simreal_ros.nodes.sim_bridge",
+            ["-p", "autostart:=true", "-p", "episode_seconds:=1.0",
+             "-p", "joint_state_rate_hz:=100.0"],
+        ),
+        env,
+    )  # fmt: skip
+    recorder = NodeProcess(
+        "recorder",
+        python_module_argv(
+            "simreal_ros.nodes.recorder",
+            ["-p", f"data_dir:={tmp_path / 'episodes'}", "-p", "min_free_disk_mb:=0.0"],
+        ),
+        env,
+    )
+    trials = None
+    try:
+        assert bridge.wait_for_output("active: episode", 60.0), bridge.output()
+        assert recorder.wait_for_output("recorder ready", 30.0), recorder.output()
+        # A stand-in for the policy: hold the home position, one action per 20 Hz tick,
+        # stamped with the observation it answers (so the dataset can align it).
+        node = rclpy.create_node("stand_in_policy", context=rclpy_context)
+        executor.add_node(node)
+        latest: list[JointState] = []
+        node.create_subscription(JointState, "/joint_states", latest.append, qos.SENSOR_DATA)
+        pub = node.create_publisher(PolicyAction, "/policy/action", qos.COMMAND)
+        sequence = [0]
+
+        def act():
+            if latest:
+                msg = PolicyAction(policy_version="home-hold", sequence=sequence[0])
+                msg.header.stamp = latest[-1].header.stamp
+                msg.values = [float(v) for v in robot.home_position]
+                pub.publish(msg)
+                sequence[0] += 1
+                del latest[:-1]
+
+        node.create_timer(0.05, act)
+        out = tmp_path / "results.json"
+        trials = NodeProcess(
+            "trials",
+            [sys.executable, "-m", "simreal_ros.cli.main", "trials", "--episodes", "5",
+             "--timeout", "6", "--seed", "3", "--json", str(out)],
+            env,
+        )  # fmt: skip
+        assert spin_until(executor, lambda: trials.returncode is not None, 150.0), trials.output()
+        assert trials.returncode == 0, trials.output()
+        assert "successes" in trials.output()
+        results = json.loads(out.read_text())
+        assert len(results) == 5
+        for r in results:
+            assert r["error"] == "" and r["outcome"] in ("success", "failure"), r
+            assert not r["timed_out"], r  # every episode ended on /task/status done
+            assert bag_state(r["bag_path"]) == "closed"
+            meta = read_metadata(r["bag_path"])
+            assert meta.outcome == r["outcome"] and meta.complete and meta.source == "sim"
+            assert meta.seed == r["seed"] and meta.condition == "train"
+            assert meta.message_counts["/joint_states"] > 50
+            assert meta.message_counts["/task/status"] >= 15
+            data = read_episode(r["bag_path"], robot.joint_names)
+            assert len(data) > 5, r
+            assert data.dones[-1] or data.truncateds[-1]
+            np.testing.assert_allclose(data.actions[0], robot.home_position)
+        assert [r["seed"] for r in results] == [3, 4, 5, 6, 7]
+        print("\n" + trials.output()[-600:])
+    finally:
+        for process in (trials, recorder, bridge):
+            if process is not None:
+                process.stop()
