@@ -71,7 +71,9 @@ class GraphRunner:
             argv = python_module_argv(
                 node.module, ros_arguments(node, self.profile, self._overrides_file(node))
             )
-            self.processes.append(NodeProcess(node.name, argv, self.env, log=self.log))
+            process = NodeProcess(node.name, argv, self.env, log=self.log)
+            self.processes.append(process)
+            self._say(f"started {node.name} (pid {process.process.pid})")
 
     def first_exited(self) -> int | None:
         """Index of a node process that has exited, if any."""
