@@ -18,6 +18,9 @@ from simreal_ros.policy.checkpoint import shipped_checkpoint
 pytestmark = [pytest.mark.graph, pytest.mark.slow]
 
 EPISODES = (0, 1, 2)
+# The bridge stamps observations with sim time (/clock); nodes that compare stamps with
+# their clock (safety's staleness check) must run on it too, as in the sim launch profile.
+SIM_TIME = ["-p", "use_sim_time:=true"]
 
 
 def _have(module: str) -> bool:
@@ -55,7 +58,11 @@ def closed_loop():
         assert bridge.wait_for_output("active: episode", timeout=30.0), bridge.output()
         if _have("simreal_ros.nodes.safety"):
             processes.append(
-                NodeProcess("safety", python_module_argv("simreal_ros.nodes.safety"), env)
+                NodeProcess(
+                    "safety",
+                    python_module_argv("simreal_ros.nodes.safety", SIM_TIME),
+                    env,
+                )
             )
         else:
             print("safety node missing: the policy drives the bridge through a relay")
@@ -63,7 +70,7 @@ def closed_loop():
             "policy",
             python_module_argv(
                 "simreal_ros.nodes.policy",
-                ["-p", "autostart:=true", "-p", f"checkpoint:={checkpoint}"],
+                ["-p", "autostart:=true", "-p", f"checkpoint:={checkpoint}", *SIM_TIME],
             ),
             env,
         )
