@@ -89,7 +89,7 @@ class StoredVersion:
 
 class AdapterStore:
     def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
+        self.root = Path(root).expanduser()
 
     # ------------------------------------------------------------------ writing
     def next_version(self, prefix: str = "v") -> str:

@@ -337,6 +337,21 @@ class LearnerSession:
             lora.trainable_parameters(self.actor_peft), loss_on, len(rows), self.config.ewc_weight
         )
 
+    @property
+    def converter(self):
+        """Observation/action conversions of the checkpoint (built once)."""
+        if getattr(self, "_converter", None) is None:
+            self._converter = make_converter(self.checkpoint)
+        return self._converter
+
+    def add_sim_data(self, sim: Transitions) -> None:
+        """More sim transitions (e.g. sim episodes recorded by the graph) for replay/EWC."""
+        if self.v_sim is not None and sim.v_sim is None:
+            self.v_sim.annotate(sim)
+        self.sim_data = (
+            sim if self.sim_data is None else Transitions.concatenate([self.sim_data, sim])
+        )
+
     # -------------------------------------------------------------- one round
     def training_data(self, real: Transitions | None) -> Transitions:
         parts = [p for p in (real, self.sim_data) if p is not None and len(p)]

@@ -1,0 +1,225 @@
+"""The learner's online loop: episodes arrive, rounds run on a worker thread.
+
+``OnlineLearner`` is what the learner node wraps (and what a notebook can drive without
+ROS): ``offer()`` records an announced episode and returns at once; a worker thread
+starts a round after every ``round_every_episodes`` new real episodes or
+``round_every_seconds`` with new data, trains, screens, stores, and hands each decision
+to ``on_result``. Nothing here blocks the caller; errors are kept for diagnostics and the
+loop carries on with the next round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from simreal_ros.learner.config import LearnerConfig
+from simreal_ros.learner.gate import Evaluator
+from simreal_ros.learner.replay import REAL_SOURCES, Transitions
+from simreal_ros.learner.trainer import (
+    LearnerSession,
+    RoundResult,
+    collect_sim_transitions,
+    load_episodes,
+    policy_evaluator,
+)
+
+log = logging.getLogger("simreal_ros.learner")
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeInfo:
+    episode_id: str
+    bag_path: str
+    source: str
+    success: bool = False
+    outcome: str = ""
+
+
+class OnlineLearner:
+    def __init__(
+        self,
+        config: LearnerConfig,
+        on_result: Callable[[RoundResult], None] | None = None,
+        evaluator: Evaluator | None = None,
+        session_factory: Callable[[], LearnerSession] | None = None,
+    ) -> None:
+        self.config = config
+        self.on_result = on_result
+        self.evaluator = evaluator or policy_evaluator(config)
+        self._session_factory = session_factory or self._default_session
+        self._lock = threading.Condition()
+        self._pending: list[EpisodeInfo] = []
+        self._force = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.session: LearnerSession | None = None
+        self.real: Transitions | None = None
+        self.manifest: list[dict] = []
+        self.state = "starting"
+        self.last_error = ""
+        self.last_result: RoundResult | None = None
+        self.last_metrics: dict[str, float] = {}
+        self.episodes_seen = 0
+        self.skipped: list[str] = []
+        self._last_round_time = time.monotonic()
+
+    # ------------------------------------------------------------------ caller side
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="learner-rounds", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        with self._lock:
+            self._lock.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def offer(self, episode: EpisodeInfo) -> None:
+        """Queue an announced episode (never blocks on training)."""
+        with self._lock:
+            self._pending.append(episode)
+            self.episodes_seen += 1
+            self._lock.notify_all()
+
+    def request_round(self) -> None:
+        with self._lock:
+            self._force = True
+            self._lock.notify_all()
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            pending = len(self._pending)
+        session = self.session
+        out: dict[str, Any] = {
+            "state": self.state,
+            "round": session.round if session else 0,
+            "episodes_seen": self.episodes_seen,
+            "episodes_pending": pending,
+            "running_version": (session.running_version if session else None) or "base",
+            "last_error": self.last_error,
+        }
+        sizes: dict[str, int] = {}
+        if self.real is not None:
+            sizes.update(self.real.counts_by_source())
+        if session and session.sim_data is not None:
+            for key, value in session.sim_data.counts_by_source().items():
+                sizes[key] = sizes.get(key, 0) + value
+        out["buffer_sizes"] = sizes
+        out["loss"] = self.last_metrics.get("loss", float("nan"))
+        out["samples_per_s"] = self.last_metrics.get("samples_per_s", float("nan"))
+        if self.last_result is not None:
+            decision = self.last_result.decision
+            out["last_gate"] = (
+                f"{self.last_result.candidate.version}: "
+                f"{'promoted' if decision.promoted else 'rejected'}"
+            )
+            out["last_gate_reason"] = decision.reason
+        return out
+
+    # ------------------------------------------------------------------ worker side
+    def _default_session(self) -> LearnerSession:
+        from simreal_ros.policy.checkpoint import load_checkpoint, shipped_checkpoint
+
+        cfg = self.config
+        checkpoint = load_checkpoint(cfg.checkpoint_dir or shipped_checkpoint(cfg.task))
+        sim = None
+        if cfg.sim_data_dir:
+            sim, _ = load_episodes(cfg.sim_data_dir, checkpoint)
+            if sim is not None:
+                sim = sim.subset(~sim.real_mask())
+        elif cfg.sim_episodes > 0 and (cfg.sim_replay or cfg.ewc or cfg.method == "sgft"):
+            self.state = "collecting sim data"
+            sim = collect_sim_transitions(checkpoint, cfg.task, cfg.sim_episodes, cfg.seed)
+        return LearnerSession(cfg, checkpoint=checkpoint, sim_data=sim)
+
+    def _due(self) -> bool:
+        cfg = self.config
+        new_real = sum(1 for e in self._pending if e.source in REAL_SOURCES)
+        if self._force and (self._pending or self.real is not None):
+            return True
+        if cfg.round_every_episodes and new_real >= cfg.round_every_episodes:
+            return True
+        waited = time.monotonic() - self._last_round_time
+        return bool(
+            cfg.round_every_seconds and self._pending and waited >= cfg.round_every_seconds
+        )
+
+    def _run(self) -> None:
+        try:
+            self.session = self._session_factory()
+        except Exception as error:
+            self.state = "failed"
+            self.last_error = f"could not start the learner: {error}"
+            log.error(self.last_error)
+            return
+        self.state = "idle"
+        while not self._stop.is_set():
+            with self._lock:
+                self._lock.wait_for(lambda: self._stop.is_set() or self._due(), timeout=0.5)
+                if self._stop.is_set():
+                    break
+                if not self._due():
+                    continue
+                batch, self._pending = self._pending, []
+                self._force = False
+            try:
+                self._round(batch)
+            except Exception as error:  # keep the loop alive; report why the round failed
+                self.last_error = f"round failed: {error}"
+                log.error("%s\n%s", self.last_error, traceback.format_exc())
+            finally:
+                self._last_round_time = time.monotonic()
+                self.state = "idle"
+
+    def _round(self, episodes: list[EpisodeInfo]) -> None:
+        session = self.session
+        assert session is not None
+        self.state = "loading episodes"
+        for episode in episodes:
+            path = Path(episode.bag_path).expanduser()
+            try:
+                data, manifest = load_episodes(path, session.checkpoint, session.converter)
+            except Exception as error:
+                self.skipped.append(f"{episode.episode_id}: {error}")
+                log.warning("episode %s skipped: %s", episode.episode_id, error)
+                continue
+            if data is None:
+                continue
+            self.manifest += manifest
+            real = data.subset(data.real_mask())
+            sim = data.subset(~data.real_mask())
+            if len(real):
+                self.real = (
+                    real if self.real is None else Transitions.concatenate([self.real, real])
+                )
+            if len(sim):
+                session.add_sim_data(sim)
+        if self.real is None or len(self.real) < self.config.min_real_transitions:
+            have = 0 if self.real is None else len(self.real)
+            log.info(
+                "waiting for data: %d real transitions, %d needed",
+                have,
+                self.config.min_real_transitions,
+            )
+            return
+        self.state = "training"
+        result = session.run_round(
+            self.real, self._screening_evaluator, manifest=list(self.manifest)
+        )
+        self.last_result = result
+        self.last_metrics = dict(result.metrics)
+        self.last_error = ""
+        if self.on_result is not None:
+            self.on_result(result)
+
+    def _screening_evaluator(self, *args):
+        self.state = "screening"
+        return self.evaluator(*args)

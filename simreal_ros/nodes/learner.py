@@ -1,0 +1,176 @@
+"""learner node: recorded episodes in, screened LoRA adapters out.
+
+Subscribes /episodes/recorded (EpisodeEvent). Rounds run on the core ``OnlineLearner``'s
+worker thread, never on the executor: after every ``round_every_episodes`` real episodes
+(or ``round_every_seconds``) it fine-tunes (bc, rl or sgft), screens the candidate in sim
+over seeds, stores it atomically, and publishes the decision on /learner/policy_update
+(latched; rejected candidates too, with promoted=false and the reason). ~/train_now
+(std_srvs/Trigger) starts a round at once. /diagnostics: round, loss, samples/s, buffer
+sizes by source, last gate result.
+"""
+
+from __future__ import annotations
+
+import math
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from std_srvs.srv import Trigger
+
+from simreal_ros.learner.config import LearnerConfig
+from simreal_ros.learner.gate import GateDecision
+from simreal_ros.learner.online import EpisodeInfo, OnlineLearner
+from simreal_ros.learner.store import StoredVersion
+from simreal_ros.msg import EpisodeEvent, PolicyUpdate, ScreenResult
+from simreal_ros.nodes import qos
+from simreal_ros.nodes.params import declare_config
+
+
+def update_message(stored: StoredVersion, decision: GateDecision, method: str) -> PolicyUpdate:
+    msg = PolicyUpdate()
+    msg.version = stored.version
+    msg.parent_version = stored.parent_version or ""
+    msg.adapter_path = str(stored.path)
+    msg.checksum = stored.checksum
+    msg.promoted = bool(decision.promoted)
+    msg.reason = decision.reason
+    msg.method = method
+    for result in decision.results:
+        item = ScreenResult()
+        item.condition = result.condition
+        item.profile = result.profile
+        item.episodes = int(result.episodes)
+        item.successes = int(result.successes)
+        item.success_rate = float(result.success_rate)
+        item.ci_low = float(result.ci_low)
+        item.ci_high = float(result.ci_high)
+        item.mean_return = float(result.mean_return)
+        item.baseline_success_rate = float(result.baseline_success_rate)
+        msg.screening.append(item)
+    return msg
+
+
+class LearnerNode(Node):
+    def __init__(self, **kwargs) -> None:
+        super().__init__("learner", **kwargs)
+        self.config: LearnerConfig = declare_config(self, LearnerConfig)
+        self._update_pub = self.create_publisher(
+            PolicyUpdate, "/learner/policy_update", qos.LATCHED
+        )
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.STATUS)
+        self.create_subscription(EpisodeEvent, "/episodes/recorded", self._on_episode, qos.STATUS)
+        self.create_service(Trigger, "~/train_now", self._on_train_now)
+        self.create_timer(1.0, self._publish_diagnostics)
+        self.published: list[PolicyUpdate] = []
+        self.learner = OnlineLearner(self.config, on_result=self._on_result)
+        self.learner.start()
+        self._announce_running_version()
+        self.get_logger().info(
+            f"learner ready: method {self.config.method}, horizon {self.config.horizon or 'inf'}, "
+            f"store {self.config.store_root}"
+        )
+
+    def _announce_running_version(self) -> None:
+        """After a restart, latch the version the store says runs, so late joiners get it."""
+        from simreal_ros.learner.store import AdapterStore, StoreError
+
+        store = AdapterStore(self.config.store_root)
+        version = store.current()
+        if not version:
+            return
+        try:
+            stored = store.load(version)
+        except StoreError as error:
+            self.get_logger().error(f"the store's running version is unusable: {error}")
+            return
+        decision = GateDecision.from_dict(stored.screening)
+        msg = update_message(stored, decision, str(stored.metadata.get("method", "")))
+        msg.reason = f"running version at learner start-up ({decision.reason})"
+        self._publish(msg)
+
+    def _on_episode(self, msg: EpisodeEvent) -> None:
+        if not msg.bag_path:
+            self.get_logger().warning(f"episode {msg.episode_id!r} has no bag_path; ignored.")
+            return
+        self.learner.offer(
+            EpisodeInfo(msg.episode_id, msg.bag_path, msg.source, msg.success, msg.outcome)
+        )
+
+    def _on_train_now(self, request, response):
+        self.learner.request_round()
+        response.success = True
+        response.message = "round requested"
+        return response
+
+    def _on_result(self, result) -> None:
+        """Worker thread: publish every decision (promoted or not)."""
+        msg = update_message(result.stored, result.decision, result.candidate.method)
+        self._publish(msg)
+        level = "promoted" if msg.promoted else "rejected"
+        self.get_logger().info(f"candidate {msg.version} {level}: {msg.reason}")
+
+    def _publish(self, msg: PolicyUpdate) -> None:
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self.published.append(msg)
+        self._update_pub.publish(msg)
+
+    def _publish_diagnostics(self) -> None:
+        status = self.learner.status()
+        diag = DiagnosticStatus()
+        diag.name = "learner: rounds"
+        diag.hardware_id = "learner"
+        values = {
+            "state": status["state"],
+            "round": str(status["round"]),
+            "loss": _fmt(status["loss"]),
+            "samples_per_s": _fmt(status["samples_per_s"]),
+            "episodes_seen": str(status["episodes_seen"]),
+            "episodes_pending": str(status["episodes_pending"]),
+            "running_version": status["running_version"],
+            "last_gate": status.get("last_gate", ""),
+            "last_gate_reason": status.get("last_gate_reason", ""),
+            "last_error": status["last_error"],
+            "method": self.config.method,
+            "sim_replay": str(self.config.sim_replay),
+            "ewc": str(self.config.ewc),
+        }
+        for source, count in sorted(status["buffer_sizes"].items()):
+            values[f"buffer_{source}"] = str(count)
+        diag.values = [KeyValue(key=k, value=v) for k, v in values.items()]
+        if status["state"] == "failed" or status["last_error"]:
+            diag.level, diag.message = DiagnosticStatus.ERROR, status["last_error"]
+        else:
+            diag.level = DiagnosticStatus.OK
+            diag.message = f"{status['state']}; running {status['running_version']}"
+        array = DiagnosticArray()
+        array.header.stamp = self.get_clock().now().to_msg()
+        array.status = [diag]
+        self._diag_pub.publish(array)
+
+    def destroy_node(self) -> None:
+        self.learner.stop()
+        super().destroy_node()
+
+
+def _fmt(value: float) -> str:
+    return "nan" if value is None or not math.isfinite(value) else f"{value:.4g}"
+
+
+def main(args=None) -> None:
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = LearnerNode()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()
