@@ -56,11 +56,21 @@ def graph(profile: str, overrides: dict[str, dict[str, Any]] | None = None) -> l
         nodes.append(
             _node("sim_bridge", "MuJoCo arm and task; speaks the ros2_control topics", True)
         )
+    # In sim every node but the bridge runs on the bridge's /clock: messages are stamped in
+    # sim time, and the sim may run faster or slower than the wall clock.
+    clock = {"use_sim_time": True} if profile == "sim" else {}
     nodes += [
-        _node("safety", "filters every command between the policy and the arm"),
-        _node("policy", "runs the torch policy at the control rate; hot-swaps adapters", True),
-        _node("recorder", "records one rosbag2 per episode", source=source),
-        _node("learner", "fine-tunes LoRA adapters from recorded episodes; screens in sim"),
+        _node("safety", "filters every command between the policy and the arm", **clock),
+        _node(
+            "policy",
+            "runs the torch policy at the control rate; hot-swaps adapters",
+            True,
+            **clock,
+        ),
+        _node("recorder", "records one rosbag2 per episode", source=source, **clock),
+        _node(
+            "learner", "fine-tunes LoRA adapters from recorded episodes; screens in sim", **clock
+        ),
     ]
     overrides = overrides or {}
     unknown = sorted(set(overrides) - {node.name for node in nodes})

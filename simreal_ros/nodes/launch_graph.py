@@ -38,7 +38,9 @@ LAUNCH_ARGUMENTS = {
 def launch_description(profile: str) -> LaunchDescription:
     actions = [
         DeclareLaunchArgument(
-            "use_sim_time", default_value="false", description="run node clocks on /clock"
+            "use_sim_time",
+            default_value="true" if profile == "sim" else "false",
+            description="run node clocks on /clock (the sim bridge publishes it)",
         ),
     ]
     arguments = LAUNCH_ARGUMENTS["common"] + LAUNCH_ARGUMENTS.get(profile, [])
@@ -65,9 +67,10 @@ def launch_description(profile: str) -> LaunchDescription:
     for spec in graph(profile):
         parameters: list = [str(path) for path in parameter_file_paths(spec, profile)]
         inline = dict(spec.parameters)
-        inline["use_sim_time"] = ParameterValue(
-            LaunchConfiguration("use_sim_time"), value_type=bool
-        )
+        if "use_sim_time" in inline:
+            inline["use_sim_time"] = ParameterValue(
+                LaunchConfiguration("use_sim_time"), value_type=bool
+            )
         for name, node, parameter, _default, _description in arguments:
             if node == spec.name:
                 inline[parameter] = LaunchConfiguration(name)

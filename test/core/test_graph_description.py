@@ -24,13 +24,15 @@ def test_real_profile_differs_from_sim_only_by_the_sim_bridge():
             other.module,
             other.remappings,
         )
-        # Only the data-source label may differ between the profiles.
+        # Only the data-source label and the clock may differ between the profiles.
         differing = {
             key
             for key in {**node.parameters, **other.parameters}
             if node.parameters.get(key) != other.parameters.get(key)
         }
-        assert differing <= {"source"}, (name, differing)
+        assert differing <= {"source", "use_sim_time"}, (name, differing)
+        assert other.parameters.get("use_sim_time") is True
+        assert "use_sim_time" not in node.parameters
 
 
 def test_lifecycle_nodes_autostart_and_every_node_has_an_executable_and_module():
