@@ -107,6 +107,14 @@ def running_graph(rclpy_context, tmp_path):
         executor.add_node(node)
     thread = threading.Thread(target=executor.spin, daemon=True)
     thread.start()
+    # Discovery first: the recorder and the runner must both hear the bridge from step 1.
+    matched = threading.Event()
+    pubs = (bridge.status, bridge.takeover, bridge.joints, bridge.action)
+    wanted = (2, 2, 1, 1)
+    for _ in range(1000):
+        if all(p.get_subscription_count() >= n for p, n in zip(pubs, wanted, strict=True)):
+            break
+        matched.wait(0.01)
     try:
         yield runner, executor
     finally:
