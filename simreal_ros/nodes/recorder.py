@@ -151,9 +151,11 @@ class RecorderNode(Node):
         check_choice("condition", condition, CONDITIONS, allow_empty=True)
         episode_id = check_episode_id(episode_id) if episode_id else new_episode_id(source)
         check_disk(self.config.data_path, self.config.min_free_disk_mb)
-        for index, spec in enumerate(self._specs):  # publishers that appeared meanwhile
-            wanted = self._publisher_reliability(spec.topic)
-            if wanted is not None and wanted != self._sub_reliable[spec.topic]:
+        for index, spec in enumerate(self._specs):
+            # Only a reliable subscription facing a best-effort publisher must change now
+            # (it would receive nothing); upgrades to reliable wait for the timer, since a
+            # new subscription needs discovery and could miss the episode's first messages.
+            if self._sub_reliable[spec.topic] and self._publisher_reliability(spec.topic) is False:
                 self._subscribe(index, spec)
         meta = EpisodeMetadata(
             episode_id=episode_id,
