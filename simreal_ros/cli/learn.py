@@ -1,0 +1,113 @@
+"""`simreal learn --episodes DIR`: one fine-tuning round off ROS (what the learner node does).
+
+Reads the episode bags, fine-tunes a LoRA adapter (bc, rl or sgft), screens it in sim over
+seeds, stores it with its decision and promotes it only if it passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+import yaml
+
+DEFAULT_STORE = "~/.simreal/adapters"
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "learn",
+        help="fine-tune a LoRA adapter on recorded episodes, screen it, store it",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--episodes", required=True, nargs="+", help="episode bag(s) or folder(s)")
+    p.add_argument("--method", choices=("bc", "rl", "sgft"), help="default: sgft")
+    p.add_argument("--horizon", type=int, help="SGFT horizon H (0 = infinite)")
+    p.add_argument("--checkpoint", help="base checkpoint dir (default: shipped for --task)")
+    p.add_argument("--task", choices=("push", "reach"))
+    p.add_argument("--store", help=f"adapter store (default {DEFAULT_STORE})")
+    p.add_argument("--sim-data", help="sim episode bags for replay/EWC/shaping scale")
+    p.add_argument("--sim-episodes", type=int, help="sim episodes to collect without --sim-data")
+    p.add_argument("--updates", type=int, help="gradient updates")
+    p.add_argument("--screen-seeds", type=int, help="sim episodes per screened condition")
+    p.add_argument("--workers", type=int, help="parallel screening workers")
+    p.add_argument("--config", help="YAML of learner settings (keys of LearnerConfig)")
+    p.add_argument(
+        "--set", nargs="*", default=[], metavar="KEY=VALUE",
+        help="any other learner setting, e.g. --set ewc=true real_weight=2",
+    )  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the decision as JSON")
+    p.set_defaults(func=_learn)
+
+
+def build_config(args: argparse.Namespace):
+    from simreal_ros.config_schema import from_mapping
+    from simreal_ros.learner.config import LearnerConfig
+
+    values: dict = {"store_root": DEFAULT_STORE}
+    if args.config:
+        with open(args.config) as stream:
+            loaded = yaml.safe_load(stream) or {}
+        if "learner" in loaded:  # a ROS parameter file keyed by node name
+            loaded = loaded["learner"].get("ros__parameters", {})
+        values.update(loaded)
+    for item in args.set:
+        if "=" not in item:
+            raise ValueError(f"--set {item!r}: write KEY=VALUE.")
+        key, text = item.split("=", 1)
+        values[key] = yaml.safe_load(text)
+    flags = {
+        "method": args.method,
+        "horizon": args.horizon,
+        "checkpoint_dir": args.checkpoint,
+        "task": args.task,
+        "store_root": args.store,
+        "sim_data_dir": args.sim_data,
+        "sim_episodes": args.sim_episodes,
+        "updates_per_round": args.updates,
+        "screen_seeds": args.screen_seeds,
+        "screen_workers": args.workers,
+    }
+    values.update({k: v for k, v in flags.items() if v is not None})
+    return from_mapping(LearnerConfig, values)
+
+
+def _learn(args: argparse.Namespace) -> int:
+    import logging
+
+    from simreal_ros.learner.online import OnlineLearner
+    from simreal_ros.learner.trainer import load_episodes, policy_evaluator
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    config = build_config(args)
+    learner = OnlineLearner(config)
+    session = learner._default_session()
+    real, manifest = load_episodes(args.episodes, session.checkpoint, session.converter)
+    if real is None:
+        raise ValueError(f"no transitions in {args.episodes}; record episodes first.")
+    sim = real.subset(~real.real_mask())
+    if len(sim):
+        session.add_sim_data(sim)
+    real = real.subset(real.real_mask())
+    if len(real) == 0:
+        raise ValueError("the episodes are all sim; fine-tuning needs real (or real_twin) data.")
+    result = session.run_round(real, policy_evaluator(config), manifest)
+    decision = result.decision
+    summary = {
+        "version": result.stored.version,
+        "path": str(result.stored.path),
+        "parent_version": result.stored.parent_version,
+        "method": config.method,
+        "promoted": decision.promoted,
+        "reason": decision.reason,
+        "metrics": result.metrics,
+        "config": dataclasses.asdict(config),
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{result.stored.version} ({config.method}) -> {result.stored.path}")
+        print(decision.reason)
+    return 0 if decision.promoted else 1

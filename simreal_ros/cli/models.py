@@ -1,0 +1,115 @@
+"""`simreal models list|show|rollback`: the versioned adapter store."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+
+DEFAULT_STORE = "~/.simreal/adapters"
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "models",
+        help="list, inspect and roll back adapter versions in the store",
+        description="Adapter versions: models/<version>/ with peft files, metadata, screening.",
+    )
+    sub = parser.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+    p = sub.add_parser("list", help="one line per kept version")
+    p.add_argument("--store", default=DEFAULT_STORE, help="adapter store directory")
+    p.set_defaults(func=_list)
+    p = sub.add_parser("show", help="metadata and screening of one version")
+    p.add_argument("version")
+    p.add_argument("--store", default=DEFAULT_STORE, help="adapter store directory")
+    p.set_defaults(func=_show)
+    p = sub.add_parser("rollback", help="make an earlier version the running one")
+    p.add_argument("version", nargs="?", default="", help="default: the one before")
+    p.add_argument("--store", default=DEFAULT_STORE, help="adapter store directory")
+    p.add_argument(
+        "--service", default="",
+        help="also call this Rollback service of a running policy node, e.g. /policy/rollback",
+    )  # fmt: skip
+    p.set_defaults(func=_rollback)
+
+
+def format_table(store) -> str:
+    current = store.current()
+    lines = [
+        f"{'':2}{'version':10} {'parent':10} {'method':6} {'decision':9} {'created':19} reason"
+    ]
+    for item in store.list():
+        created = datetime.datetime.fromtimestamp(item.manifest.get("created", 0))
+        marker = "*" if item.version == current else ""
+        decision = "promoted" if item.promoted else "rejected"
+        lines.append(
+            f"{marker:2}{item.version:10} {item.parent_version or 'base':10} "
+            f"{item.metadata.get('method', ''):6} {decision:9} "
+            f"{created:%Y-%m-%d %H:%M:%S} {item.screening.get('reason', '')[:80]}"
+        )
+    if current is None:
+        lines.append("(running: the base checkpoint)")
+    return "\n".join(lines)
+
+
+def _list(args: argparse.Namespace) -> int:
+    from simreal_ros.learner.store import AdapterStore
+
+    print(format_table(AdapterStore(args.store)))
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from simreal_ros.learner.store import AdapterStore
+
+    item = AdapterStore(args.store).load(args.version)
+    print(
+        json.dumps(
+            {
+                "version": item.version,
+                "path": str(item.path),
+                "checksum": item.checksum,
+                "metadata": item.metadata,
+                "screening": item.screening,
+            },
+            indent=2,
+        )
+    )
+    return 0
+
+
+def _rollback(args: argparse.Namespace) -> int:
+    from simreal_ros.learner.store import AdapterStore
+
+    store = AdapterStore(args.store)
+    version = store.rollback(args.version or None)
+    print(f"running version is now {version or 'the base checkpoint'}")
+    if args.service:
+        return _call_rollback_service(args.service, version or "")
+    return 0
+
+
+def _call_rollback_service(name: str, version: str) -> int:
+    """Tell a running policy node (only here does the CLI talk ROS)."""
+    import rclpy
+
+    from simreal_ros.srv import Rollback
+
+    rclpy.init()
+    node = rclpy.create_node("simreal_models_rollback")
+    try:
+        client = node.create_client(Rollback, name)
+        if not client.wait_for_service(timeout_sec=10.0):
+            print(f"no {name} service: is the policy node running?")
+            return 1
+        future = client.call_async(Rollback.Request(version=version))
+        rclpy.spin_until_future_complete(node, future, timeout_sec=60.0)
+        response = future.result()
+        if response is None:
+            print(f"{name} did not answer within 60 s.")
+            return 1
+        print(response.message)
+        return 0 if response.success else 1
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
