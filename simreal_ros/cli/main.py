@@ -17,6 +17,8 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "simreal_ros.cli.eval",
     "simreal_ros.cli.episodes",
     "simreal_ros.cli.trials",
+    "simreal_ros.cli.learn",
+    "simreal_ros.cli.models",
 )
 
 
