@@ -1,0 +1,48 @@
+"""Settings of `simreal loop`, the fine-tuning loop on the real-twin stand-in."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from simreal_ros.config_schema import setting
+
+METHODS = ("sgft", "rl", "bc")
+
+
+@dataclasses.dataclass
+class LoopConfig:
+    task: str = setting("push", "task to fine-tune", choices=("push", "reach"))
+    checkpoint: str = setting("", "base checkpoint directory (empty: the shipped one)")
+    method: str = setting("sgft", "fine-tuning method of the learner", choices=METHODS)
+    horizon: int = setting(1, "SGFT horizon H (0 = infinite: plain shaping)", low=0, high=64)
+    rounds: int = setting(3, "fine-tuning rounds after the zero-shot round 0", low=0, high=100)
+    eval_episodes: int = setting(
+        8, "stand-in evaluation episodes per condition and round", low=1, high=1000
+    )
+    collect_episodes: int = setting(
+        8, "extra episodes collected per round, aimed at the failing condition", low=0, high=1000
+    )
+    expert_demos: int = setting(
+        0, "scripted-expert demonstrations per round for methods that use them (bc)", low=0,
+        high=1000,
+    )  # fmt: skip
+    stand_in_profile: str = setting(
+        "real_twin",
+        "sim dynamics standing in for the physical arm (the stand-in, never the arm)",
+        choices=("real_twin", "nominal", "randomized"),
+    )
+    real_time_factor: float = setting(
+        3.0, "sim speed against the wall clock; nodes follow /clock", low=0.1, high=50.0
+    )
+    episode_timeout_s: float = setting(
+        20.0, "wall-clock limit per episode", low=1.0, high=3600.0, unit="s"
+    )
+    round_timeout_s: float = setting(
+        900.0, "wall-clock limit for one learner round (train + screen)", low=10.0, high=86400.0,
+        unit="s",
+    )  # fmt: skip
+    updates_per_round: int = setting(300, "learner gradient updates per round", low=1, high=10**6)
+    screen_seeds: int = setting(20, "sim screening episodes per condition", low=1, high=10000)
+    screen_workers: int = setting(2, "parallel screening workers", low=1, high=64)
+    seed: int = setting(0, "seed of the run (episode seeds derive from it)", low=0, high=2**31)
+    domain_id: int = setting(-1, "ROS_DOMAIN_ID for the graph (-1: inherit)", low=-1, high=101)

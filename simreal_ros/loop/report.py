@@ -1,0 +1,190 @@
+"""`report.html` of a loop run: plots and tables, self-contained and readable offline."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+
+from simreal_ros.loop.state import LoopSummary
+
+CONDITIONS = ("train", "shifted")
+
+
+def _figure_png(draw) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display, no GUI toolkit
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6.4, 3.2), dpi=100)
+    try:
+        draw(axes)
+        figure.tight_layout()
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png")
+    finally:
+        plt.close(figure)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _success_plot(summary: LoopSummary):
+    def draw(axes):
+        for condition, colour in zip(CONDITIONS, ("tab:blue", "tab:orange"), strict=True):
+            points = [
+                (record.index, record.score(condition))
+                for record in summary.completed_rounds()
+                if record.score(condition) is not None
+            ]
+            if not points:
+                continue
+            rounds = [index for index, _ in points]
+            axes.plot(rounds, [s.rate for _, s in points], "o-", color=colour, label=condition)
+            axes.fill_between(
+                rounds,
+                [s.ci_low for _, s in points],
+                [s.ci_high for _, s in points],
+                color=colour,
+                alpha=0.2,
+            )
+        axes.set_ylim(0, 1)
+        axes.set_xlabel("round (0 = zero-shot)")
+        axes.set_ylabel("success on the stand-in")
+        axes.set_title("Success rate with Wilson 95% CI")
+        axes.legend()
+
+    return draw
+
+
+def _bar_plot(summary: LoopSummary, value, title: str, ylabel: str):
+    def draw(axes):
+        records = summary.completed_rounds()
+        axes.bar([r.index for r in records], [value(r) for r in records], color="tab:gray")
+        axes.set_xlabel("round")
+        axes.set_ylabel(ylabel)
+        axes.set_title(title)
+
+    return draw
+
+
+def _loss_plot(summary: LoopSummary):
+    def draw(axes):
+        for record in summary.completed_rounds():
+            losses = record.update.get("losses") or []
+            if losses:
+                axes.plot(losses, label=f"round {record.index}")
+        axes.set_xlabel("update (logged points)")
+        axes.set_ylabel("loss")
+        axes.set_title("Learner losses per round")
+        if axes.get_legend_handles_labels()[0]:
+            axes.legend()
+
+    return draw
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in row) + "</tr>"
+        for row in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def render_report(summary: LoopSummary) -> str:
+    records = summary.completed_rounds()
+    images = [
+        _figure_png(_success_plot(summary)),
+        _figure_png(
+            _bar_plot(
+                summary, lambda r: r.real_episodes_total, "Stand-in episodes used", "episodes"
+            )
+        ),
+        _figure_png(
+            _bar_plot(summary, lambda r: r.safety_interventions, "Safety interventions", "count")
+        ),
+        _figure_png(_loss_plot(summary)),
+    ]
+    rounds_rows = []
+    for record in records:
+        cells = [str(record.index), record.policy_version]
+        for condition in CONDITIONS:
+            score = record.score(condition)
+            cells.append(
+                f"{score.successes}/{score.episodes} ({score.ci_low:.0%}..{score.ci_high:.0%})"
+                if score
+                else "-"
+            )
+        cells += [
+            ", ".join(f"{k} {v}" for k, v in record.collected.items()) or "-",
+            str(record.real_episodes_total),
+            f"{record.stand_in_seconds_total / 60:.1f}",
+            str(record.safety_interventions),
+        ]
+        rounds_rows.append(cells)
+    gate_rows = [
+        [
+            str(record.index),
+            record.update.get("version", "-"),
+            "promoted" if record.update.get("promoted") else "rejected",
+            "; ".join(
+                f"{s['condition']} {s['successes']}/{s['episodes']} "
+                f"[{s['ci_low']:.0%}, {s['ci_high']:.0%}] "
+                f"vs running {s['baseline_success_rate']:.0%}"
+                for s in record.update.get("screening", [])
+            ),
+            record.update.get("reason", ""),
+        ]
+        for record in records
+        if record.update
+    ]
+    diagnosis_rows = [
+        [str(r.index), r.diagnosis.get("label", "-"), r.diagnosis.get("summary", "")]
+        for r in records
+    ]
+    config_rows = [[key, str(value)] for key, value in sorted(summary.config.items())]
+    plots = "".join(f'<img alt="plot" src="data:image/png;base64,{png}">' for png in images)
+    return f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>simreal loop {html.escape(summary.run_id)}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; max-width: 1100px; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+td, th {{ border: 1px solid #ccc; padding: 4px 8px; font-size: 13px; text-align: left; }}
+img {{ margin: 4px; border: 1px solid #eee; }}
+.note {{ color: #555; }}
+</style></head><body>
+<h1>Fine-tuning loop: {html.escape(summary.run_id)}</h1>
+<p class="note">The arm in this run is the <b>real_twin stand-in</b>: a simulated arm with a
+fixed, hidden dynamics gap, driven through the full ROS 2 graph exactly as a physical arm
+would be. It is not a physical robot.</p>
+<h2>Plots</h2>{plots}
+<h2>Rounds</h2>{
+        _table(
+            [
+                "round",
+                "policy",
+                "train",
+                "shifted",
+                "collected",
+                "episodes used",
+                "stand-in minutes",
+                "safety interventions",
+            ],
+            rounds_rows,
+        )
+    }
+<h2>Gate decisions</h2>{
+        _table(["round", "candidate", "decision", "screening", "reason"], gate_rows)
+    }
+<h2>Diagnosis</h2>{_table(["round", "label", "evidence"], diagnosis_rows)}
+<h2>Configuration</h2>{_table(["setting", "value"], config_rows)}
+</body></html>
+"""
+
+
+def write_report(summary: LoopSummary, path: Path) -> Path:
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(render_report(summary), encoding="utf-8")
+    temporary.replace(path)
+    return path

@@ -1,0 +1,138 @@
+"""The run directory of `simreal loop` and its machine-readable summary.
+
+``runs/<id>/`` holds config.json, bags/ (one rosbag2 per episode), models/ (every
+adapter the learner wrote), summary.json (rewritten atomically after every step, so a
+run can resume after interruption), report.html and graph.log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from simreal_ros.stats import wilson_interval
+
+SUMMARY_VERSION = 1
+
+
+@dataclasses.dataclass
+class ConditionScore:
+    condition: str
+    episodes: int
+    successes: int
+    ci_low: float
+    ci_high: float
+
+    @property
+    def rate(self) -> float:
+        return self.successes / self.episodes if self.episodes else 0.0
+
+    @classmethod
+    def of(cls, condition: str, outcomes: list[bool]) -> ConditionScore:
+        successes = int(sum(outcomes))
+        low, high = wilson_interval(successes, len(outcomes))
+        return cls(condition, len(outcomes), successes, low, high)
+
+
+@dataclasses.dataclass
+class RoundRecord:
+    """What happened in one round; round 0 is the zero-shot evaluation."""
+
+    index: int
+    policy_version: str = ""
+    collected: dict[str, int] = dataclasses.field(default_factory=dict)
+    update: dict[str, Any] = dataclasses.field(default_factory=dict)
+    evaluation: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    diagnosis: dict[str, Any] = dataclasses.field(default_factory=dict)
+    safety_interventions: int = 0
+    real_episodes_total: int = 0
+    stand_in_seconds_total: float = 0.0
+    episodes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    wall_seconds: float = 0.0
+    complete: bool = False
+
+    def score(self, condition: str) -> ConditionScore | None:
+        for item in self.evaluation:
+            if item["condition"] == condition:
+                return ConditionScore(**item)
+        return None
+
+
+@dataclasses.dataclass
+class LoopSummary:
+    run_id: str
+    config: dict[str, Any]
+    started: float = dataclasses.field(default_factory=time.time)
+    rounds: list[RoundRecord] = dataclasses.field(default_factory=list)
+    version: int = SUMMARY_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LoopSummary:
+        if data.get("version") != SUMMARY_VERSION:
+            raise ValueError(
+                f"summary.json has version {data.get('version')!r}, this simreal writes "
+                f"{SUMMARY_VERSION}; start a new run with another --run-id."
+            )
+        rounds = [RoundRecord(**item) for item in data.get("rounds", [])]
+        return cls(data["run_id"], data["config"], data["started"], rounds, data["version"])
+
+    def completed_rounds(self) -> list[RoundRecord]:
+        return [record for record in self.rounds if record.complete]
+
+
+class RunDirectory:
+    def __init__(self, root: Path | str, run_id: str) -> None:
+        if not run_id or "/" in run_id or run_id.startswith("."):
+            raise ValueError(f"run id {run_id!r} must be a plain directory name.")
+        self.path = Path(root) / run_id
+        self.run_id = run_id
+
+    @property
+    def bags(self) -> Path:
+        return self.path / "bags"
+
+    @property
+    def models(self) -> Path:
+        return self.path / "models"
+
+    @property
+    def summary_file(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def report_file(self) -> Path:
+        return self.path / "report.html"
+
+    @property
+    def log_file(self) -> Path:
+        return self.path / "graph.log"
+
+    def create(self, config: dict[str, Any]) -> None:
+        for directory in (self.path, self.bags, self.models):
+            directory.mkdir(parents=True, exist_ok=True)
+        _write_json_atomic(self.path / "config.json", config)
+
+    def load_summary(self) -> LoopSummary | None:
+        if not self.summary_file.exists():
+            return None
+        return LoopSummary.from_dict(json.loads(self.summary_file.read_text()))
+
+    def save_summary(self, summary: LoopSummary) -> None:
+        _write_json_atomic(self.summary_file, summary.to_dict())
+
+
+def _write_json_atomic(path: Path, data: Any) -> None:
+    """Write to a temporary file and rename, so a kill leaves the old or the new file."""
+    temporary = path.with_suffix(path.suffix + ".tmp")
+    with open(temporary, "w", encoding="utf-8") as stream:
+        json.dump(data, stream, indent=2, default=float)
+        stream.flush()
+        os.fsync(stream.fileno())
+    os.replace(temporary, path)

@@ -1,0 +1,130 @@
+"""The fine-tuning loop's side of the graph: asks the learner for rounds and watches results.
+
+Not a long-running node of the graph: `simreal loop` creates it in-process next to the
+trial runner. It calls /learner/train_now, collects /learner/policy_update decisions
+(latched), follows the policy version on /policy/action, and counts safety interventions.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from rclpy.node import Node
+from std_srvs.srv import Trigger
+
+from simreal_ros.msg import PolicyAction, PolicyUpdate, SafetyStatus
+from simreal_ros.nodes import qos
+
+
+def update_to_dict(msg: PolicyUpdate) -> dict[str, Any]:
+    return {
+        "version": msg.version,
+        "parent_version": msg.parent_version,
+        "adapter_path": msg.adapter_path,
+        "checksum": msg.checksum,
+        "promoted": bool(msg.promoted),
+        "reason": msg.reason,
+        "method": msg.method,
+        "screening": [
+            {
+                "condition": item.condition,
+                "profile": item.profile,
+                "episodes": int(item.episodes),
+                "successes": int(item.successes),
+                "success_rate": float(item.success_rate),
+                "ci_low": float(item.ci_low),
+                "ci_high": float(item.ci_high),
+                "mean_return": float(item.mean_return),
+                "baseline_success_rate": float(item.baseline_success_rate),
+            }
+            for item in msg.screening
+        ],
+    }
+
+
+class LoopDriverNode(Node):
+    def __init__(self, **kwargs) -> None:
+        super().__init__("loop_driver", **kwargs)
+        self._lock = threading.Lock()
+        self._updates: list[dict[str, Any]] = []
+        self._policy_version = ""
+        self._actions = 0
+        self._interventions = 0
+        self._train_now = self.create_client(Trigger, "/learner/train_now")
+        self.create_subscription(
+            PolicyUpdate, "/learner/policy_update", self._on_update, qos.LATCHED
+        )
+        self.create_subscription(PolicyAction, "/policy/action", self._on_action, qos.STATUS)
+        self.create_subscription(SafetyStatus, "/safety/status", self._on_safety, qos.STATUS)
+
+    def _on_update(self, msg: PolicyUpdate) -> None:
+        with self._lock:
+            self._updates.append(update_to_dict(msg))
+
+    def _on_action(self, msg: PolicyAction) -> None:
+        with self._lock:
+            self._policy_version = msg.policy_version
+            self._actions += 1
+
+    def _on_safety(self, msg: SafetyStatus) -> None:
+        with self._lock:
+            self._interventions = max(self._interventions, int(msg.interventions_total))
+
+    @property
+    def policy_version(self) -> str:
+        with self._lock:
+            return self._policy_version
+
+    @property
+    def safety_interventions(self) -> int:
+        with self._lock:
+            return self._interventions
+
+    def updates_seen(self) -> int:
+        with self._lock:
+            return len(self._updates)
+
+    def wait_until_ready(self, timeout_s: float) -> None:
+        """Block until the policy is acting and the learner answers; say what is missing."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                acting = self._actions > 0
+            if acting and self._train_now.service_is_ready():
+                return
+            time.sleep(0.1)
+        missing = []
+        if not self._actions:
+            missing.append("no /policy/action from the policy node")
+        if not self._train_now.service_is_ready():
+            missing.append("no /learner/train_now service")
+        raise TimeoutError(
+            f"the graph did not come up within {timeout_s:.0f} s: {'; '.join(missing)}. "
+            "See graph.log in the run directory."
+        )
+
+    def train_round(self, timeout_s: float) -> dict[str, Any]:
+        """Ask the learner for a round; return its decision (promoted or rejected)."""
+        seen = self.updates_seen()
+        future = self._train_now.call_async(Trigger.Request())
+        deadline = time.monotonic() + timeout_s
+        while not future.done() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not future.done() or not future.result().success:
+            raise TimeoutError("the learner did not accept a round (/learner/train_now).")
+        while time.monotonic() < deadline:
+            with self._lock:
+                if len(self._updates) > seen:
+                    return self._updates[-1]
+            time.sleep(0.2)
+        raise TimeoutError(f"the learner gave no decision within {timeout_s:.0f} s.")
+
+    def wait_for_policy_version(self, version: str, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.policy_version == version:
+                return True
+            time.sleep(0.05)
+        return False

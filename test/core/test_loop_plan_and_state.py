@@ -1,0 +1,97 @@
+import json
+
+import pytest
+
+from simreal_ros.loop.plan import plan_collection
+from simreal_ros.loop.state import ConditionScore, LoopSummary, RoundRecord, RunDirectory
+
+
+def score(condition, successes, episodes):
+    return ConditionScore.of(condition, [True] * successes + [False] * (episodes - successes))
+
+
+def test_over_specialization_collects_in_shifted_only():
+    plan = plan_collection(
+        "over_specialization", score("train", 9, 10), score("shifted", 1, 10), 8
+    )
+    assert plan.episodes == {"train": 0, "shifted": 8}
+
+
+def test_mode_collapse_asks_for_demonstrations_on_training_conditions():
+    plan = plan_collection("mode_collapse", score("train", 0, 10), score("shifted", 0, 10), 6, 4)
+    assert plan.episodes == {"train": 6, "shifted": 0}
+    assert plan.expert_demos == 4
+
+
+@pytest.mark.parametrize(
+    ("train_ok", "shifted_ok", "expected_shifted"),
+    [(10, 0, 8), (0, 10, 0), (5, 5, 4), (9, 8, 5), (10, 9, 8)],
+)
+def test_collection_follows_the_failures(train_ok, shifted_ok, expected_shifted):
+    plan = plan_collection(
+        "healthy", score("train", train_ok, 10), score("shifted", shifted_ok, 10), 8
+    )
+    assert plan.episodes["shifted"] == expected_shifted
+    assert sum(plan.episodes.values()) == 8
+
+
+def test_summary_round_trips_and_refuses_other_versions(tmp_path):
+    run = RunDirectory(tmp_path, "r1")
+    run.create({"task": "push"})
+    record = RoundRecord(0, evaluation=[vars(score("train", 3, 4))], complete=True)
+    run.save_summary(LoopSummary("r1", {"task": "push"}, rounds=[record]))
+    loaded = run.load_summary()
+    assert loaded.completed_rounds()[0].score("train").successes == 3
+    data = json.loads(run.summary_file.read_text())
+    data["version"] = 99
+    run.summary_file.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="start a new run"):
+        run.load_summary()
+    with pytest.raises(ValueError, match="plain directory name"):
+        RunDirectory(tmp_path, "../escape")
+
+
+def test_report_is_self_contained_html_with_plots_and_tables(tmp_path):
+    from simreal_ros.loop.report import write_report
+
+    rounds = []
+    for index, (train_ok, shifted_ok) in enumerate([(2, 1), (5, 3)]):
+        rounds.append(
+            RoundRecord(
+                index,
+                policy_version=f"v{index}",
+                evaluation=[
+                    vars(score("train", train_ok, 8)),
+                    vars(score("shifted", shifted_ok, 8)),
+                ],
+                update={}
+                if index == 0
+                else {
+                    "version": "v1",
+                    "promoted": True,
+                    "reason": "clears 0.3",
+                    "screening": [
+                        {
+                            "condition": "train",
+                            "successes": 15,
+                            "episodes": 20,
+                            "ci_low": 0.5,
+                            "ci_high": 0.9,
+                            "baseline_success_rate": 0.5,
+                        }
+                    ],
+                    "losses": [1.0, 0.5, 0.2],
+                },
+                diagnosis={"label": "over_specialization", "summary": "train 5/8, shifted 3/8"},
+                real_episodes_total=16 * (index + 1),
+                complete=True,
+            )
+        )
+    path = write_report(
+        LoopSummary("r1", {"task": "push"}, rounds=rounds), tmp_path / "report.html"
+    )
+    text = path.read_text()
+    assert text.count("data:image/png;base64,") == 4
+    assert "real_twin stand-in" in text
+    assert "over_specialization" in text and "promoted" in text
+    assert "http" not in text.replace("http-equiv", "")  # nothing fetched when opened offline
