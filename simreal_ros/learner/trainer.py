@@ -421,7 +421,9 @@ class LearnerSession:
                 )
             else:
                 self.tuner.set_data(data, seed=cfg.seed + self.round)
-            metrics = self.tuner.train(cfg.updates_per_round)
+            if cfg.model_rollouts and cfg.method == "sgft" and real is not None and len(real):
+                metrics.update(self._model_rollouts(real))
+            metrics.update(self.tuner.train(cfg.updates_per_round))
         if self.v_sim is not None:
             self.v_sim.check_frozen()
             metrics.update(self._watch_value(real))
@@ -439,6 +441,22 @@ class LearnerSession:
         )
         self.log.append({"round": self.round, "version": version, **metrics})
         return Candidate(version, self.running_version, cfg.method, staging, metadata, metrics)
+
+    def _model_rollouts(self, real: Transitions) -> dict[str, float]:
+        """Fit the dynamics model on all real data, then imagine short rollouts."""
+        from simreal_ros.learner.dynamics_model import ModelRollouts
+
+        cfg = self.config
+        if getattr(self, "dynamics", None) is None:
+            arch = self.checkpoint.arch
+            self.dynamics = ModelRollouts(arch.obs_dim, arch.act_dim, seed=cfg.seed)
+        loss = self.dynamics.fit(real, cfg.updates_per_round, cfg.batch_size)
+        starts = max(1, cfg.batch_size // cfg.rollout_length)
+        rollouts = self.dynamics.rollout(
+            lora.inner(self.actor_peft), real, starts, cfg.rollout_length, self.v_sim
+        )
+        self.tuner.extra_batches = self.dynamics.batches(cfg.rollout_fraction)
+        return {"dynamics_loss": loss, "model_transitions": float(len(rollouts))}
 
     def forgetting_guards(self) -> dict[str, float]:
         cfg = self.config

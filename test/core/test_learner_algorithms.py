@@ -75,3 +75,28 @@ def test_actor_critic_fine_tuning_improves_the_real_return(actor, real_data, met
         v_sim.check_frozen()
     before, after = real_return(actor), real_return(lora.inner(model))
     assert after > before + MIN_GAIN, (method, horizon, before, after)
+
+
+def test_sgft_with_short_model_rollouts_learns_the_dynamics_and_improves(actor, real_data):
+    from simreal_ros.learner.dynamics_model import ModelRollouts
+
+    torch.manual_seed(0)
+    data = real_data.subset(np.arange(len(real_data)))
+    v_sim = FrozenSimValue(actor, SimCritic(GAMMA), lambda a, o: a(o), lambda c, o, a: c(o, a))
+    v_sim.annotate(data)
+    dynamics = ModelRollouts(2, 1, hidden=(64, 64), seed=0)
+    first = dynamics.fit(data, 1)
+    last = dynamics.fit(data, 400, 64)
+    assert last < 0.1 * first, (first, last)
+    model = lora.wrap(actor, rank=4, alpha=8)
+    imagined = dynamics.rollout(lora.inner(model), data, starts=32, length=2, v_sim=v_sim)
+    assert len(imagined) == 64 and not imagined.terminals.any() and imagined.v_sim is not None
+    assert imagined.truncateds.sum() == 32  # each rollout ends truncated, never crossing
+    tuner = ActorCriticFineTuner(
+        model, HorizonCritic(2, 1, 1, (64, 64)), data, gamma=GAMMA, horizon=1, shaping=True,
+        actor_learning_rate=1e-3, critic_learning_rate=1e-3, batch_size=64, sim_replay=False,
+        critic_warmup=100, entropy_alpha=0.01, seed=0, extra_batches=dynamics.batches(0.25),
+    )  # fmt: skip
+    tuner.train(500)
+    before, after = real_return(actor), real_return(lora.inner(model))
+    assert after > before + MIN_GAIN, (before, after)

@@ -67,12 +67,15 @@ def copy_of(t: Transitions) -> Transitions:
     return t.subset(np.arange(len(t)))
 
 
-@pytest.mark.parametrize(("method", "horizon"), [("sgft", 3), ("rl", 0), ("bc", 0)])
+@pytest.mark.parametrize(
+    ("method", "horizon", "rollouts"),
+    [("sgft", 3, False), ("sgft", 1, True), ("rl", 0, False), ("bc", 0, False)],
+)
 def test_round_trains_screens_in_mujoco_stores_and_promotes(
-    tmp_path, base_dir, data, method, horizon
+    tmp_path, base_dir, data, method, horizon, rollouts
 ):
     sim, real = data
-    cfg = config(tmp_path, base_dir, method=method, horizon=horizon)
+    cfg = config(tmp_path, base_dir, method=method, horizon=horizon, model_rollouts=rollouts)
     session = LearnerSession(cfg, sim_data=copy_of(sim))
     result = session.run_round(
         copy_of(real), policy_evaluator(cfg), manifest=[{"episode_id": "x"}]
@@ -94,6 +97,8 @@ def test_round_trains_screens_in_mujoco_stores_and_promotes(
     with torch.no_grad():
         torch.testing.assert_close(merged(obs), lora.inner(session.actor_peft)(obs), atol=1e-5,
                                    rtol=1e-5)  # fmt: skip
+    if rollouts:
+        assert meta["metrics"]["model_transitions"] > 0 and "dynamics_loss" in meta["metrics"]
     if method == "sgft":
         assert meta["reward_scale"] > 0 and "sim transitions" in meta["reward_scale_source"]
 
