@@ -143,3 +143,34 @@ def test_topic_spec_and_typestore_refuse_bad_input():
     with pytest.raises(ValueError, match="unknown"):
         definition_and_hash("nope_msgs/msg/Nothing")
     assert "simreal_ros/msg/TaskStatus" in project_typestore().fielddefs
+
+
+def test_messages_in_a_chunk_still_open_at_the_kill_are_recovered(tmp_path):
+    """Killed between flushes: the open chunk's header has zero sizes, its messages follow."""
+    rec, sent = write_episode(tmp_path / "live", steps=6, episode_id="live", close=False)
+    store = project_typestore()
+    extra = [
+        store.serialize_cdr(
+            store.types["std_msgs/msg/String"](data=f"late {i}"), "std_msgs/msg/String"
+        )
+        for i in range(3)
+    ]
+    bag = rec._bag
+    # Written to the OS, chunk not closed (what the file holds between two flushes).
+    bag.write_metadata(1)
+    for data in extra:
+        bag._writer.write(bag._meta_connection, 2, data)
+    bag._writer.storage.bio.flush()
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    shutil.copy(tmp_path / "live" / "live.mcap", killed / "killed.mcap")
+    report = recover_bag(killed)
+    with open(killed / "killed.mcap", "rb") as f:
+        got: dict[str, list[bytes]] = {}
+        for _, channel, message in make_reader(f).iter_messages():
+            got.setdefault(channel.topic, []).append(bytes(message.data))
+    for topic, payloads in sent.items():
+        assert got.get(topic, []) == payloads, topic
+    assert all(bytes(d) in got[METADATA_TOPIC] for d in extra)
+    assert report.messages == sum(map(len, sent.values()))
+    rec.stop("aborted", False)
