@@ -18,6 +18,28 @@ def ensure_headless_gl(default: str = "egl") -> str:
     return os.environ.setdefault("MUJOCO_GL", default)
 
 
+def headless_gl_problem() -> str:
+    """Why offscreen rendering cannot work in this process, or "" if it can be tried.
+
+    MuJoCo fixes its GL backend at import; GLFW without a display fails, and creating it
+    off the main thread can hang, so refuse up front instead.
+    """
+    try:
+        from mujoco import gl_context
+    except ImportError:
+        gl_context = None
+    context = getattr(gl_context, "GLContext", None)
+    backend = context.__module__ if context is not None else "none"
+    if backend.endswith("glfw") and not os.environ.get("DISPLAY"):
+        return (
+            "MuJoCo was imported with its GLFW backend and there is no display: set "
+            "MUJOCO_GL=egl (or osmesa with libosmesa6) before anything imports mujoco"
+        )
+    if backend == "none":
+        return "MuJoCo has no GL backend here (MUJOCO_GL disables it); set MUJOCO_GL=egl"
+    return ""
+
+
 class CameraRenderer:
     """Renders one named camera of an ``ArmPhysics`` to an RGB uint8 array (H, W, 3)."""
 
@@ -31,6 +53,9 @@ class CameraRenderer:
             names = [physics.model.camera(i).name for i in range(physics.model.ncam)]
             raise ValueError(f"no camera {camera!r} in the model; cameras: {', '.join(names)}.")
         self.width, self.height = width, height
+        problem = headless_gl_problem()
+        if problem:
+            raise RuntimeError(f"offscreen rendering unavailable: {problem}.")
         try:
             self._renderer = mujoco.Renderer(physics.model, height=height, width=width)
         except Exception as error:  # the GL backend is missing or misconfigured
