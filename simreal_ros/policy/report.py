@@ -1,0 +1,97 @@
+"""README.md for a checkpoint directory, rendered from its policy.json (one source of truth)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from simreal_ros.policy.checkpoint import METADATA_FILE, read_metadata
+
+ORDER = (
+    "nominal/train",
+    "nominal/shifted",
+    "randomized/train",
+    "randomized/shifted",
+    "real_twin/train",
+    "real_twin/shifted",
+)
+
+
+def render_readme(metadata: dict[str, Any], notes: str = "") -> str:
+    training = metadata.get("training", {})
+    spec = metadata["spec"]
+    arch = metadata["architecture"]
+    data = training.get("data", {})
+    lines = [
+        f"# Base checkpoint `{metadata['version']}` ({spec['task']})",
+        "",
+        "Produced by `simreal pretrain`; everything below is rendered from "
+        f"`{METADATA_FILE}` by `simreal_ros.policy.report`.",
+        "",
+        "## Provenance",
+        "",
+        f"- command: `{training.get('command', '?')}`",
+        f"- seed: {training.get('seed', '?')}",
+        f"- wall time: {training.get('wall_time_s', 0):.0f} s (on 2 shared CPU cores)",
+        f"- method: {training.get('method', '?')}",
+        f"- data: {data.get('episodes', '?')} episodes, {data.get('env_steps', '?')} env "
+        f"steps in the `{data.get('profile', '?')}` profile, `{data.get('condition', '?')}` "
+        f"condition; {training.get('sac_steps', 0)} SAC gradient steps",
+        f"- gamma: {metadata.get('gamma')}; reward: {training.get('reward', {})}",
+        "",
+        "## Conventions",
+        "",
+        f"- joints (controller order): {', '.join(spec['joint_names'])}",
+        f"- units: {', '.join(spec['joint_units'])}",
+        f"- actions: `{spec['action_mode']}` (normalised [-1, 1] x per-tick max step, added "
+        "to the measured position, clipped to the joint limits); the node publishes "
+        "absolute targets",
+        f"- control rate: {spec['control_rate_hz']:g} Hz",
+        f"- observation: {', '.join(spec['observation_fields'])} ({len(spec['obs_mean'])} "
+        "values, standardised with the stored mean/std)",
+        f"- network: actor {arch['actor_hidden']} ReLU MLP, twin critics "
+        f"{arch['critic_hidden']}; V_sim(s) = min(Q1, Q2)(s, actor mean)",
+        "",
+        "## Measured success (one episode per seed, Wilson 95% CI)",
+        "",
+        "| profile/condition | seeds | success | 95% CI | mean return | mean length |",
+        "|---|---|---|---|---|---|",
+    ]
+    evaluation = metadata.get("evaluation", {})
+    keys = [k for k in ORDER if k in evaluation] + sorted(set(evaluation) - set(ORDER))
+    for key in keys:
+        e = evaluation[key]
+        low, high = e["ci95"]
+        seeds = e.get("seeds", [0, e["episodes"] - 1])
+        label = f"{key} (stand-in)" if key.startswith("real_twin") else key
+        lines.append(
+            f"| {label} | {seeds[0]}..{seeds[1]} | {e['successes']}/{e['episodes']} = "
+            f"{e['success_rate']:.1%} | {low:.1%}..{high:.1%} | {e['mean_return']:.2f} | "
+            f"{e['mean_length']:.1f} |"
+        )
+    lines += [
+        "",
+        "`real_twin` is a simulated stand-in for the physical arm (a hidden, fixed dynamics "
+        "gap), never the arm itself. Reproduce a row with "
+        "`simreal eval --checkpoint <this dir> --profile P --condition C --episodes N`.",
+    ]
+    if notes:
+        lines += ["", "## Notes", "", notes.strip()]
+    return "\n".join(lines) + "\n"
+
+
+def write_readme(directory: str | Path, notes: str = "") -> Path:
+    directory = Path(directory)
+    path = directory / "README.md"
+    path.write_text(render_readme(read_metadata(directory), notes))
+    return path
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Render README.md of a checkpoint directory.")
+    parser.add_argument("directory")
+    parser.add_argument("--notes", default="")
+    args = parser.parse_args()
+    print(write_readme(args.directory, args.notes))
