@@ -97,7 +97,10 @@ def test_sigkill_mid_episode_loses_nothing_that_was_flushed(executor, rclpy_cont
         ]
         assert positions[:before] == [float(i) for i in range(before)]
         survived = len(positions) - before
-        assert positions == [float(i) for i in range(len(positions))]  # in order, no gaps
+        # After the flush: whatever DDS delivered and the OS got before the kill, in order
+        # (a reliable KEEP_LAST publisher may overwrite samples a busy reader has not acked).
+        tail = positions[before:]
+        assert tail == sorted(set(tail)) and all(before <= p < before + after for p in tail)
         print(
             f"\nkill -9: {before}/{before} flushed messages recovered; "
             f"{survived}/{after} sent after the last explicit flush survived "
