@@ -68,6 +68,7 @@ class OnlineLearner:
         self.last_metrics: dict[str, float] = {}
         self.episodes_seen = 0
         self.skipped: list[str] = []
+        self.waiting = ""
         self._last_round_time = time.monotonic()
 
     # ------------------------------------------------------------------ caller side
@@ -105,6 +106,8 @@ class OnlineLearner:
             "episodes_pending": pending,
             "running_version": (session.running_version if session else None) or "base",
             "last_error": self.last_error,
+            "waiting": self.waiting,
+            "skipped_episodes": len(self.skipped),
         }
         sizes: dict[str, int] = {}
         if self.real is not None:
@@ -204,12 +207,14 @@ class OnlineLearner:
                 session.add_sim_data(sim)
         if self.real is None or len(self.real) < self.config.min_real_transitions:
             have = 0 if self.real is None else len(self.real)
-            log.info(
-                "waiting for data: %d real transitions, %d needed",
-                have,
-                self.config.min_real_transitions,
+            message = (
+                f"waiting for data: {have} real transitions, {self.config.min_real_transitions} "
+                "needed (min_real_transitions); record more real episodes."
             )
+            log.info(message)
+            self.waiting = message
             return
+        self.waiting = ""
         self.state = "training"
         result = session.run_round(
             self.real, self._screening_evaluator, manifest=list(self.manifest)

@@ -522,6 +522,8 @@ class LearnerSession:
             },
             "metrics": {k: float(v) for k, v in metrics.items()},
             "value_exploit_flag": getattr(self, "value_flag", ""),
+            # Per real episode: return, mean V_sim, shaped return (SGFT only).
+            "value_watch": self.monitor.episodes[-50:],
             "checkpoint_dir": str(self.checkpoint_dir) if self.checkpoint_dir else "",
         }
 

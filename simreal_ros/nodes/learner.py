@@ -99,9 +99,17 @@ class LearnerNode(Node):
         )
 
     def _on_train_now(self, request, response):
+        status = self.learner.status()
+        if status["state"] == "failed":
+            response.success = False
+            response.message = status["last_error"]
+            return response
         self.learner.request_round()
         response.success = True
-        response.message = "round requested"
+        response.message = (
+            f"round requested ({status['episodes_pending']} episode(s) pending; "
+            f"buffers {status['buffer_sizes']})"
+        )
         return response
 
     def _on_result(self, result) -> None:
@@ -132,6 +140,8 @@ class LearnerNode(Node):
             "last_gate": status.get("last_gate", ""),
             "last_gate_reason": status.get("last_gate_reason", ""),
             "last_error": status["last_error"],
+            "waiting": status["waiting"],
+            "skipped_episodes": str(status["skipped_episodes"]),
             "method": self.config.method,
             "sim_replay": str(self.config.sim_replay),
             "ewc": str(self.config.ewc),

@@ -143,3 +143,38 @@ def test_next_session_resumes_from_the_running_version(tmp_path, base_dir, data)
     candidate = second.finetune(copy_of(real))
     assert candidate.parent_version == "v0001" and candidate.version == "v0002"
     second.discard(candidate)
+
+
+def test_rl_with_checkpoint_critic_plus_lora_trains_only_adapters(tmp_path, base_dir, data):
+    sim, real = data
+    cfg = config(tmp_path, base_dir, method="rl", critic_init="checkpoint_lora")
+    session = LearnerSession(cfg, sim_data=copy_of(sim))
+    base_critic = {k: v.clone() for k, v in session.checkpoint.model.critic.state_dict().items()}
+    trainable = [n for n, p in session.critic.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    before = [p.detach().clone() for p in session.critic.parameters() if p.requires_grad]
+    candidate = session.finetune(copy_of(real))
+    after = [p.detach() for p in session.critic.parameters() if p.requires_grad]
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    for key, value in session.checkpoint.model.critic.state_dict().items():
+        torch.testing.assert_close(value, base_critic[key])  # Q_sim itself never moves
+    session.discard(candidate)
+
+
+def test_rl_and_sgft_share_one_path_differing_only_in_the_reward(tmp_path, base_dir, data):
+    from simreal_ros.learner.replay import batch_from
+
+    sim, real = data
+    sgft = LearnerSession(config(tmp_path, base_dir, method="sgft", horizon=0,
+                                 reward_scale=2.0), sim_data=copy_of(sim))  # fmt: skip
+    rl = LearnerSession(config(tmp_path / "rl", base_dir, method="rl", critic_init="fresh"))
+    real_s = copy_of(real)
+    sgft.finetune(real_s)
+    rl.finetune(copy_of(real))
+    assert type(sgft.tuner) is type(rl.tuner)
+    assert sgft.tuner.horizon is None and rl.tuner.horizon is None
+    batch = batch_from(real_s, np.arange(6), np.ones(6, bool))
+    torch.testing.assert_close(rl.tuner.training_rewards(batch), batch.rewards)
+    keep = 1.0 - batch.terminals
+    expected = 2.0 * (batch.rewards + GAMMA * keep * batch.v_sim_next - batch.v_sim)
+    torch.testing.assert_close(sgft.tuner.training_rewards(batch), expected)
