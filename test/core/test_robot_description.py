@@ -1,10 +1,13 @@
-"""The robot description agrees with the MJCF model every node and the sim use."""
+"""The robot description agrees with the MJCF model every node and the sim use.
 
-import mujoco
+mujoco comes through ``simreal_ros.sim``, so its headless GL default is set before mujoco loads.
+"""
+
 import numpy as np
 import pytest
 
 from simreal_ros.robot.description import load_robot_description, parse_robot_description
+from simreal_ros.sim.physics import mujoco
 
 CONTROLLER_ORDER = (
     "shoulder_pan_joint",
