@@ -52,6 +52,12 @@ class RecorderConfig:
         "Topics subscribed best-effort (sensor data) until a publisher is seen; once "
         "publishers exist, each subscription follows their reliability",
     )
+    subscription_depth: int = setting(
+        1000, "Reader queue depth of each recorded topic (samples)", low=1, high=100000
+    )
+    large_message_depth: int = setting(
+        30, "Reader queue depth of image and point-cloud topics (samples)", low=1, high=10000
+    )
     action_topic: str = setting("/policy/action", "Policy action topic (steps, versions)")
     source: str = setting("sim", "Default source label of episodes", choices=SOURCES)
     profile: str = setting("", "Default dynamics profile label (sim bridge profile)")

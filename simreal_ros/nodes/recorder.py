@@ -13,7 +13,7 @@ import importlib
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_srvs.srv import Trigger
 
 from simreal_ros.episodes.bag_writer import EpisodeRecording, TopicSpec
@@ -32,6 +32,12 @@ from simreal_ros.msg import EpisodeEvent
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.params import declare_config
 from simreal_ros.srv import StartEpisode, StopEpisode
+
+LARGE_MESSAGE_TYPES = {
+    "sensor_msgs/msg/Image",
+    "sensor_msgs/msg/CompressedImage",
+    "sensor_msgs/msg/PointCloud2",
+}
 
 
 def _message_class(msgtype: str):
@@ -91,7 +97,16 @@ class RecorderNode(Node):
     def _subscribe(self, index: int, spec: TopicSpec) -> None:
         reliable = self._publisher_reliability(spec.topic)
         reliable = spec.reliable if reliable is None else reliable
-        profile = qos.STATUS if reliable else qos.SENSOR_DATA
+        base = qos.STATUS if reliable else qos.SENSOR_DATA
+        # Same policies as the named profile, but a reader queue deep enough to ride out a
+        # busy executor (a full reader queue loses samples before the recorder sees them).
+        large = spec.msgtype in LARGE_MESSAGE_TYPES
+        profile = QoSProfile(
+            history=base.history,
+            depth=self.config.large_message_depth if large else self.config.subscription_depth,
+            reliability=base.reliability,
+            durability=base.durability,
+        )
         old = self._topic_subs.pop(spec.topic, None)
         if old is not None:
             self.destroy_subscription(old)
