@@ -7,6 +7,7 @@ starts. Plain Python: no rclpy.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -43,6 +44,21 @@ def graph_environment(
     return env
 
 
+try:
+    # Loaded here, in the parent: the child between fork and exec only calls prctl.
+    _LIBC = ctypes.CDLL(None, use_errno=True)
+    _PRCTL = _LIBC.prctl if hasattr(_LIBC, "prctl") else None
+except OSError:
+    _PRCTL = None
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the parent dies, so no node outlives its runner."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+
+
 class NodeProcess:
     """One node as a child process in its own process group, its output prefixed."""
 
@@ -67,6 +83,7 @@ class NodeProcess:
             text=True,
             bufsize=1,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         self._reader = threading.Thread(target=self._pump, name=f"log-{name}", daemon=True)
         self._reader.start()

@@ -86,6 +86,11 @@ class LoopDriverNode(Node):
         with self._lock:
             return len(self._updates)
 
+    def _sleep(self, seconds: float) -> None:
+        if not self.context.ok():
+            raise RuntimeError("the ROS context was shut down while the loop was waiting.")
+        time.sleep(seconds)
+
     def wait_until_ready(self, timeout_s: float) -> None:
         """Block until the policy is acting and the learner answers; say what is missing."""
         deadline = time.monotonic() + timeout_s
@@ -94,7 +99,7 @@ class LoopDriverNode(Node):
                 acting = self._actions > 0
             if acting and self._train_now.service_is_ready():
                 return
-            time.sleep(0.1)
+            self._sleep(0.1)
         missing = []
         if not self._actions:
             missing.append("no /policy/action from the policy node")
@@ -111,14 +116,14 @@ class LoopDriverNode(Node):
         future = self._train_now.call_async(Trigger.Request())
         deadline = time.monotonic() + timeout_s
         while not future.done() and time.monotonic() < deadline:
-            time.sleep(0.05)
+            self._sleep(0.05)
         if not future.done() or not future.result().success:
             raise TimeoutError("the learner did not accept a round (/learner/train_now).")
         while time.monotonic() < deadline:
             with self._lock:
                 if len(self._updates) > seen:
                     return self._updates[-1]
-            time.sleep(0.2)
+            self._sleep(0.2)
         raise TimeoutError(f"the learner gave no decision within {timeout_s:.0f} s.")
 
     def wait_for_policy_version(self, version: str, timeout_s: float) -> bool:
@@ -126,5 +131,5 @@ class LoopDriverNode(Node):
         while time.monotonic() < deadline:
             if self.policy_version == version:
                 return True
-            time.sleep(0.05)
+            self._sleep(0.05)
         return False

@@ -1,0 +1,258 @@
+"""`simreal loop`: rounds of the sim-to-real loop through the running ROS graph.
+
+The graph is the sim profile with the sim bridge in the ``real_twin`` dynamics profile: a
+simulated stand-in for the physical arm (never called real). Every episode goes
+policy -> safety -> sim bridge and is recorded by the recorder; the learner node trains
+on the recorded bags, screens in sim, and the policy node hot-swaps promoted adapters.
+
+Per round: collect episodes aimed at the last diagnosis (round 0 skips this), ask the
+learner for a round and wait for its decision, evaluate on the stand-in in both
+conditions (recorded episodes), diagnose, save the summary and the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import rclpy
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.parameter import Parameter
+from rclpy.signals import SignalHandlerOptions
+
+from simreal_ros.graph.description import graph
+from simreal_ros.graph.runner import GraphRunner
+from simreal_ros.loop.config import LoopConfig
+from simreal_ros.loop.plan import plan_collection
+from simreal_ros.loop.report import write_report
+from simreal_ros.loop.state import ConditionScore, LoopSummary, RoundRecord, RunDirectory
+from simreal_ros.nodes.loop_driver import LoopDriverNode
+from simreal_ros.nodes.trial_runner import TrialRunnerNode
+from simreal_ros.policy.checkpoint import shipped_checkpoint
+from simreal_ros.trials.runner import run_trials
+
+CONDITIONS = ("train", "shifted")
+
+
+def graph_overrides(config: LoopConfig, run: RunDirectory, checkpoint: str) -> dict:
+    return {
+        "sim_bridge": {
+            "task": config.task,
+            "profile": config.stand_in_profile,
+            "real_time_factor": config.real_time_factor,
+        },
+        "policy": {"checkpoint": checkpoint, "task": config.task},
+        "recorder": {"data_dir": str(run.bags)},
+        "learner": {
+            "task": config.task,
+            "method": config.method,
+            "horizon": config.horizon,
+            "checkpoint_dir": checkpoint,
+            "store_root": str(run.models),
+            "updates_per_round": config.updates_per_round,
+            "screen_seeds": config.screen_seeds,
+            "screen_workers": config.screen_workers,
+            "round_every_episodes": 0,
+            "seed": config.seed,
+        },
+    }
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+class LoopSession:
+    def __init__(self, config: LoopConfig, run: RunDirectory, log=sys.stdout) -> None:
+        self.config = config
+        self.run = run
+        self.log = log
+        self.checkpoint = config.checkpoint or str(shipped_checkpoint(config.task))
+
+    def say(self, text: str) -> None:
+        self.log.write(f"[simreal loop] {text}\n")
+        self.log.flush()
+
+    # ------------------------------------------------------------------ graph
+    def execute(self) -> LoopSummary:
+        config_dict = dataclasses.asdict(self.config)
+        summary = self.run.load_summary()
+        if summary is None:
+            self.run.create(config_dict)
+            summary = LoopSummary(self.run.run_id, config_dict)
+        elif summary.config != config_dict:
+            raise ValueError(
+                f"run {self.run.run_id!r} exists with another configuration; resume it with "
+                "the same options or choose another --run-id."
+            )
+        done = len(summary.completed_rounds())
+        if done > self.config.rounds:
+            self.say(f"run {self.run.run_id} is complete ({done - 1} rounds)")
+            return summary
+        summary.rounds = summary.completed_rounds()
+        nodes = graph("sim", graph_overrides(self.config, self.run, self.checkpoint))
+        domain = None if self.config.domain_id < 0 else self.config.domain_id
+        with open(self.run.log_file, "a", encoding="utf-8") as graph_log:
+            runner = GraphRunner(nodes, "sim", domain_id=domain, log=graph_log)
+            runner.start()
+            self.say(f"graph up ({', '.join(n.name for n in nodes)}); logs in {graph_log.name}")
+            try:
+                self._rounds(summary, runner)
+            finally:
+                runner.stop()
+        return summary
+
+    def _rounds(self, summary: LoopSummary, runner: GraphRunner) -> None:
+        import os
+
+        if self.config.domain_id >= 0:
+            os.environ["ROS_DOMAIN_ID"] = str(self.config.domain_id)
+        os.environ.update({k: v for k, v in runner.env.items() if k.startswith(("ROS_", "FAST"))})
+        # Ctrl-C and SIGTERM raise KeyboardInterrupt here, so the graph is stopped in
+        # `finally` (rclpy's own handlers would only shut the context down under us).
+        rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+        executor = MultiThreadedExecutor(num_threads=3)
+        trial = TrialRunnerNode(
+            parameter_overrides=[
+                Parameter("task", value=self.config.task),
+                Parameter("timeout_s", value=float(self.config.episode_timeout_s)),
+                Parameter("keyboard", value=False),
+                Parameter("use_sim_time", value=True),
+            ]
+        )
+        driver = LoopDriverNode(parameter_overrides=[Parameter("use_sim_time", value=True)])
+        executor.add_node(trial)
+        executor.add_node(driver)
+        spinner = threading.Thread(target=executor.spin, daemon=True)
+        spinner.start()
+        try:
+            driver.wait_until_ready(timeout_s=180.0)
+            start = len(summary.rounds)
+            for index in range(start, self.config.rounds + 1):
+                self._check_graph(runner)
+                record = self._round(index, summary, trial, driver, runner)
+                summary.rounds.append(record)
+                self.run.save_summary(summary)
+                write_report(summary, self.run.report_file)
+                self.say(self._round_line(record))
+        finally:
+            executor.shutdown()
+            spinner.join(timeout=5.0)
+            trial.destroy_node()
+            driver.destroy_node()
+            rclpy.try_shutdown()
+
+    def _check_graph(self, runner: GraphRunner) -> None:
+        died = runner.first_exited()
+        if died is not None:
+            process = runner.processes[died]
+            raise RuntimeError(
+                f"node '{process.name}' exited with code {process.returncode}; see "
+                f"{self.run.log_file}. Resume with the same command after fixing it."
+            )
+
+    # ------------------------------------------------------------------ one round
+    def _seeds(self, index: int, phase: int, count: int) -> list[int]:
+        base = self.config.seed * 1_000_003 + index * 10_000 + phase * 1_000
+        return [base + k for k in range(count)]
+
+    def _episodes(self, trial, condition: str, seeds: list[int], what: str) -> list[Any]:
+        if not seeds:
+            return []
+        results = run_trials(
+            trial, len(seeds), condition, seeds, self.config.episode_timeout_s, progress=True
+        )
+        failed = [r for r in results if r.error]
+        if failed:
+            self.say(f"{len(failed)} {what} episode(s) could not run: {failed[0].error}")
+        return [r for r in results if not r.error]
+
+    def _round(self, index, summary, trial, driver, runner) -> RoundRecord:
+        started = time.monotonic()
+        record = RoundRecord(index)
+        previous = summary.rounds[-1] if summary.rounds else None
+        interventions_before = driver.safety_interventions
+        episodes: list[Any] = []
+        if index > 0 and previous is not None:
+            plan = plan_collection(
+                previous.diagnosis.get("label", ""),
+                previous.score("train"),
+                previous.score("shifted"),
+                self.config.collect_episodes,
+                self.config.expert_demos if self.config.method == "bc" else 0,
+            )
+            self.say(f"round {index}: collecting {plan.episodes} ({plan.reason})")
+            for phase, condition in enumerate(CONDITIONS):
+                seeds = self._seeds(index, phase, plan.episodes.get(condition, 0))
+                episodes += self._episodes(trial, condition, seeds, "collection")
+            record.collected = dict(plan.episodes)
+            self.say(f"round {index}: learner training ({self.config.method})")
+            record.update = driver.train_round(self.config.round_timeout_s)
+            if record.update.get("promoted"):
+                version = record.update["version"]
+                if not driver.wait_for_policy_version(version, 60.0):
+                    self.say(f"policy did not switch to {version} within 60 s")
+        record.policy_version = driver.policy_version
+        scores = []
+        evaluation_episodes = []
+        for phase, condition in enumerate(CONDITIONS, start=2):
+            seeds = self._seeds(index, phase, self.config.eval_episodes)
+            results = self._episodes(trial, condition, seeds, "evaluation")
+            evaluation_episodes += results
+            scores.append(ConditionScore.of(condition, [r.success for r in results]))
+        episodes += evaluation_episodes
+        record.evaluation = [dataclasses.asdict(score) for score in scores]
+        record.episodes = [
+            {
+                "episode_id": r.episode_id,
+                "condition": r.condition,
+                "success": r.success,
+                "steps": r.steps,
+                "bag_path": r.bag_path,
+                "policy_versions": list(r.policy_versions),
+                "evaluation": r in evaluation_episodes,
+            }
+            for r in episodes
+        ]
+        record.diagnosis = self._diagnose(record, scores)
+        record.safety_interventions = driver.safety_interventions - interventions_before
+        used = previous.real_episodes_total if previous else 0
+        seconds = previous.stand_in_seconds_total if previous else 0.0
+        record.real_episodes_total = used + len(episodes)
+        record.stand_in_seconds_total = seconds + sum(r.steps for r in episodes) * self._dt()
+        record.wall_seconds = time.monotonic() - started
+        record.complete = True
+        return record
+
+    def _dt(self) -> float:
+        from simreal_ros.policy.checkpoint import read_metadata
+
+        rate = float(read_metadata(self.checkpoint).get("spec", {}).get("control_rate_hz", 20.0))
+        return 1.0 / rate
+
+    def _diagnose(self, record: RoundRecord, scores: list[ConditionScore]) -> dict[str, Any]:
+        from simreal_ros.loop.diagnose_round import diagnose_round
+
+        return diagnose_round(record, scores, self.checkpoint, self.config)
+
+    def _round_line(self, record: RoundRecord) -> str:
+        parts = [f"round {record.index}"]
+        for condition in CONDITIONS:
+            score = record.score(condition)
+            if score:
+                parts.append(
+                    f"{condition} {score.successes}/{score.episodes} "
+                    f"[{score.ci_low:.0%}, {score.ci_high:.0%}]"
+                )
+        if record.update:
+            decision = "promoted" if record.update.get("promoted") else "rejected"
+            parts.append(f"{record.update.get('version', '?')} {decision}")
+        parts.append(f"diagnosis {record.diagnosis.get('label', '-')}")
+        parts.append(f"{record.real_episodes_total} stand-in episodes used")
+        parts.append(f"{record.wall_seconds:.0f} s")
+        return " | ".join(parts)
