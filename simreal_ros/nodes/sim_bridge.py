@@ -67,7 +67,9 @@ class SimBridgeNode(LifecycleNode, BridgeSink):
         self.config: SimBridgeConfig = declare_config(self, SimBridgeConfig)
         self.core: SimBridgeCore | None = None
         self._active = False
-        self._entities: list = []
+        self._own_publishers: list = []
+        self._own_services: list = []
+        self._own_subscriptions: list = []
         self._camera_thread: threading.Thread | None = None
         self._camera_stop = threading.Event()
         self._camera_error = ""
@@ -98,11 +100,13 @@ class SimBridgeNode(LifecycleNode, BridgeSink):
         self._pose_pub = self.create_publisher(PoseStamped, "/object/pose", qos.STATE)
         self._status_pub = self.create_publisher(TaskStatus, "/task/status", qos.STATUS)
         self._clock_pub = self.create_publisher(Clock, "/clock", qos.STATE)
-        self._entities = [self._joint_pub, self._pose_pub, self._status_pub, self._clock_pub]
-        self._entities += [
+        self._own_publishers = [self._joint_pub, self._pose_pub, self._status_pub, self._clock_pub]
+        self._own_subscriptions = [
             self.create_subscription(
                 Float64MultiArray, COMMAND_TOPIC, self._on_command, qos.COMMAND
-            ),
+            )
+        ]
+        self._own_services = [
             self.create_service(ResetEpisode, "~/reset", self._on_reset),
             self.create_service(SetBool, "~/pause", self._on_pause),
             self.create_service(StepSim, "~/step", self._on_step),
@@ -114,7 +118,7 @@ class SimBridgeNode(LifecycleNode, BridgeSink):
             self._info_pub = self.create_publisher(
                 CameraInfo, "/camera/camera_info", qos.SENSOR_DATA
             )
-            self._entities += [self._image_pub, self._info_pub]
+            self._own_publishers += [self._image_pub, self._info_pub]
         profile = self.core.env.profile
         label = " (a stand-in for the physical arm)" if profile.is_stand_in else ""
         self.get_logger().info(
@@ -167,14 +171,13 @@ class SimBridgeNode(LifecycleNode, BridgeSink):
 
     def _release(self) -> None:
         self._halt()
-        for entity in self._entities:
-            if hasattr(entity, "topic_name") and hasattr(entity, "publish"):
-                self.destroy_publisher(entity)
-            elif hasattr(entity, "srv_type"):
-                self.destroy_service(entity)
-            else:
-                self.destroy_subscription(entity)
-        self._entities = []
+        for subscription in self._own_subscriptions:
+            self.destroy_subscription(subscription)
+        for service in self._own_services:
+            self.destroy_service(service)
+        for publisher in self._own_publishers:
+            self.destroy_publisher(publisher)
+        self._own_publishers, self._own_services, self._own_subscriptions = [], [], []
         self.core = None
 
     def destroy_node(self) -> None:
@@ -325,7 +328,6 @@ class SimBridgeNode(LifecycleNode, BridgeSink):
             self.get_logger().error(f"camera off: {error}")
             return
         snapshot = mujoco.MjData(core.physics.model)
-        renderer.physics = _Snapshot(core.physics.model, snapshot)
         fx, fy, cx, cy = renderer.intrinsics()
         info = CameraInfo()
         info.header.frame_id = f"{config.camera_name}_camera_optical_frame"
@@ -346,7 +348,7 @@ class SimBridgeNode(LifecycleNode, BridgeSink):
                 with core.lock:
                     mujoco.mj_copyData(snapshot, core.physics.model, core.physics.data)
                     stamp = core.sim_time
-                pixels = renderer.render()  # outside the lock: physics keeps stepping
+                pixels = renderer.render(snapshot)  # outside the lock: physics keeps stepping
                 _stamp(stamp, image.header.stamp)
                 info.header.stamp = image.header.stamp
                 image.data = pixels.tobytes()
@@ -397,13 +399,6 @@ class SimBridgeNode(LifecycleNode, BridgeSink):
         msg = DiagnosticArray(status=[status])
         msg.header.stamp = self.get_clock().now().to_msg()
         self._diag_pub.publish(msg)
-
-
-class _Snapshot:
-    """What CameraRenderer needs from a physics: the model and a data copy to draw."""
-
-    def __init__(self, model, data) -> None:
-        self.model, self.data = model, data
 
 
 def main(args=None) -> None:

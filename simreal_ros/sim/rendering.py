@@ -65,8 +65,9 @@ class CameraRenderer:
                 "starting, or turn the camera off."
             ) from error
 
-    def render(self) -> np.ndarray:
-        self._renderer.update_scene(self.physics.data, camera=self.camera_id)
+    def render(self, data=None) -> np.ndarray:
+        """Draw the physics' current state, or ``data`` (an MjData snapshot of the model)."""
+        self._renderer.update_scene(self.physics.data if data is None else data, self.camera_id)
         return self._renderer.render()
 
     def intrinsics(self) -> tuple[float, float, float, float]:

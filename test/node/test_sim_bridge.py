@@ -151,3 +151,19 @@ def test_camera_publishes_images_with_camera_info(executor, probe):
     assert len(image.data) == 64 * 48 * 3
     assert np.asarray(image.data, dtype=np.uint8).std() > 1.0  # a scene, not a blank frame
     assert infos[-1].k[0] > 0 and infos[-1].header.frame_id == image.header.frame_id
+
+
+def test_lifecycle_deactivate_cleanup_and_restart(executor, probe):
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    bridge = make_bridge(probe.context, mode="lockstep")
+    executor.add_node(bridge)
+    step = probe.create_client(StepSim, "/sim_bridge/step")
+    assert bridge.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
+    refused = call(executor, step, StepSim.Request(steps=10))
+    assert not refused.success and "not active" in refused.message
+    assert bridge.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
+    assert bridge.core is None
+    assert bridge.trigger_configure() == TransitionCallbackReturn.SUCCESS
+    assert bridge.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    assert call(executor, step, StepSim.Request(steps=10)).success
