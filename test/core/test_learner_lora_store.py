@@ -151,7 +151,7 @@ SAVER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("stage", ["simreal_adapter.json", "MANIFEST.json", "rename"])
+@pytest.mark.parametrize("stage", ["MANIFEST.json", "rename"])
 def test_kill_during_save_leaves_the_previous_version_loadable(tmp_path, stage):
     root = tmp_path / "models"
     store = AdapterStore(root)
