@@ -19,6 +19,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "simreal_ros.cli.trials",
     "simreal_ros.cli.learn",
     "simreal_ros.cli.models",
+    "simreal_ros.cli.diagnose",
     "simreal_ros.cli.loop",
 )
 

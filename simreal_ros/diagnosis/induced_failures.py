@@ -1,0 +1,183 @@
+"""Policies with a deliberately induced failure, built with the policy package's own tools.
+
+They exist to prove that the diagnosis tells failure modes apart (tests, demos):
+
+- ``scaled_action_checkpoint``: the same weights, with the action normalisation in the
+  metadata multiplied by a factor (an action-normalisation mismatch);
+- ``permuted_action_checkpoint``: the action head's output rows permuted (joints swapped),
+  metadata unchanged (a joint-order mismatch);
+- ``train_bc_checkpoint``: a fresh policy regressed with plain MSE on demonstrations
+  (``RecordedEpisode``s), e.g. bimodal ones (mode collapse) or a narrow slice of starts
+  (over-specialisation).
+
+Each writes an ordinary checkpoint with ``simreal_ros.policy.checkpoint.save_checkpoint``
+(safetensors + policy.json), so the policy runs through ``build_policy`` like any other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from simreal_ros.policy.checkpoint import load_checkpoint, save_checkpoint
+from simreal_ros.policy.model import ActorCritic, Architecture
+from simreal_ros.policy.spec import DEFAULT_OBSERVATION_FIELDS, SpecConverter, default_spec
+
+
+def _resave(base, out: Path, spec, version: str, note: str) -> Path:
+    return save_checkpoint(
+        out,
+        base.model,
+        spec,
+        version=version,
+        gamma=base.gamma,
+        training={"derived_from": base.version, "induced_failure": note},
+        parent_version=base.version,
+    )
+
+
+def scaled_action_checkpoint(
+    checkpoint_dir: str | Path, out: str | Path, factor: float = 0.5
+) -> Path:
+    """Copy of a checkpoint whose spec's action_scale (and offset) is ``factor`` x the
+    original: the weights are unchanged, so every commanded step is scaled."""
+    base = load_checkpoint(checkpoint_dir)
+    spec = base.spec
+    spec = dataclasses.replace(
+        spec,
+        action_scale=tuple(float(s) * factor for s in spec.action_scale),
+        action_offset=tuple(float(o) * factor for o in spec.action_offset),
+    )
+    return _resave(base, Path(out), spec, f"{base.version}-scaled{factor:g}", f"x{factor:g}")
+
+
+def permuted_action_checkpoint(
+    checkpoint_dir: str | Path, out: str | Path, permutation: Sequence[int]
+) -> Path:
+    """Copy of a checkpoint whose action output i drives joint ``permutation[i]``'s slot
+    read from output ``permutation[i]``: rows of the mean head are reordered, the
+    metadata (joint order) is not."""
+    base = load_checkpoint(checkpoint_dir)
+    order = list(permutation)
+    if sorted(order) != list(range(base.spec.act_dim)):
+        raise ValueError(
+            f"permutation {order} is not a permutation of 0..{base.spec.act_dim - 1}."
+        )
+    head = base.model.actor.mean_head
+    with torch.no_grad():
+        head.weight.copy_(head.weight[order].clone())
+        head.bias.copy_(head.bias[order].clone())
+    note = f"action head rows permuted {order}"
+    return _resave(base, Path(out), base.spec, f"{base.version}-permuted", note)
+
+
+def demonstration_arrays(episodes, converter: SpecConverter) -> tuple[np.ndarray, np.ndarray]:
+    """Raw observation vectors and normalised action labels of every demonstrated step."""
+    vectors, labels = [], []
+    for episode in episodes:
+        for observation, command in zip(episode.observations, episode.commands, strict=True):
+            vectors.append(converter.observation_vector(observation))
+            labels.append(converter.action_from_command(command, observation["joint_position"]))
+    if not vectors:
+        raise ValueError("no demonstrated steps to learn from; record some episodes first.")
+    return np.array(vectors), np.array(labels)
+
+
+def train_bc_checkpoint(
+    out: str | Path,
+    task: str,
+    episodes,
+    hidden: tuple[int, ...] = (64, 64),
+    steps: int = 1500,
+    batch_size: int = 128,
+    learning_rate: float = 1e-3,
+    seed: int = 0,
+    version: str = "bc",
+    observation_fields: Sequence[str] = DEFAULT_OBSERVATION_FIELDS,
+) -> Path:
+    """Plain MSE behaviour cloning of ``episodes``' commands; writes a checkpoint."""
+    from simreal_ros.robot.description import load_robot_description
+
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    spec = default_spec(load_robot_description(), task, observation_fields=observation_fields)
+    converter = SpecConverter(spec)
+    raw, labels = demonstration_arrays(episodes, converter)
+    spec = spec.with_statistics(raw.mean(0), raw.std(0))
+    converter = SpecConverter(spec, converter.forward_kinematics)
+    obs = torch.as_tensor(converter.normalize(raw), dtype=torch.float32)
+    target = torch.as_tensor(labels, dtype=torch.float32)
+    model = ActorCritic(Architecture(spec.obs_dim, spec.act_dim, hidden, hidden))
+    optimizer = torch.optim.Adam(model.actor.parameters(), lr=learning_rate)
+    loss = torch.zeros(())
+    for _ in range(steps):
+        index = torch.as_tensor(rng.integers(0, len(obs), size=min(batch_size, len(obs))))
+        loss = torch.nn.functional.mse_loss(model.actor(obs[index]), target[index])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    return save_checkpoint(
+        out,
+        model,
+        spec,
+        version=version,
+        gamma=0.99,
+        training={
+            "method": "plain MSE behaviour cloning on scripted demonstrations",
+            "episodes": len(episodes),
+            "steps": steps,
+            "final_loss": float(loss.detach()),
+            "seed": seed,
+        },
+    )
+
+
+class _NoisyExecution:
+    """Executes the expert's command plus Gaussian noise; remembers the clean labels (DART)."""
+
+    def __init__(self, expert, noise: float, rng: np.random.Generator) -> None:
+        self.expert, self.noise, self.rng = expert, noise, rng
+        self.labels: list[np.ndarray] = []
+
+    def reset(self, env=None) -> None:
+        self.labels = []
+        self.expert.reset(env)
+
+    def act(self, observation) -> np.ndarray:
+        label = np.asarray(self.expert.act(observation), dtype=np.float64)
+        self.labels.append(label)
+        noise = self.rng.normal(0.0, self.noise, label.shape)
+        noise[-1] = 0.0  # leave the gripper alone
+        return label + noise
+
+
+def perturbed_demonstrations(
+    task: str,
+    seeds,
+    noise: float = 0.02,
+    profile: str = "nominal",
+    condition: str = "train",
+    seed: int = 0,
+):
+    """Expert episodes executed with joint noise (rad), labelled with the clean expert
+    command at every visited state: demonstrations that also cover small deviations,
+    so a cloned policy recovers from its own errors (DART, Laskey et al. 2017)."""
+    from simreal_ros.diagnosis.episodes import run_episode
+    from simreal_ros.diagnosis.scenarios import make_environment, make_expert
+    from simreal_ros.policy.kinematics import ForwardKinematics
+    from simreal_ros.robot.description import load_robot_description
+
+    env = make_environment(task, profile, condition)
+    actor = _NoisyExecution(make_expert(task), noise, np.random.default_rng(seed))
+    fk = ForwardKinematics(load_robot_description())
+    out = []
+    for episode_seed in seeds:
+        episode = run_episode(env, actor, episode_seed, condition, fk, task=task, source="expert")
+        episode.commands = np.array(actor.labels)
+        out.append(episode)
+    return out

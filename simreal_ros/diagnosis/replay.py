@@ -1,0 +1,359 @@
+"""The open-loop replay check: does the policy's action convention match the arm's?
+
+``replay_check(policy, episodes, profile) -> ReplayResult``
+
+For each successful recorded episode (``RecordedEpisode``; from bags or fresh scripted
+demonstrations):
+
+1. teacher forcing: the policy's command for every recorded observation;
+2. open-loop replay in sim, from the episode's start state (its seed, or the first
+   recorded observation for bags), of (a) the policy's commands and (b) the recorded
+   commands (the baseline: what replaying in this sim profile costs by itself);
+3. trajectory errors against the recorded trajectory: tool RMS [m], arm joint RMS [rad],
+   object final error [m], and whether each replay reaches the goal.
+
+A policy that imitates the recorded behaviour reproduces the trajectory about as well as
+the recorded commands do. One whose actions are read in another convention (scaled,
+offset, joints in another order) does not. ``fit_action_convention`` then explains the
+policy's commanded steps (command - measured joints) by the recorded ones, per joint:
+``policy_step[j] = scale[j] * recorded_step[permutation[j]] + offset[j]``; the best
+permutation is searched exhaustively over the joints that move. A high fitted R² with
+scale != 1, an offset or a permutation says which convention is off ("actions are the
+recorded ones x 0.5", "joints 2 and 3 swapped"); blended (mode-collapsed) actions are not
+explained by any such map, so they are not mistaken for a convention error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from simreal_ros.diagnosis.episodes import RecordedEpisode, tool_positions_of
+
+MIN_SHARE_OF_MOTION = 0.05  # a joint whose steps vary less than this share of the largest
+# joint's is uninformative for the fit (it barely moves in these episodes)
+
+
+@dataclasses.dataclass
+class ConventionFit:
+    """How the policy's commanded steps relate to the recorded ones (see module docstring)."""
+
+    joint_names: list[str]  # the joints that move (the fit uses only these)
+    identity_r2: float  # policy steps explained by the recorded steps as they are
+    fitted_r2: float  # explained by the best per-joint scale/offset and permutation
+    permutation: list[int]  # policy joint joint_names[i] follows recorded joint_names[p[i]]
+    scale: list[float]
+    offset: list[float]
+    joint_r2: list[float]
+    samples: int
+
+    @property
+    def permuted(self) -> bool:
+        return self.permutation != list(range(len(self.permutation)))
+
+    def swaps(self) -> list[tuple[str, str]]:
+        """Pairs / cycles of joints whose actions landed on each other."""
+        seen: set[int] = set()
+        out = []
+        for start in range(len(self.permutation)):
+            if start in seen or self.permutation[start] == start:
+                continue
+            cycle, i = [], start
+            while i not in seen:
+                seen.add(i)
+                cycle.append(i)
+                i = self.permutation[i]
+            out.append(tuple(self.joint_names[i] for i in cycle))
+        return out
+
+    def common_scale(self) -> float:
+        return float(np.median(self.scale)) if self.scale else float("nan")
+
+    def describe(self, scale_tolerance: float = 0.2, offset_tolerance: float = 0.01) -> str:
+        """One sentence: the systematic relation, e.g. 'actions are the recorded ones x 0.50'."""
+        if not self.joint_names:
+            return "no joint moved in the recorded episodes; nothing to fit"
+        parts = []
+        for cycle in self.swaps():
+            parts.append(
+                f"joints {' and '.join(cycle)} swapped"
+                if len(cycle) == 2
+                else f"joints {' -> '.join(cycle)} rotated"
+            )
+        scales = np.asarray(self.scale)
+        common = self.common_scale()
+        if np.all(np.abs(scales - common) <= scale_tolerance * max(abs(common), 1e-9)):
+            if abs(common - 1.0) > scale_tolerance:
+                parts.append(f"actions are the recorded ones x {common:.2f}")
+        else:
+            odd = [
+                f"{name} x {s:.2f}"
+                for name, s in zip(self.joint_names, self.scale, strict=True)
+                if abs(s - 1.0) > scale_tolerance
+            ]
+            if odd:
+                parts.append("per-joint scales " + ", ".join(odd))
+        offsets = [
+            f"{name} {b:+.3f}"
+            for name, b in zip(self.joint_names, self.offset, strict=True)
+            if abs(b) > offset_tolerance
+        ]
+        if offsets:
+            parts.append("offsets " + ", ".join(offsets))
+        if not parts:
+            parts.append("actions match the recorded ones (scale 1, no offset, same joint order)")
+        return (
+            "; ".join(parts)
+            + f" (fitted R² {self.fitted_r2:.2f}, as-is R² {self.identity_r2:.2f})"
+        )
+
+    def is_systematic_error(
+        self,
+        min_r2: float = 0.8,
+        min_gain: float = 0.2,
+        scale_tolerance: float = 0.2,
+        offset_tolerance: float = 0.01,
+    ) -> bool:
+        """True when a scale/offset/permutation explains the policy's steps well and the
+        steps as they are do not: the signature of a convention mismatch."""
+        if not self.joint_names or self.fitted_r2 < min_r2:
+            return False
+        if self.fitted_r2 - max(self.identity_r2, 0.0) < min_gain:
+            return False
+        off_scale = any(abs(s - 1.0) > scale_tolerance for s in self.scale)
+        off_offset = any(abs(b) > offset_tolerance for b in self.offset)
+        return self.permuted or off_scale or off_offset
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["swaps"] = [list(c) for c in self.swaps()]
+        out["description"] = self.describe()
+        return out
+
+
+def _pair_fit(y: np.ndarray, x: np.ndarray) -> tuple[float, float, float]:
+    """Least-squares y = s x + b: (s, b, R²)."""
+    vx, vy = float(x.var()), float(y.var())
+    if vy <= 1e-16:
+        return 0.0, float(y.mean()), 1.0 if vx <= 1e-16 else 0.0
+    if vx <= 1e-16:
+        return 0.0, float(y.mean()), 0.0
+    cov = float(((x - x.mean()) * (y - y.mean())).mean())
+    s = cov / vx
+    return s, float(y.mean() - s * x.mean()), cov * cov / (vx * vy)
+
+
+def fit_action_convention(
+    recorded_steps: np.ndarray, policy_steps: np.ndarray, joint_names: Sequence[str]
+) -> ConventionFit:
+    """Explain the policy's steps by the recorded ones (see the module docstring)."""
+    x = np.asarray(recorded_steps, dtype=np.float64)
+    y = np.asarray(policy_steps, dtype=np.float64)
+    if x.shape != y.shape or x.ndim != 2:
+        raise ValueError(f"step arrays differ in shape: {x.shape} vs {y.shape}.")
+    spread = np.maximum(x.std(0), y.std(0))
+    if len(x) < 3 or spread.max() <= 1e-12:
+        return ConventionFit([], float("nan"), float("nan"), [], [], [], [], len(x))
+    moving = [j for j in range(x.shape[1]) if spread[j] >= MIN_SHARE_OF_MOTION * spread.max()]
+    fits = {(j, k): _pair_fit(y[:, j], x[:, k]) for j in moving for k in moving}
+    best, best_score = tuple(range(len(moving))), -math.inf
+    if len(moving) <= 8:
+        candidates = itertools.permutations(range(len(moving)))
+    else:  # 9+ moving joints: greedy instead of exhaustive
+        candidates = iter([tuple(range(len(moving)))])
+    for perm in candidates:
+        score = sum(fits[(moving[i], moving[p])][2] for i, p in enumerate(perm))
+        if score > best_score + 1e-9:
+            best, best_score = perm, score
+    ym = y[:, moving]
+    total = float(((ym - ym.mean(0)) ** 2).sum())
+    identity_residual = float(((ym - x[:, moving]) ** 2).sum())
+    scale, offset, r2 = [], [], []
+    fitted_residual = 0.0
+    for i, p in enumerate(best):
+        s, b, r = _pair_fit(y[:, moving[i]], x[:, moving[p]])
+        scale.append(s)
+        offset.append(b)
+        r2.append(r)
+        fitted_residual += float(((y[:, moving[i]] - s * x[:, moving[p]] - b) ** 2).sum())
+    total = max(total, 1e-16)
+    return ConventionFit(
+        joint_names=[joint_names[j] for j in moving],
+        identity_r2=1.0 - identity_residual / total,
+        fitted_r2=1.0 - fitted_residual / total,
+        permutation=list(best),
+        scale=scale,
+        offset=offset,
+        joint_r2=r2,
+        samples=len(x),
+    )
+
+
+@dataclasses.dataclass
+class EpisodeReplay:
+    source: str
+    seed: int | None
+    steps: int
+    tool_rms: float  # policy's commands replayed vs the recorded trajectory
+    joint_rms: float
+    object_final_error: float
+    reached_goal: bool
+    baseline_tool_rms: float  # recorded commands replayed vs the recorded trajectory
+    baseline_joint_rms: float
+    baseline_object_final_error: float
+    baseline_reached_goal: bool
+
+
+@dataclasses.dataclass
+class ReplayResult:
+    profile: str
+    episodes: list[EpisodeReplay]
+    fit: ConventionFit
+
+    def _mean(self, field: str) -> float:
+        values = [getattr(e, field) for e in self.episodes]
+        return float(np.mean(values)) if values else float("nan")
+
+    @property
+    def tool_rms(self) -> float:
+        return self._mean("tool_rms")
+
+    @property
+    def baseline_tool_rms(self) -> float:
+        return self._mean("baseline_tool_rms")
+
+    @property
+    def tool_rms_excess(self) -> float:
+        """Extra tool error of the policy's commands over the recorded commands' replay."""
+        return self.tool_rms - self.baseline_tool_rms
+
+    @property
+    def joint_rms(self) -> float:
+        return self._mean("joint_rms")
+
+    @property
+    def baseline_joint_rms(self) -> float:
+        return self._mean("baseline_joint_rms")
+
+    @property
+    def reached(self) -> int:
+        return sum(e.reached_goal for e in self.episodes)
+
+    @property
+    def baseline_reached(self) -> int:
+        return sum(e.baseline_reached_goal for e in self.episodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile,
+            "episodes": len(self.episodes),
+            "tool_rms_m": self.tool_rms,
+            "baseline_tool_rms_m": self.baseline_tool_rms,
+            "tool_rms_excess_m": self.tool_rms_excess,
+            "joint_rms_rad": self.joint_rms,
+            "baseline_joint_rms_rad": self.baseline_joint_rms,
+            "policy_replays_reaching_goal": self.reached,
+            "recorded_replays_reaching_goal": self.baseline_reached,
+            "fit": self.fit.to_dict(),
+            "per_episode": [dataclasses.asdict(e) for e in self.episodes],
+        }
+
+
+def _restore_start(env, episode: RecordedEpisode) -> None:
+    if episode.seed is not None:
+        env.reset(seed=episode.seed, condition=episode.condition)
+        return
+    first = episode.observations[0]
+    env.reset(seed=0, condition=episode.condition if episode.condition else "train")
+    w, _, _, z = np.asarray(first["object_orientation"], dtype=np.float64)
+    env.physics.reset(
+        joint_positions=np.asarray(first["joint_position"], dtype=np.float64),
+        cube_position=np.asarray(first["object_position"], dtype=np.float64),
+        cube_yaw=float(2.0 * math.atan2(z, w)),
+        goal=np.asarray(first["goal_position"], dtype=np.float64),
+    )
+
+
+def _open_loop(env, episode: RecordedEpisode, commands: np.ndarray, fk):
+    """Replay ``commands`` from the episode's start; (joints, tool, object, reached goal)."""
+    _restore_start(env, episode)
+    observation = env.observation()
+    joints = [np.array(observation["joint_position"], dtype=np.float64)]
+    objects = [np.array(observation["object_position"], dtype=np.float64)]
+    reached = False
+    for command in commands:
+        step = env.step(command)
+        joints.append(np.array(step.observation["joint_position"], dtype=np.float64))
+        objects.append(np.array(step.observation["object_position"], dtype=np.float64))
+        reached = reached or step.success
+    joints_arr = np.array(joints)
+    return joints_arr, tool_positions_of(joints_arr, fk), np.array(objects), reached
+
+
+def _rms(a: np.ndarray, b: np.ndarray) -> float:
+    n = min(len(a), len(b))
+    return float(np.sqrt(np.mean(np.sum((a[1:n] - b[1:n]) ** 2, axis=1)))) if n > 1 else 0.0
+
+
+def replay_check(
+    policy,
+    episodes: Sequence[RecordedEpisode],
+    profile: str = "nominal",
+    task: str | None = None,
+    control_rate_hz: float | None = None,
+) -> ReplayResult:
+    """Teacher-force ``policy`` (``act(observation) -> command``) on ``episodes`` and replay
+    its commands open-loop in sim (see the module docstring). Returns the raw numbers;
+    ``simreal_ros.diagnosis.classify`` judges them against thresholds."""
+    from simreal_ros.diagnosis.scenarios import make_environment
+    from simreal_ros.policy.kinematics import ForwardKinematics
+    from simreal_ros.robot.description import load_robot_description
+
+    episodes = [e for e in episodes if e.length > 0]
+    if not episodes:
+        raise ValueError(
+            "the replay check needs at least one recorded episode with steps; record "
+            "successful episodes (or let it use fresh scripted demonstrations)."
+        )
+    robot = load_robot_description()
+    fk = ForwardKinematics(robot)
+    rate = control_rate_hz or getattr(getattr(policy, "converter", None), "spec", None)
+    rate = rate.control_rate_hz if hasattr(rate, "control_rate_hz") else (rate or 20.0)
+    env = make_environment(task or episodes[0].task, profile, "train", float(rate))
+    recorded_steps, policy_steps, results = [], [], []
+    for episode in episodes:
+        commands = np.array([policy.act(o) for o in episode.observations])
+        q_seen = np.array([o["joint_position"] for o in episode.observations])
+        recorded_steps.append(episode.commands - q_seen)
+        policy_steps.append(commands - q_seen)
+        joints, tool, objects, reached = _open_loop(env, episode, commands, fk)
+        b_joints, b_tool, b_objects, b_reached = _open_loop(env, episode, episode.commands, fk)
+        arm = slice(0, 6)
+        results.append(
+            EpisodeReplay(
+                source=episode.source,
+                seed=episode.seed,
+                steps=episode.length,
+                tool_rms=_rms(tool, episode.tool_positions),
+                joint_rms=_rms(joints[:, arm], episode.joint_positions[:, arm]),
+                object_final_error=float(
+                    np.linalg.norm(objects[-1] - episode.object_positions[-1])
+                ),
+                reached_goal=bool(reached),
+                baseline_tool_rms=_rms(b_tool, episode.tool_positions),
+                baseline_joint_rms=_rms(b_joints[:, arm], episode.joint_positions[:, arm]),
+                baseline_object_final_error=float(
+                    np.linalg.norm(b_objects[-1] - episode.object_positions[-1])
+                ),
+                baseline_reached_goal=bool(b_reached),
+            )
+        )
+    fit = fit_action_convention(
+        np.concatenate(recorded_steps), np.concatenate(policy_steps), robot.joint_names
+    )
+    return ReplayResult(profile=profile, episodes=results, fit=fit)

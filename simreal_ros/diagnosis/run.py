@@ -1,0 +1,211 @@
+"""Run the three evaluation sets for a policy and classify its failure mode.
+
+``diagnose(source, task, profile, episodes, seed, workers, bags=None) -> Diagnosis``
+
+1. training conditions: ``episodes`` closed-loop episodes (seeds ``seed``..), success and
+   per-episode action statistics;
+2. shifted conditions: the same seeds in the shifted condition;
+3. the open-loop replay check on successful recorded episodes: the bags under ``bags``
+   (read with ``simreal_ros.episodes.dataset``) or, by default, fresh scripted-expert
+   demonstrations in the same profile (seeds from ``seed + 100000``).
+
+Then ``classify`` (``simreal_ros.diagnosis.classify``) labels the result. ``source`` is a
+``PolicySource`` (checkpoint directory + optional peft adapter, or in-memory actor
+weights; see ``simreal_ros.policy.evaluate``), built with ``build_policy`` in every
+worker process. ``task`` defaults to the checkpoint's. Episodes run in parallel worker
+processes when ``workers`` > 1. ``real_twin`` is a simulated stand-in for the arm.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simreal_ros.diagnosis.action_stats import ActionStats, action_statistics
+from simreal_ros.diagnosis.classify import ConditionOutcome, Diagnosis, Thresholds, classify
+from simreal_ros.diagnosis.replay import ReplayResult, replay_check
+from simreal_ros.diagnosis.scenarios import check_task
+from simreal_ros.policy.evaluate import PROFILES, PolicySource, build_policy
+
+REPLAY_SEED_OFFSET = 100_000  # demonstration seeds, apart from the evaluation seeds
+
+
+@dataclasses.dataclass
+class EpisodeOutcome:
+    seed: int
+    condition: str
+    success: bool
+    failure: bool
+    length: int
+    final_goal_distance: float
+    stats: ActionStats
+
+
+def _episodes(
+    source: PolicySource, task: str, profile: str, condition: str, seeds: Sequence[int]
+) -> list[EpisodeOutcome]:
+    import torch
+
+    torch.set_num_threads(1)
+    from simreal_ros.diagnosis.episodes import run_episode
+    from simreal_ros.diagnosis.scenarios import make_environment
+    from simreal_ros.policy.kinematics import ForwardKinematics
+    from simreal_ros.robot.description import load_robot_description
+
+    policy = build_policy(source)
+    rate = policy.converter.spec.control_rate_hz
+    env = make_environment(task, profile, condition, rate)
+    fk = ForwardKinematics(load_robot_description())
+    out = []
+    for seed in seeds:
+        episode = run_episode(env, policy, seed, condition, fk, task=task)
+        stats = action_statistics(
+            episode.commands,
+            episode.joint_positions,
+            episode.tool_positions,
+            episode.goal,
+            1.0 / rate,
+            object_positions=episode.object_positions if task == "push" else None,
+        )
+        out.append(
+            EpisodeOutcome(
+                seed=int(seed),
+                condition=condition,
+                success=episode.success,
+                failure=episode.failure,
+                length=episode.length,
+                final_goal_distance=episode.final_goal_distance,
+                stats=stats,
+            )
+        )
+    return out
+
+
+def _replay(
+    source: PolicySource,
+    task: str,
+    profile: str,
+    seeds: Sequence[int],
+    bags: str | None,
+) -> ReplayResult | None:
+    import torch
+
+    torch.set_num_threads(1)
+    from simreal_ros.diagnosis.episodes import episodes_from_bags, record_demonstrations
+
+    policy = build_policy(source)
+    spec = policy.converter.spec
+    if bags:
+        recorded = episodes_from_bags(bags, spec.joint_names, task=task)
+        if not recorded:
+            raise ValueError(
+                f"no successful episode with object pose and goal in {bags}; record "
+                "successful episodes or drop --bags to use scripted demonstrations."
+            )
+    else:
+        recorded = record_demonstrations(task, profile, "train", seeds, spec.control_rate_hz)
+        if not recorded:
+            return None  # the expert failed every demonstration; nothing to replay
+    return replay_check(policy, recorded, profile, task=task)
+
+
+def diagnose(
+    source: PolicySource | str | Path,
+    task: str | None = None,
+    profile: str = "nominal",
+    episodes: int = 20,
+    seed: int = 0,
+    workers: int = 1,
+    bags: str | Path | None = None,
+    thresholds: Thresholds | None = None,
+    replay_episodes: int = 8,
+) -> Diagnosis:
+    """The three evaluation sets and their classification (see the module docstring)."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile {profile!r}: use one of {', '.join(PROFILES)}.")
+    if episodes < 1:
+        raise ValueError("episodes must be at least 1 per condition.")
+    if replay_episodes < 1 and not bags:
+        raise ValueError("replay_episodes must be at least 1.")
+    source = source if isinstance(source, PolicySource) else PolicySource(str(source))
+    policy = build_policy(source)
+    task = check_task(task or policy.converter.spec.task)
+    thresholds = thresholds or Thresholds()
+    seeds = list(range(seed, seed + episodes))
+    replay_seeds = list(
+        range(seed + REPLAY_SEED_OFFSET, seed + REPLAY_SEED_OFFSET + replay_episodes)
+    )
+    bags_arg = str(bags) if bags else None
+    start = time.perf_counter()
+    workers = max(1, int(workers))
+    if workers == 1:
+        train = _episodes(source, task, profile, "train", seeds)
+        shifted = _episodes(source, task, profile, "shifted", seeds)
+        replay = _replay(source, task, profile, replay_seeds, bags_arg)
+    else:
+        # Each condition's seeds in `workers` chunks, plus the replay: one pool for all.
+        chunks = [seeds[i::workers] for i in range(workers) if seeds[i::workers]]
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            replay_future = pool.submit(_replay, source, task, profile, replay_seeds, bags_arg)
+            futures = {
+                condition: [
+                    pool.submit(_episodes, source, task, profile, condition, c) for c in chunks
+                ]
+                for condition in ("train", "shifted")
+            }
+            results = {
+                condition: sorted(
+                    (r for f in fs for r in f.result()), key=lambda r: seeds.index(r.seed)
+                )
+                for condition, fs in futures.items()
+            }
+            replay = replay_future.result()
+        train, shifted = results["train"], results["shifted"]
+    failing = [r.stats for r in train if not r.success]
+    diagnosis = classify(
+        ConditionOutcome("train", sum(r.success for r in train), len(train)),
+        ConditionOutcome("shifted", sum(r.success for r in shifted), len(shifted)),
+        replay,
+        failing,
+        thresholds,
+    )
+    stand_in = " (simulated stand-in for the arm, not the arm)" if profile == "real_twin" else ""
+    header = (
+        f"policy {policy.version} on {task}, profile {profile}{stand_in}; "
+        f"{episodes} episodes per condition (seeds {seeds[0]}..{seeds[-1]}), replay on "
+        + (f"bags in {bags}" if bags else f"{replay_episodes} scripted demonstrations")
+        + f"; {time.perf_counter() - start:.1f} s"
+    )
+    diagnosis.summary = header + "\n" + diagnosis.summary
+    diagnosis.evidence.update(
+        {
+            "policy_version": policy.version,
+            "task": task,
+            "profile": profile,
+            "stand_in": profile == "real_twin",
+            "seeds": seeds,
+            "replay_source": str(bags) if bags else "scripted demonstrations",
+            "episodes": {
+                condition: [_episode_dict(r) for r in rows]
+                for condition, rows in (("train", train), ("shifted", shifted))
+            },
+        }
+    )
+    return diagnosis
+
+
+def _episode_dict(row: EpisodeOutcome) -> dict[str, Any]:
+    out = dataclasses.asdict(row)
+    out["stats"] = row.stats.to_dict()
+    out["final_goal_distance"] = (
+        None if not np.isfinite(row.final_goal_distance) else row.final_goal_distance
+    )
+    return out

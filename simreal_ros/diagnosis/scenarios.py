@@ -1,0 +1,236 @@
+"""Environments and demonstrators for diagnosis, including a scenario the sim core lacks.
+
+``make_environment(task, profile, condition)`` returns a ``TaskEnvironment`` (the sim
+core's reset/step interface) for the sim core's tasks (``push``, ``reach``) and for:
+
+``reach_around``: bring the tool to a goal on the far side of a pillar.
+  A box pillar (6 x 6 x 14 cm, colliding with the arm) stands at (0.45, 0.0) on the table.
+  - train:   the tool starts near (0.45, -0.18, 0.05..0.08) and the goal is near
+    (0.45, +0.18, 0.05..0.08) (x and y jittered by up to 2 cm);
+  - shifted: the same detour in the other direction (start at +y, goal at -y).
+  The straight line from start to goal runs through the pillar. The scripted
+  demonstrator first approaches a split point just in front of the pillar, then goes
+  round it on the near side (x = 0.31) or the far side (x = 0.59),
+  chosen per episode from the seed and hidden from the observation, so demonstrations
+  are bimodal: a policy regressed on them with plain MSE averages the two detours and
+  drives into the pillar (mode collapse).
+
+The pillar model is the packaged arm MJCF plus one geom added with ``mujoco.MjSpec``,
+written once to a cache file; the robot description is the packaged one with
+``mjcf_path`` pointing at it (``dataclasses.replace``), so joints, limits and the tool
+site are the arm's own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from simreal_ros.robot.description import RobotDescription, load_robot_description
+from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
+from simreal_ros.sim.tasks import CONDITIONS, TASKS, Task
+
+SCENARIO_TASKS = ("reach_around",)
+TASK_NAMES = (*TASKS, *SCENARIO_TASKS)
+
+PILLAR_CENTRE = np.array([0.45, 0.0])
+PILLAR_HALF_SIZE = np.array([0.03, 0.03, 0.07])
+DETOUR_OFFSET = 0.14  # lane distance from the pillar's centre line (x)
+LANE_END = 0.11  # the lane beside the pillar runs from -LANE_END to +LANE_END (y)
+TRAVEL_Y = 0.18  # start and goal distance from the pillar (y)
+GRIPPER_CLOSED = 0.0
+
+
+def check_task(task: str) -> str:
+    if task not in TASK_NAMES:
+        raise ValueError(f"unknown task {task!r}; use one of {', '.join(TASK_NAMES)}.")
+    return task
+
+
+@functools.lru_cache(maxsize=1)
+def pillar_robot() -> RobotDescription:
+    """The packaged arm with the pillar added (model cached under the temp directory)."""
+    import mujoco
+
+    robot = load_robot_description()
+    spec = mujoco.MjSpec.from_file(str(robot.mjcf_path))
+    spec.worldbody.add_geom(
+        name="pillar",
+        type=mujoco.mjtGeom.mjGEOM_BOX,
+        size=PILLAR_HALF_SIZE.tolist(),
+        pos=[*PILLAR_CENTRE.tolist(), float(PILLAR_HALF_SIZE[2])],
+        contype=1,
+        conaffinity=3,  # like the table: the arm (contype 2) collides with it
+        rgba=[0.25, 0.3, 0.8, 1.0],
+    )
+    xml = spec.to_xml()
+    digest = hashlib.sha256(xml.encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / "simreal_ros_scenarios"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"arm_pillar_{digest}.xml"
+    if not path.is_file():
+        # Atomic: parallel workers may write the same file at once.
+        handle, staging = tempfile.mkstemp(dir=folder, suffix=".xml")
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(xml)
+        os.replace(staging, path)
+    return dataclasses.replace(robot, mjcf_path=path)
+
+
+class ReachAroundTask(Task):
+    """Reach a goal behind a pillar; ``detour_side`` (-1 near, +1 far) is hidden state."""
+
+    name = "reach_around"
+
+    def __init__(self, tolerance: float = 0.03) -> None:
+        self.tolerance = tolerance
+        self.detour_side = 1.0
+        self._kinematics = None
+
+    def _start_joints(self, physics, tool: np.ndarray) -> np.ndarray:
+        from simreal_ros.sim.kinematics import ArmKinematics
+
+        if self._kinematics is None:
+            robot = physics.robot
+            self._kinematics = ArmKinematics(
+                physics.model, robot.ee_site, list(robot.arm_joint_names)
+            )
+        home = np.asarray(physics.robot.home_position, dtype=float)
+        q, _ = self._kinematics.solve(tool, home[:6], iterations=200)
+        return np.append(q, GRIPPER_CLOSED)
+
+    def initialize_episode(self, physics, rng, condition):
+        if condition not in CONDITIONS:
+            raise ValueError(
+                f"unknown condition {condition!r}; use one of {', '.join(CONDITIONS)}."
+            )
+        direction = 1.0 if condition == "train" else -1.0  # shifted: the other way round
+
+        def point(y: float) -> np.ndarray:
+            return np.array(
+                [
+                    PILLAR_CENTRE[0] + rng.uniform(-0.02, 0.02),
+                    PILLAR_CENTRE[1] + y + rng.uniform(-0.02, 0.02),
+                    rng.uniform(0.05, 0.08),
+                ]
+            )
+
+        start = point(-direction * TRAVEL_Y)
+        goal = point(direction * TRAVEL_Y)
+        self.detour_side = float(rng.choice([-1.0, 1.0]))
+        physics.reset(
+            joint_positions=self._start_joints(physics, start),
+            cube_position=np.array([0.22, -direction * 0.35, physics.cube_half_size]),
+            goal=goal,
+            noise_seed=int(rng.integers(2**31)),
+        )
+
+    def goal_distance(self, physics):
+        return float(np.linalg.norm(physics.ee_position() - physics.goal()))
+
+    def dense_reward(self, physics):
+        return -self.goal_distance(physics) + self.sparse_reward(physics)
+
+
+class ReachAroundExpert:
+    """IK demonstrator: to a waypoint beside the pillar (near or far side), then the goal."""
+
+    def __init__(self, robot: RobotDescription | None = None, control_rate_hz: float = 20.0):
+        import mujoco
+
+        from simreal_ros.sim.kinematics import ArmKinematics
+
+        robot = robot or pillar_robot()
+        model = mujoco.MjModel.from_xml_path(str(robot.mjcf_path))
+        self.kinematics = ArmKinematics(model, robot.ee_site, list(robot.arm_joint_names))
+        self.step_length = 0.5 / control_rate_hz  # tool waypoint speed 0.5 m/s
+        self.side = 1.0
+
+    def reset(self, env: TaskEnvironment | None = None) -> None:
+        if env is not None:
+            self.side = float(getattr(env.task, "detour_side", 1.0))
+
+    def act(self, observation: dict) -> np.ndarray:
+        q = np.asarray(observation["joint_position"], dtype=float)
+        goal = np.asarray(observation["goal_position"], dtype=float)
+        tool, _ = self.kinematics.forward(q[:6])
+        travel = np.sign(goal[1] - PILLAR_CENTRE[1]) or 1.0
+        lane_x = PILLAR_CENTRE[0] + self.side * DETOUR_OFFSET
+        passed = (tool[1] - PILLAR_CENTRE[1]) * travel  # < 0: not yet beside the pillar
+        if passed < LANE_END - 0.02:
+            # Into the lane beside the pillar first, then along it past the pillar.
+            into_lane = abs(tool[0] - lane_x) > 0.03 and passed < -LANE_END + 0.02
+            lane_y = PILLAR_CENTRE[1] + travel * (-LANE_END if into_lane else LANE_END)
+            waypoint = np.array([lane_x, lane_y, goal[2]])
+            # Both detours start with the same approach straight at the pillar, to a split
+            # point in front of it: there the two modes differ only by the hidden side.
+            split = np.array([PILLAR_CENTRE[0], PILLAR_CENTRE[1] - travel * LANE_END])
+            on_centre = abs(tool[0] - PILLAR_CENTRE[0]) < 0.03
+            if into_lane and on_centre and float(np.linalg.norm(tool[:2] - split)) > 0.015:
+                waypoint = np.array([*split, goal[2]])
+        else:
+            waypoint = goal
+        delta = waypoint - tool
+        distance = float(np.linalg.norm(delta))
+        target = (
+            waypoint
+            if distance <= self.step_length
+            else tool + delta * (self.step_length / distance)
+        )
+        solution, _ = self.kinematics.solve(target, q[:6], iterations=20)
+        return np.append(solution, GRIPPER_CLOSED)
+
+
+class _CoreExpert:
+    """The sim core's scripted experts behind the same ``reset(env)``/``act`` interface."""
+
+    def __init__(self, task: str, control_rate_hz: float) -> None:
+        from simreal_ros.sim.expert import make_expert
+
+        self.expert = make_expert(task, control_rate_hz=control_rate_hz)
+
+    def reset(self, env: TaskEnvironment | None = None) -> None:
+        self.expert.reset()
+
+    def act(self, observation: dict) -> np.ndarray:
+        return self.expert.act(observation)
+
+
+def make_expert(task: str, control_rate_hz: float = 20.0):
+    """A scripted demonstrator with ``reset(env)`` (after each env reset) and ``act(obs)``."""
+    check_task(task)
+    if task == "reach_around":
+        return ReachAroundExpert(control_rate_hz=control_rate_hz)
+    return _CoreExpert(task, control_rate_hz)
+
+
+def make_environment(
+    task: str,
+    profile: str = "nominal",
+    condition: str = "train",
+    control_rate_hz: float = 20.0,
+    episode_seconds: float = 6.0,
+) -> TaskEnvironment:
+    """A task environment (reset(seed, condition) / step(command)) for any task name."""
+    check_task(task)
+    core_task = task if task in TASKS else "reach"
+    config = EnvironmentConfig(
+        task=core_task,
+        profile=profile,
+        condition=condition,
+        control_rate_hz=control_rate_hz,
+        episode_seconds=episode_seconds,
+    )
+    if task == "reach_around":
+        from simreal_ros.sim.physics import ArmPhysics
+
+        env = TaskEnvironment(config, physics=ArmPhysics(pillar_robot()))
+        env.task = ReachAroundTask()
+        return env
+    return TaskEnvironment(config)

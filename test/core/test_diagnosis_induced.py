@@ -1,0 +1,106 @@
+"""Induced failures, each diagnosed with the right label (real policies in the real sim).
+
+- action_convention_mismatch: the shipped reach checkpoint with its action scale halved
+  in the metadata, and with the action head's rows for two joints swapped;
+- healthy: the shipped reach checkpoint itself;
+- over_specialization: a policy cloned from demonstrations of one detour in one
+  direction round a pillar (reach_around), run in both directions;
+- mode_collapse: a policy regressed with plain MSE on demonstrations that go round the
+  pillar left or right (hidden coin flip): it averages the modes and stalls at the pillar.
+
+The shipped checkpoint is used when present; otherwise a tiny one is trained here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from simreal_ros.diagnosis.induced_failures import (
+    permuted_action_checkpoint,
+    perturbed_demonstrations,
+    scaled_action_checkpoint,
+    train_bc_checkpoint,
+)
+from simreal_ros.diagnosis.run import diagnose
+from simreal_ros.policy.checkpoint import shipped_checkpoint
+
+FIELDS = ("joint_position", "ee_position", "goal_minus_ee")
+
+
+@pytest.fixture(scope="module")
+def reach_checkpoint(tmp_path_factory):
+    torch.set_num_threads(1)
+    shipped = shipped_checkpoint("reach")
+    if (shipped / "policy.json").is_file():
+        return shipped
+    from simreal_ros.diagnosis.episodes import record_demonstrations
+
+    demos = record_demonstrations("reach", "nominal", "train", range(40))
+    out = tmp_path_factory.mktemp("reach") / "bc"
+    return train_bc_checkpoint(out, "reach", demos, hidden=(64, 64), steps=1500)
+
+
+@pytest.fixture(scope="module")
+def detour_demos():
+    torch.set_num_threads(1)
+    from simreal_ros.diagnosis.scenarios import make_environment
+
+    demos = perturbed_demonstrations("reach_around", range(16), noise=0.06)
+    env = make_environment("reach_around")
+    sides = []
+    for demo in demos:  # the hidden coin flip of each demonstration
+        env.reset(seed=demo.seed, condition="train")
+        sides.append(env.task.detour_side)
+    assert {-1.0, 1.0} <= set(sides), "the demonstrations must contain both detours"
+    return demos, sides
+
+
+def test_scaled_action_normalization_is_a_convention_mismatch(reach_checkpoint, tmp_path):
+    scaled = scaled_action_checkpoint(reach_checkpoint, tmp_path / "scaled", 0.5)
+    result = diagnose(str(scaled), profile="nominal", episodes=4, seed=0, replay_episodes=4)
+    assert result.label == "action_convention_mismatch", result.summary
+    fit = result.evidence["replay"]["numbers"]["fit"]
+    assert fit["scale"] and np.allclose(fit["scale"], 0.5, atol=0.1)
+    assert "x 0.50" in result.evidence["replay"]["fit"]
+
+
+def test_permuted_joint_order_is_a_convention_mismatch(reach_checkpoint, tmp_path):
+    order = [0, 2, 1, 3, 4, 5, 6]  # shoulder_lift and elbow outputs swapped
+    permuted = permuted_action_checkpoint(reach_checkpoint, tmp_path / "permuted", order)
+    result = diagnose(str(permuted), profile="nominal", episodes=4, seed=0, replay_episodes=4)
+    assert result.label == "action_convention_mismatch", result.summary
+    assert "shoulder_lift_joint and elbow_joint swapped" in result.summary
+    assert result.evidence["replay"]["numbers"]["fit"]["swaps"] == [
+        ["shoulder_lift_joint", "elbow_joint"]
+    ]
+
+
+def test_shipped_policy_is_healthy(reach_checkpoint):
+    result = diagnose(str(reach_checkpoint), profile="nominal", episodes=8, seed=0,
+                      replay_episodes=4)  # fmt: skip
+    assert result.label == "healthy", result.summary
+    assert result.evidence["replay"]["failed"] is False
+
+
+def test_policy_cloned_from_one_direction_is_over_specialized(detour_demos, tmp_path):
+    demos, sides = detour_demos
+    one_detour = [d for d, side in zip(demos, sides, strict=True) if side > 0]
+    out = train_bc_checkpoint(tmp_path / "narrow", "reach_around", one_detour,
+                              hidden=(32, 32), steps=400, observation_fields=FIELDS)  # fmt: skip
+    result = diagnose(str(out), episodes=6, seed=100, replay_episodes=4)
+    assert result.label == "over_specialization", result.summary
+    assert result.evidence["train"]["success_rate"] >= 0.8
+    assert result.evidence["shifted"]["success_rate"] < 0.5
+
+
+def test_mse_on_bimodal_demonstrations_is_mode_collapse(detour_demos, tmp_path):
+    demos, _ = detour_demos
+    out = train_bc_checkpoint(tmp_path / "blend", "reach_around", demos,
+                              hidden=(32, 32), steps=400, observation_fields=FIELDS)  # fmt: skip
+    result = diagnose(str(out), episodes=8, seed=100, replay_episodes=4)
+    assert result.label == "mode_collapse", result.summary
+    motion = result.evidence["failing_train_motion"]
+    assert motion["frozen_episodes"] + motion["hesitant_episodes"] >= 1
+    assert not result.evidence["replay"]["systematic"]
