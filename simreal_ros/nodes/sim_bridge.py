@@ -23,6 +23,7 @@ stand-in for the physical arm, never the physical arm.
 from __future__ import annotations
 
 import array
+import dataclasses
 import math
 import threading
 import time
@@ -32,6 +33,7 @@ import rclpy
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, State, TransitionCallbackReturn
 from rosgraph_msgs.msg import Clock
@@ -39,6 +41,7 @@ from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool
 
+from simreal_ros import config_schema
 from simreal_ros.msg import TaskStatus
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.params import declare_config
@@ -77,6 +80,7 @@ class SimBridgeNode(LifecycleNode, BridgeSink):
         self._diag_timer = self.create_timer(
             self.config.diagnostics_period, self._publish_diagnostics
         )
+        self.add_on_set_parameters_callback(self._on_set_parameters)
         configured = self.config.autostart and self.trigger_configure()
         if configured == TransitionCallbackReturn.SUCCESS:
             self.trigger_activate()
@@ -84,6 +88,12 @@ class SimBridgeNode(LifecycleNode, BridgeSink):
     # ------------------------------------------------------------- lifecycle
     def on_configure(self, state: State) -> TransitionCallbackReturn:
         try:
+            # Parameters set while unconfigured take effect here.
+            values = {
+                field.name: self.get_parameter(field.name).value
+                for field in dataclasses.fields(SimBridgeConfig)
+            }
+            self.config = config_schema.from_mapping(SimBridgeConfig, values)
             self.core = SimBridgeCore(self.config, self)
         except (ValueError, OSError) as error:
             self.get_logger().error(f"configure refused: {error}")
@@ -309,6 +319,14 @@ class SimBridgeNode(LifecycleNode, BridgeSink):
         response.names = list(values)
         response.values = [float(v) for v in values.values()]
         return response
+
+    def _on_set_parameters(self, parameters) -> SetParametersResult:
+        """real_time_factor changes at run time; the rest apply at the next configure."""
+        for parameter in parameters:
+            if parameter.name == "real_time_factor" and self.core is not None:
+                self.core.real_time_factor = float(parameter.value)
+                self.core.set_paused(self.core.paused)  # restart the pacing schedule
+        return SetParametersResult(successful=True)
 
     # --------------------------------------------------------------- camera
     def _camera_loop(self) -> None:

@@ -164,6 +164,11 @@ def test_lifecycle_deactivate_cleanup_and_restart(executor, probe):
     assert not refused.success and "not active" in refused.message
     assert bridge.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
     assert bridge.core is None
+    bridge.set_parameters([Parameter("task", value="reach")])  # applies at configure
     assert bridge.trigger_configure() == TransitionCallbackReturn.SUCCESS
     assert bridge.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    assert bridge.core.env.task.name == "reach"
     assert call(executor, step, StepSim.Request(steps=10)).success
+    bridge.set_parameters([Parameter("real_time_factor", value=2.0)])  # applies at once
+    assert bridge.core.real_time_factor == 2.0
+    assert not bridge.set_parameters([Parameter("real_time_factor", value=-1.0)])[0].successful
