@@ -218,7 +218,8 @@ class RecorderNode(Node):
             )
             raise
         event = self._event(meta, recording)
-        self._event_pub.publish(event)
+        if self.context.ok():  # at Ctrl-C the bag is closed, but there is no one to tell
+            self._event_pub.publish(event)
         self._last_event = event
         self._episodes_done += 1
         level = self.get_logger().warning if meta.dropped or recording.error else None

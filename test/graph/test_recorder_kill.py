@@ -117,3 +117,28 @@ def test_sigkill_mid_episode_loses_nothing_that_was_flushed(executor, rclpy_cont
         )
     finally:
         recorder.stop()
+
+
+def test_ctrl_c_closes_the_running_episode_as_aborted(executor, rclpy_context, tmp_path):
+    recorder = NodeProcess(
+        "recorder",
+        python_module_argv(
+            "simreal_ros.nodes.recorder",
+            ["-p", f"data_dir:={tmp_path}", "-p", "min_free_disk_mb:=0.0"],
+        ),
+        graph_environment(),
+    )
+    try:
+        assert recorder.wait_for_output("recorder ready", 30.0), recorder.output()
+        node = rclpy.create_node("ctrl_c_test", context=rclpy_context)
+        executor.add_node(node)
+        started = call(executor, node, StartEpisode, "/recorder/start", episode_id="interrupted")
+        assert started.success, started.message
+    finally:
+        recorder.stop()  # SIGINT first, as Ctrl-C
+    assert "episode interrupted: aborted" in recorder.output(), recorder.output()
+    assert bag_state(tmp_path / "interrupted") == "closed"
+    from simreal_ros.episodes.dataset import read_metadata
+
+    meta = read_metadata(tmp_path / "interrupted")
+    assert meta.outcome == "aborted" and "shut down" in meta.note
