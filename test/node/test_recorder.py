@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import rclpy
+import yaml
 from diagnostic_msgs.msg import DiagnosticArray
 from mcap.reader import make_reader
 from rclpy.parameter import Parameter
@@ -154,3 +155,40 @@ def test_refuses_to_start_when_the_disk_is_nearly_full(rclpy_context, executor, 
     status = diagnostics[-1].status[0]
     keys = {kv.key for kv in status.values}
     assert "disk nearly full" in status.message and "disk_free_mb" in keys
+
+
+def test_images_are_recorded_best_effort_and_diagnostics_report_the_writer(
+    rclpy_context, executor, tmp_path
+):
+    from sensor_msgs.msg import Image
+
+    recorder = make_recorder(rclpy_context, executor, tmp_path, record_images=True)
+    peer = rclpy.create_node("camera", context=rclpy_context)
+    executor.add_node(peer)
+    pub = peer.create_publisher(Image, "/camera/image_raw", qos.SENSOR_DATA)
+    diagnostics: list[DiagnosticArray] = []
+    peer.create_subscription(DiagnosticArray, "/diagnostics", diagnostics.append, qos.STATUS)
+    assert wait_for_subscribers(executor, pub)
+    recorder.start_episode(episode_id="cam")
+    frame = Image(height=48, width=64, encoding="rgb8", step=192, data=bytes(range(256)) * 36)
+    for _ in range(10):
+        pub.publish(frame)
+        spin_until(executor, lambda: False, 0.02)
+    assert spin_until(executor, lambda: recorder._recording.received >= 10, 10.0)
+    diagnostics.clear()
+    assert spin_until(
+        executor, lambda: any(d.status[0].name.startswith("recorder") for d in diagnostics), 5.0
+    )
+    values = {kv.key: kv.value for kv in diagnostics[-1].status[0].values}
+    assert values["recording"] == "true" and values["episode_id"] == "cam"
+    for key in ("queue_depth", "write_rate_msgs", "dropped", "disk_free_mb", "flushed"):
+        assert key in values, key
+    event = recorder.stop_episode("success", True)
+    assert event.messages == 10 and event.dropped == 0
+    with open(tmp_path / "cam" / "cam.mcap", "rb") as f:
+        images = [m.data for _, _, m in make_reader(f).iter_messages(topics=["/camera/image_raw"])]
+    assert len(images) == 10
+    info = yaml.safe_load((tmp_path / "cam" / "metadata.yaml").read_text())
+    topics = info["rosbag2_bagfile_information"]["topics_with_message_count"]
+    camera = next(t for t in topics if t["topic_metadata"]["name"] == "/camera/image_raw")
+    assert camera["topic_metadata"]["offered_qos_profiles"][0]["reliability"] == "best_effort"
