@@ -265,10 +265,21 @@ class TrialRunnerNode(Node):
         """Run the configured episodes (seeds seed .. seed + episodes - 1)."""
         cfg = self.config
         seeds = [cfg.seed + k for k in range(cfg.episodes)]
+        return self.run_trials(cfg.episodes, cfg.condition, seeds, cfg.timeout_s, progress)
+
+    def run_trials(
+        self,
+        episodes: int,
+        condition: str,
+        seeds: list[int] | None = None,
+        timeout_s: float | None = None,
+        progress: bool = True,
+    ) -> list[EpisodeResult]:
+        """``run_trials`` through this node (the executor must be spinning elsewhere, e.g.
+        ``SpinningNode``); a Ctrl-C stops the running recording as aborted."""
+        timeout_s = self.config.timeout_s if timeout_s is None else timeout_s
         try:
-            results = run_trials(
-                self, cfg.episodes, cfg.condition, seeds, cfg.timeout_s, self.label, progress
-            )
+            results = run_trials(self, episodes, condition, seeds, timeout_s, self.label, progress)
         except KeyboardInterrupt:
             if self._recording:
                 self.stop_recording(Label("aborted", False, "", "trial runner interrupted"))

@@ -156,7 +156,8 @@ def run_trials(
     """Run ``episodes`` recorded, labelled episodes; one result per episode, in order.
 
     ``seeds`` defaults to 0..episodes-1. ``labeler`` turns how an episode ended into its
-    label (default: from /task/status; the real profile passes the operator's prompt).
+    label (default: ``graph.label`` when the graph has one, as the trial_runner node does:
+    the operator on the real profile; else from /task/status).
     An episode whose reset or recording fails is reported with ``error`` and the loop
     goes on; a recording already started is stopped as ``aborted``.
     """
@@ -167,6 +168,8 @@ def run_trials(
     seeds = list(range(episodes)) if seeds is None else [int(s) for s in seeds]
     if len(seeds) < episodes:
         raise ValueError(f"{len(seeds)} seeds given for {episodes} episodes.")
+    # A graph that knows how to label (the node: operator on the real profile) does so.
+    labeler = labeler or getattr(graph, "label", None)
     labeler = labeler or (lambda end: label_from_task(end, timeout_s))
     results: list[EpisodeResult] = []
     bar = None
