@@ -180,6 +180,13 @@ def replay_verdict(replay: ReplayResult | None, thresholds: Thresholds) -> dict[
             f"policy's replays reach the goal in {replay.reached}/{episodes} episodes vs "
             f"{replay.baseline_reached}/{episodes} for the recorded commands"
         )
+    measured = (
+        f"{episodes} episodes: policy's commands {replay.tool_rms * 100:.1f} cm tool RMS "
+        f"from the recording (recorded commands {replay.baseline_tool_rms * 100:.1f} cm), "
+        f"joints {replay.joint_rms:.3f} rad RMS (recorded commands "
+        f"{replay.baseline_joint_rms:.3f}); goal reached {replay.reached}/{episodes} "
+        f"(recorded commands {replay.baseline_reached}/{episodes})"
+    )
     fit = replay.fit
     systematic = fit.is_systematic_error(
         thresholds.fit_r2,
@@ -191,8 +198,11 @@ def replay_verdict(replay: ReplayResult | None, thresholds: Thresholds) -> dict[
         "checked": True,
         "failed": bool(failed_reasons),
         "reasons": failed_reasons,
+        "measured": measured,
         "systematic": systematic,
-        "fit": fit.describe(thresholds.scale_tolerance, thresholds.offset_tolerance),
+        "fit": fit.describe(
+            thresholds.scale_tolerance, thresholds.offset_tolerance, thresholds.fit_r2
+        ),
         "numbers": replay.to_dict(),
     }
 
@@ -236,7 +246,9 @@ def classify(
     ]
     if verdict["checked"]:
         state = "FAILS" if verdict["failed"] else "passes"
-        lines.append(f"open-loop replay {state}: " + ("; ".join(verdict["reasons"]) or "ok"))
+        reasons = "; ".join(verdict["reasons"]) or "within the thresholds"
+        lines.append(f"open-loop replay {state}: {reasons}")
+        lines.append(f"replay numbers ({verdict['measured']})")
         lines.append(f"action fit: {verdict['fit']}")
     else:
         lines.append("open-loop replay: not run")

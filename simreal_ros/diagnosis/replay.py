@@ -74,7 +74,9 @@ class ConventionFit:
     def common_scale(self) -> float:
         return float(np.median(self.scale)) if self.scale else float("nan")
 
-    def describe(self, scale_tolerance: float = 0.2, offset_tolerance: float = 0.01) -> str:
+    def describe(
+        self, scale_tolerance: float = 0.2, offset_tolerance: float = 0.01, min_r2: float = 0.8
+    ) -> str:
         """One sentence: the systematic relation, e.g. 'actions are the recorded ones x 0.50'."""
         if not self.joint_names:
             return "no joint moved in the recorded episodes; nothing to fit"
@@ -87,17 +89,22 @@ class ConventionFit:
             )
         scales = np.asarray(self.scale)
         common = self.common_scale()
-        if np.all(np.abs(scales - common) <= scale_tolerance * max(abs(common), 1e-9)):
-            if abs(common - 1.0) > scale_tolerance:
-                parts.append(f"actions are the recorded ones x {common:.2f}")
+        # Most joints sharing one scale is a normalisation error; name the rest separately.
+        shared = np.abs(scales - common) <= scale_tolerance * max(abs(common), 1e-9)
+        if shared.sum() * 2 >= len(scales) and abs(common - 1.0) > scale_tolerance:
+            names = [n for n, s in zip(self.joint_names, shared, strict=True) if s]
+            which = "" if shared.all() else f" on {', '.join(names)}"
+            parts.append(f"actions are the recorded ones x {common:.2f}{which}")
+            rest = ~shared
         else:
-            odd = [
-                f"{name} x {s:.2f}"
-                for name, s in zip(self.joint_names, self.scale, strict=True)
-                if abs(s - 1.0) > scale_tolerance
-            ]
-            if odd:
-                parts.append("per-joint scales " + ", ".join(odd))
+            rest = np.ones(len(scales), bool)
+        odd = [
+            f"{name} x {s:.2f}"
+            for name, s, r in zip(self.joint_names, self.scale, rest, strict=True)
+            if r and abs(s - 1.0) > scale_tolerance
+        ]
+        if odd:
+            parts.append("per-joint scales " + ", ".join(odd))
         offsets = [
             f"{name} {b:+.3f}"
             for name, b in zip(self.joint_names, self.offset, strict=True)
@@ -107,10 +114,10 @@ class ConventionFit:
             parts.append("offsets " + ", ".join(offsets))
         if not parts:
             parts.append("actions match the recorded ones (scale 1, no offset, same joint order)")
-        return (
-            "; ".join(parts)
-            + f" (fitted R² {self.fitted_r2:.2f}, as-is R² {self.identity_r2:.2f})"
-        )
+        text = "; ".join(parts)
+        if self.fitted_r2 < min_r2:
+            text = f"no scale/offset/joint permutation explains the actions (best fit: {text})"
+        return text + f" (fitted R² {self.fitted_r2:.2f}, as-is R² {self.identity_r2:.2f})"
 
     def is_systematic_error(
         self,

@@ -104,3 +104,23 @@ def test_mse_on_bimodal_demonstrations_is_mode_collapse(detour_demos, tmp_path):
     motion = result.evidence["failing_train_motion"]
     assert motion["frozen_episodes"] + motion["hesitant_episodes"] >= 1
     assert not result.evidence["replay"]["systematic"]
+
+
+def test_replay_check_reads_recorded_bags_on_the_stand_in(reach_checkpoint, tmp_path):
+    """Bags written by the episode writer (as the recorder does) drive the replay check."""
+    from simreal_ros.learner.sim_episodes import record_rollout
+    from simreal_ros.policy.checkpoint import load_checkpoint
+
+    base = load_checkpoint(reach_checkpoint)
+    for seed in range(4):
+        record_rollout(tmp_path / "bags" / f"ep{seed}", base, task="reach", seed=seed,
+                       profile="real_twin", noise=0.0, episode_seconds=2.0)  # fmt: skip
+    bags = tmp_path / "bags"
+    healthy = diagnose(str(reach_checkpoint), profile="real_twin", episodes=4, bags=bags)
+    assert healthy.evidence["replay"]["numbers"]["episodes"] == 4
+    assert healthy.evidence["replay"]["failed"] is False, healthy.summary
+    scaled = scaled_action_checkpoint(reach_checkpoint, tmp_path / "scaled", 0.5)
+    result = diagnose(str(scaled), profile="real_twin", episodes=4, bags=bags)
+    assert result.label == "action_convention_mismatch", result.summary
+    assert "x 0.50" in result.evidence["replay"]["fit"]
+    assert "simulated stand-in" in result.summary
