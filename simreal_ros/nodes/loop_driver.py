@@ -14,7 +14,7 @@ from typing import Any
 from rclpy.node import Node
 from std_srvs.srv import Trigger
 
-from simreal_ros.msg import PolicyAction, PolicyUpdate, SafetyStatus
+from simreal_ros.msg import EpisodeEvent, PolicyAction, PolicyUpdate, SafetyStatus
 from simreal_ros.nodes import qos
 
 
@@ -58,6 +58,7 @@ class LoopDriverNode(Node):
         )
         self.create_subscription(PolicyAction, "/policy/action", self._on_action, qos.STATUS)
         self.create_subscription(SafetyStatus, "/safety/status", self._on_safety, qos.STATUS)
+        self._episodes_pub = self.create_publisher(EpisodeEvent, "/episodes/recorded", qos.STATUS)
 
     def _on_update(self, msg: PolicyUpdate) -> None:
         with self._lock:
@@ -109,6 +110,38 @@ class LoopDriverNode(Node):
             f"the graph did not come up within {timeout_s:.0f} s: {'; '.join(missing)}. "
             "See graph.log in the run directory."
         )
+
+    def announce_recorded(self, data_dir: str, timeout_s: float = 10.0) -> int:
+        """Re-announce the closed bags of ``data_dir`` (resume: the restarted learner
+        starts with an empty buffer; the bags are the data plane). Returns the count."""
+        from simreal_ros.episodes.catalog import list_episodes
+
+        deadline = time.monotonic() + timeout_s
+        while self._episodes_pub.get_subscription_count() < 1:
+            if time.monotonic() > deadline:
+                raise TimeoutError("no learner subscribes to /episodes/recorded.")
+            self._sleep(0.05)
+        count = 0
+        for entry in list_episodes(data_dir):
+            meta = entry.metadata
+            if entry.state != "closed" or meta is None:
+                continue
+            msg = EpisodeEvent()
+            msg.header.stamp = self.get_clock().now().to_msg()
+            msg.episode_id = meta.episode_id
+            msg.bag_path = str(entry.bag_dir)
+            msg.outcome = meta.outcome
+            msg.success = bool(meta.success)
+            msg.failure_mode = meta.failure_mode
+            msg.condition = meta.condition
+            msg.source = meta.source
+            msg.profile = meta.profile
+            msg.policy_versions = list(meta.policy_versions)
+            msg.steps = int(meta.steps)
+            msg.note = "re-announced by simreal loop on resume"
+            self._episodes_pub.publish(msg)
+            count += 1
+        return count
 
     def train_round(self, timeout_s: float) -> dict[str, Any]:
         """Ask the learner for a round; return its decision (promoted or rejected)."""

@@ -133,6 +133,9 @@ class LoopSession:
         try:
             driver.wait_until_ready(timeout_s=180.0)
             start = len(summary.rounds)
+            if start:
+                count = driver.announce_recorded(str(self.run.bags))
+                self.say(f"resuming at round {start}: re-announced {count} recorded episodes")
             for index in range(start, self.config.rounds + 1):
                 self._check_graph(runner)
                 record = self._round(index, summary, trial, driver, runner)
