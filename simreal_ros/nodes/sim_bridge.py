@@ -22,7 +22,6 @@ stand-in for the physical arm, never the physical arm.
 
 from __future__ import annotations
 
-import array
 import dataclasses
 import math
 import threading
@@ -56,12 +55,6 @@ def _stamp(seconds: float, stamp: Time) -> Time:
     nanoseconds = round(seconds * 1e9)
     stamp.sec, stamp.nanosec = divmod(nanoseconds, 1_000_000_000)
     return stamp
-
-
-def _doubles(values: np.ndarray) -> array.array:
-    out = array.array("d")
-    out.frombytes(np.ascontiguousarray(values, dtype=np.float64).tobytes())
-    return out
 
 
 class SimBridgeNode(LifecycleNode, BridgeSink):
@@ -101,6 +94,15 @@ class SimBridgeNode(LifecycleNode, BridgeSink):
         robot = self.core.robot
         self._joint_msg = JointState()
         self._joint_msg.name = list(robot.joint_names)
+        # The message keeps its three sequence buffers; each publish overwrites them in
+        # place through numpy views (no allocation on the publishing path).
+        zeros = [0.0] * robot.num_joints
+        msg = self._joint_msg
+        msg.position, msg.velocity, msg.effort = list(zeros), list(zeros), list(zeros)
+        self._joint_views = [
+            np.frombuffer(buffer, dtype=np.float64)
+            for buffer in (msg.position, msg.velocity, msg.effort)
+        ]
         self._pose_msg = PoseStamped()
         self._pose_msg.header.frame_id = self.config.base_frame
         self._status_msg = TaskStatus()
@@ -198,9 +200,8 @@ class SimBridgeNode(LifecycleNode, BridgeSink):
     def joint_state(self, stamp, position, velocity, effort) -> None:
         msg = self._joint_msg
         _stamp(stamp, msg.header.stamp)
-        msg.position = _doubles(position)
-        msg.velocity = _doubles(velocity)
-        msg.effort = _doubles(effort)
+        views = self._joint_views
+        views[0][:], views[1][:], views[2][:] = position, velocity, effort
         self._joint_pub.publish(msg)
 
     def object_pose(self, stamp, position, orientation_wxyz) -> None:

@@ -251,7 +251,8 @@ class SimBridgeCore:
             self.episode_steps += n
             for stream in self._streams:
                 if now >= stream.next_wall:
-                    stream.next_wall = max(stream.next_wall + stream.period, now)
+                    # Keep the average rate (catch up one late period), never burst more.
+                    stream.next_wall = max(stream.next_wall + stream.period, now - stream.period)
                     stream.emit()
 
     def _update_task(self) -> None:
@@ -339,7 +340,9 @@ class SimBridgeCore:
                 wall_start, sim_start = time.monotonic(), self.total_steps
                 self._pace_reset = False
             if rtf <= 0.0:
-                self.step_faster_than_real_time(25)
+                # About half a millisecond of stepping between looks at the wall clock.
+                chunk = min(50, max(5, round(self.measured_step_rate * 5e-4)))
+                self.step_faster_than_real_time(chunk)
             elif rtf > 1.0:
                 self.step_faster_than_real_time(block)
             else:
