@@ -69,6 +69,7 @@ class OnlineLearner:
         self.episodes_seen = 0
         self.skipped: list[str] = []
         self.waiting = ""
+        self._loaded: set[str] = set()
         self._last_round_time = time.monotonic()
 
     # ------------------------------------------------------------------ caller side
@@ -187,6 +188,8 @@ class OnlineLearner:
         assert session is not None
         self.state = "loading episodes"
         for episode in episodes:
+            if episode.episode_id in self._loaded:
+                continue  # announced again (e.g. a loop resuming): its data is already in
             path = Path(episode.bag_path).expanduser()
             try:
                 data, manifest = load_episodes(path, session.checkpoint, session.converter)
@@ -194,6 +197,7 @@ class OnlineLearner:
                 self.skipped.append(f"{episode.episode_id}: {error}")
                 log.warning("episode %s skipped: %s", episode.episode_id, error)
                 continue
+            self._loaded.add(episode.episode_id)
             if data is None:
                 continue
             self.manifest += manifest

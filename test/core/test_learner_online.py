@@ -1,0 +1,84 @@
+"""The learner's online loop off ROS: rounds on a worker thread, duplicates ignored,
+a failing round reported and survived."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from simreal_ros.learner.config import LearnerConfig
+from simreal_ros.learner.gate import EvaluationSummary
+from simreal_ros.learner.online import EpisodeInfo, OnlineLearner
+from simreal_ros.learner.sim_episodes import record_rollout
+from simreal_ros.policy import checkpoint as ckpt
+from simreal_ros.policy.model import ActorCritic, Architecture
+from simreal_ros.policy.spec import default_spec
+from simreal_ros.robot.description import load_robot_description
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    spec = default_spec(load_robot_description(), "push")
+    torch.manual_seed(0)
+    model = ActorCritic(Architecture(spec.obs_dim, spec.act_dim, (16, 16), (16, 16)))
+    root = tmp_path_factory.mktemp("online")
+    ckpt.save_checkpoint(root / "push", model, spec, version="base", gamma=0.95, training={})
+    base = ckpt.load_checkpoint(root / "push")
+    metas = [
+        record_rollout(root / "eps" / f"ep{i}", base, seed=i, episode_seconds=0.5)
+        for i in range(2)
+    ]
+    return root, metas
+
+
+def wait(condition, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def test_rounds_run_off_the_caller_thread_and_survive_a_failure(setup, tmp_path):
+    root, metas = setup
+    cfg = LearnerConfig(
+        checkpoint_dir=str(root / "push"), store_root=str(tmp_path / "m"), method="bc",
+        bc_use_failures=True, updates_per_round=5, batch_size=8, round_every_episodes=2,
+        min_real_transitions=5, sim_episodes=0, sim_replay=False, screen_seeds=2,
+        screen_conditions=["train"], promote_ci_low=0.0, promote_tolerance=1.0,
+    )  # fmt: skip
+    calls = {"n": 0}
+
+    def evaluator(checkpoint_dir, adapter_dir, condition, seeds):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("sim worker crashed")
+        return EvaluationSummary(len(seeds), len(seeds), 0.0)
+
+    results = []
+    learner = OnlineLearner(cfg, on_result=results.append, evaluator=evaluator)
+    learner.start()
+    try:
+        episodes = [
+            EpisodeInfo(m.episode_id, str(root / "eps" / m.episode_id), m.source) for m in metas
+        ]
+        start = time.perf_counter()
+        for episode in episodes:
+            learner.offer(episode)
+        assert time.perf_counter() - start < 0.05  # offer never waits on training
+        assert wait(lambda: "sim worker crashed" in learner.status()["last_error"])
+        assert not results and learner.session.store.versions() == []  # nothing half-stored
+        # The same episodes announced again (a resuming loop) add no duplicate data.
+        for episode in episodes:
+            learner.offer(episode)
+        assert wait(lambda: results), learner.status()
+        status = learner.status()
+        assert status["buffer_sizes"] == {"real_twin": sum(m.steps for m in metas)}
+        assert status["last_error"] == "" and "promoted" in status["last_gate"]
+        assert results[0].stored.version == learner.session.store.current()
+        assert learner.session.store.clean_staging() == []  # the failed round left no debris
+    finally:
+        learner.stop()
