@@ -354,8 +354,9 @@ class SimBridgeCore:
                 delay = due - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-                elif delay < -0.25:
-                    # Far behind (e.g. a slow machine): drop the backlog instead of racing.
+                elif delay < -1.0:
+                    # Stalled over a second (an overloaded machine): drop the backlog rather
+                    # than race through it; shorter stalls are caught up.
                     self._pace_reset = True
 
     def _measure(self) -> None:
