@@ -11,6 +11,7 @@ sizes by source, last gate result.
 
 from __future__ import annotations
 
+import logging
 import math
 
 import rclpy
@@ -26,6 +27,23 @@ from simreal_ros.learner.store import StoredVersion
 from simreal_ros.msg import EpisodeEvent, PolicyUpdate, ScreenResult
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.params import declare_config
+
+
+class _RosLogHandler(logging.Handler):
+    """Core learner logs (per-episode r / V_sim / r~, round summaries) to the node's log."""
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(logging.INFO)
+        self._logger = node.get_logger()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = self.format(record)
+        if record.levelno >= logging.ERROR:
+            self._logger.error(text)
+        elif record.levelno >= logging.WARNING:
+            self._logger.warning(text)
+        else:
+            self._logger.info(text)
 
 
 def update_message(stored: StoredVersion, decision: GateDecision, method: str) -> PolicyUpdate:
@@ -64,6 +82,10 @@ class LearnerNode(Node):
         self.create_service(Trigger, "~/train_now", self._on_train_now)
         self.create_timer(1.0, self._publish_diagnostics)
         self.published: list[PolicyUpdate] = []
+        self._log_handler = _RosLogHandler(self)
+        core_log = logging.getLogger("simreal_ros.learner")
+        core_log.setLevel(logging.INFO)
+        core_log.addHandler(self._log_handler)
         self.learner = OnlineLearner(self.config, on_result=self._on_result)
         self.learner.start()
         self._announce_running_version()
@@ -161,6 +183,7 @@ class LearnerNode(Node):
 
     def destroy_node(self) -> None:
         self.learner.stop()
+        logging.getLogger("simreal_ros.learner").removeHandler(self._log_handler)
         super().destroy_node()
 
 
