@@ -204,6 +204,8 @@ class OnlineLearner:
             real = data.subset(data.real_mask())
             sim = data.subset(~data.real_mask())
             if len(real):
+                if session.v_sim is not None:
+                    session.v_sim.annotate(real)  # once per transition, not once per round
                 self.real = (
                     real if self.real is None else Transitions.concatenate([self.real, real])
                 )
