@@ -109,6 +109,7 @@ class OnlineLearner:
             "last_error": self.last_error,
             "waiting": self.waiting,
             "skipped_episodes": len(self.skipped),
+            "critic_warning": session.critic_warning if session else "",
         }
         sizes: dict[str, int] = {}
         if self.real is not None:

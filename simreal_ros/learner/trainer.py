@@ -260,6 +260,7 @@ class LearnerSession:
                 config.v_sim_action_samples,
                 seed=config.seed,
             )
+        self.critic_warning = self._check_critic_trained()
         self.reward_scale = 1.0
         self._scale_source = "constant 1 (no shaping)"
         if self.sim_data is not None and self.v_sim is not None:
@@ -286,6 +287,21 @@ class LearnerSession:
                 "to 0 (take it from the checkpoint) or to the same value."
             )
         return pretraining
+
+    def _check_critic_trained(self) -> str:
+        """V_sim (and an RL warm start) need critics that pretraining actually trained."""
+        training = (self.checkpoint.metadata or {}).get("training", {}) or {}
+        if training.get("sac_steps") == 0 and not training.get("critic_steps"):
+            uses = self.config.method == "sgft" or self.config.resolved_critic_init != "fresh"
+            if uses:
+                warning = (
+                    f"checkpoint {self.checkpoint.version}: its critics were never trained "
+                    "(training.sac_steps = 0), so V_sim / the critic warm start carry no value "
+                    "information; pretrain with SAC steps (or refit the critics in sim) first."
+                )
+                log.warning(warning)
+                return warning
+        return ""
 
     def _fixed_scale(self) -> tuple[float, str]:
         if self.config.reward_scale > 0:
@@ -522,6 +538,7 @@ class LearnerSession:
             },
             "metrics": {k: float(v) for k, v in metrics.items()},
             "value_exploit_flag": getattr(self, "value_flag", ""),
+            "critic_warning": self.critic_warning,
             # Per real episode: return, mean V_sim, shaped return (SGFT only).
             "value_watch": self.monitor.episodes[-50:],
             "checkpoint_dir": str(self.checkpoint_dir) if self.checkpoint_dir else "",
