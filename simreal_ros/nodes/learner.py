@@ -170,8 +170,8 @@ class LearnerNode(Node):
         }
         for source, count in sorted(status["buffer_sizes"].items()):
             values[f"buffer_{source}"] = str(count)
-        diag.values = [KeyValue(key=k, value=v) for k, v in values.items()]
         values["critic_warning"] = status["critic_warning"]
+        diag.values = [KeyValue(key=k, value=v) for k, v in values.items()]
         if status["state"] == "failed" or status["last_error"]:
             diag.level, diag.message = DiagnosticStatus.ERROR, status["last_error"]
         elif status["critic_warning"]:
