@@ -21,7 +21,8 @@ action logged at time a_i and the next at a_{i+1} (receive times):
 - ``action``: the PolicyAction values; when a takeover message arrived in (a_{i-1}, a_i],
   the takeover's values, with ``human_interventions`` set (so does an action that says
   ``human_intervention``);
-- ``reward``, ``done``, ``truncated``: summed / any-of the task statuses in (a_i, a_{i+1}];
+- ``reward``, ``done``, ``truncated``: summed / any-of the task statuses in (a_i, a_{i+1}]
+  (only statuses carrying this episode's id, when the task and the recorder share ids);
   the episode ends at the first ``done`` or ``truncated`` (time limit); a recording that
   stops without either marks its last transition ``truncated``;
 - ``safety_interventions`` / ``safety_penalties``: interventions in (a_i, a_{i+1}] and the
@@ -385,11 +386,27 @@ def read_episode(
             poses.add(t, (np.array([p.x, p.y, p.z]), np.array([q.w, q.x, q.y, q.z])))
         elif topic == topics.task_status:
             g = msg.goal
-            statuses.add(t, (np.array([g.x, g.y, g.z]), msg.reward, msg.done, msg.truncated))
+            statuses.add(
+                t,
+                (np.array([g.x, g.y, g.z]), msg.reward, msg.done, msg.truncated, msg.episode_id),
+            )
         elif topic == topics.safety_status:
             excess = sum(float(i.excess) for i in msg.interventions if np.isfinite(i.excess))
             safety.add(t, (len(msg.interventions), excess))
+    statuses = _own_statuses(statuses, meta.episode_id)
     return _align(bag_dir, joint_names, meta, states, actions, takeovers, poses, statuses, safety)
+
+
+def _own_statuses(statuses: _Series, episode_id: str) -> _Series:
+    """Task statuses of this episode only, when they carry its id: a late status of the
+    previous episode (done!) must not end this one."""
+    if not any(row[4] == episode_id for row in statuses.rows):
+        return statuses  # ids not shared between task and recorder: keep every status
+    own = _Series()
+    for t, row in zip(statuses.times, statuses.rows, strict=True):
+        if row[4] == episode_id:
+            own.add(t, row)
+    return own
 
 
 def _stamp_ns(msg) -> int:
@@ -432,7 +449,7 @@ def _align(bag_dir, joint_names, meta, states, actions, takeovers, poses, status
         hi = np.searchsorted(s_times, window_end, side="right")
         for i in range(n):
             for j in range(lo[i], hi[i]):
-                _, reward, done, truncated = statuses.rows[j]
+                _, reward, done, truncated, _ = statuses.rows[j]
                 rewards[i] += reward
                 dones[i] |= bool(done)
                 truncateds[i] |= bool(truncated)

@@ -55,12 +55,14 @@ def policy_action(t_ns, values, version="v1", seq=0, human=False, names=()) -> b
     return store.serialize_cdr(msg, "simreal_ros/msg/PolicyAction")
 
 
-def task_status(t_ns, step, reward, done=False, success=False, goal=(0.5, 0.1, 0.0)) -> bytes:
+def task_status(
+    t_ns, step, reward, done=False, success=False, goal=(0.5, 0.1, 0.0), episode_id="ep"
+) -> bytes:
     store = project_typestore()
     P = store.types["geometry_msgs/msg/Point"]
     msg = store.types["simreal_ros/msg/TaskStatus"](
         header=_header(store, t_ns),
-        episode_id="e",
+        episode_id=episode_id,
         task="push",
         condition="train",
         seed=1,
@@ -118,6 +120,7 @@ def write_episode(
     takeover_at=(),
     interventions_at=(),
     close=True,
+    stale_done=False,
 ):
     """A push episode at 20 Hz with 5 joint states per tick; returns (recording, sent).
 
@@ -153,7 +156,10 @@ def write_episode(
         if step in interventions_at:
             send("/safety/status", t + 1_000, safety_status(t, 2))
         done = done_at is not None and step == done_at
-        send("/task/status", t + 2_000, task_status(t, step + 1, -float(step), done, done))
+        if step == 0 and stale_done:  # the previous episode's last status, delivered late
+            send("/task/status", t + 1_500, task_status(t, 99, 0.0, True, True, episode_id="old"))
+        status = task_status(t, step + 1, -float(step), done, done, episode_id=episode_id)
+        send("/task/status", t + 2_000, status)
     if close:
         rec.stop(outcome, outcome == "success")
     else:

@@ -43,6 +43,13 @@ def test_transitions_are_aligned_at_the_policy_rate(tmp_path):
     assert set(data.episode_ids) == {"ep"} and set(data.sources) == {"sim"}
 
 
+def test_a_late_status_of_the_previous_episode_does_not_end_this_one(tmp_path):
+    write_episode(tmp_path / "ep", steps=6, done_at=5, stale_done=True)
+    data = read_episode(tmp_path / "ep", JOINTS)
+    assert len(data) == 6 and data.dones.tolist() == [False] * 5 + [True]
+    np.testing.assert_allclose(data.rewards, -np.arange(6.0))
+
+
 def test_episode_without_done_ends_truncated(tmp_path):
     write_episode(tmp_path / "ep", steps=5)
     data = read_episode(tmp_path / "ep", JOINTS)
