@@ -6,6 +6,7 @@ ROOT := $(abspath .)
 BUILD := build/interfaces
 INTERFACES := $(wildcard msg/*.msg srv/*.srv)
 PYTEST_ARGS ?=
+DEMO_ARGS ?=
 
 export AMENT_PREFIX_PATH := $(ROOT)/$(VENV)
 export PYTHONPATH := $(ROOT)
@@ -35,8 +36,9 @@ $(VENV)/bin/simreal: scripts/simreal $(VENV)/.deps.stamp
 	printf '#!/bin/sh\nexport PYTHONPATH="$(ROOT)$${PYTHONPATH:+:$$PYTHONPATH}"\nexport AMENT_PREFIX_PATH="$(ROOT)/$(VENV)"\nexec "$(ROOT)/$(PY)" -m simreal_ros.cli.main "$$@"\n' > $@
 	chmod +x $@
 
+# The main job: fine-tuning rounds on the real_twin stand-in through the full graph.
 demo: setup
-	$(VENV)/bin/simreal demo
+	$(VENV)/bin/simreal loop $(DEMO_ARGS)
 
 test: setup
 	$(PY) -m ruff check .

@@ -31,8 +31,10 @@ def test_importing_core_does_not_import_rclpy():
         "import importlib, sys\n"
         f"for name in {modules!r}:\n"
         "    importlib.import_module(name)\n"
-        "bad = sorted(m for m in sys.modules if m == 'rclpy' or m.startswith('rclpy.')\n"
-        "             or m.endswith('.msg') or m.endswith('.srv'))\n"
+        "import re\n"
+        "ros = re.compile(r'^(rclpy|rosidl_\\w+|\\w+_(msgs|srvs|interfaces)'\n"
+        "                 r'|simreal_ros\\.(msg|srv))(\\.|$)')\n"
+        "bad = sorted(m for m in sys.modules if ros.match(m))\n"
         "print('\\n'.join(bad))\n"
     )
     result = subprocess.run(

@@ -1,0 +1,87 @@
+"""`simreal loop` end to end: graph processes on DDS, real learner rounds, resume."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import sys
+import time
+
+import pytest
+
+from simreal_ros.graph.processes import NodeProcess, graph_environment
+
+pytestmark = [pytest.mark.graph, pytest.mark.slow, pytest.mark.timeout(900)]
+
+ARGS = [
+    "--task", "reach", "--rounds", "1", "--eval-episodes", "2", "--collect-episodes", "2",
+    "--updates-per-round", "10", "--screen-seeds", "2", "--real-time-factor", "1.5",
+]  # fmt: skip
+
+
+def loop_process(runs_dir, run_id: str) -> NodeProcess:
+    argv = [sys.executable, "-m", "simreal_ros.cli.main", "loop", *ARGS]
+    argv += ["--runs-dir", str(runs_dir), "--run-id", run_id]
+    return NodeProcess("loop", argv, graph_environment())
+
+
+def completed_rounds(summary_file) -> int:
+    if not summary_file.exists():
+        return 0
+    return sum(1 for r in json.loads(summary_file.read_text())["rounds"] if r["complete"])
+
+
+def graph_pids_from_log(path) -> list[int]:
+    return [int(pid) for pid in re.findall(r"started \w+ \(pid (\d+)\)", path.read_text())]
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_loop_runs_rounds_through_the_graph_and_resumes_after_sigterm(tmp_path):
+    run = tmp_path / "runs" / "t1"
+    first = loop_process(tmp_path / "runs", "t1")
+    try:
+        deadline = time.monotonic() + 240
+        while completed_rounds(run / "summary.json") < 1 and time.monotonic() < deadline:
+            assert first.returncode is None, first.output()[-3000:]
+            time.sleep(0.5)
+        assert completed_rounds(run / "summary.json") == 1, first.output()[-3000:]
+        first.process.send_signal(signal.SIGTERM)  # interrupt inside round 1
+        first.process.wait(timeout=60)
+    finally:
+        first.stop()
+    pids = graph_pids_from_log(run / "graph.log")
+    assert len(pids) == 5, "the sim graph has five nodes"
+    assert not [pid for pid in pids if alive(pid)], "SIGTERM left graph nodes running"
+
+    second = loop_process(tmp_path / "runs", "t1")
+    try:
+        second.process.wait(timeout=420)
+    finally:
+        second.stop()
+    output = second.output()
+    assert second.returncode == 0, output[-4000:]
+    assert "resuming at round 1: re-announced" in output
+
+    summary = json.loads((run / "summary.json").read_text())
+    rounds = [r for r in summary["rounds"] if r["complete"]]
+    assert [r["index"] for r in rounds] == [0, 1]
+    round0, round1 = rounds
+    assert {e["condition"] for e in round0["evaluation"]} == {"train", "shifted"}
+    assert all(e["episodes"] == 2 for e in round0["evaluation"])
+    # Round 1: a learner decision with screening numbers, whichever way it went.
+    assert round1["update"]["version"] and round1["update"]["screening"]
+    assert round1["real_episodes_total"] > round0["real_episodes_total"]
+    assert round1["diagnosis"]["label"]
+    bags = [p for p in (run / "bags").iterdir() if p.is_dir()]
+    assert len(bags) >= round1["real_episodes_total"]
+    assert (run / "models" / round1["update"]["version"]).is_dir()
+    report = (run / "report.html").read_text()
+    assert "real_twin stand-in" in report and report.count("data:image/png") == 4
