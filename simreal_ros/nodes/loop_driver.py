@@ -11,6 +11,8 @@ import threading
 import time
 from typing import Any
 
+from lifecycle_msgs.msg import Transition
+from lifecycle_msgs.srv import ChangeState
 from rclpy.node import Node
 from std_srvs.srv import Trigger
 
@@ -53,6 +55,7 @@ class LoopDriverNode(Node):
         self._actions = 0
         self._interventions = 0
         self._train_now = self.create_client(Trigger, "/learner/train_now")
+        self._policy_state = self.create_client(ChangeState, "/policy/change_state")
         self.create_subscription(
             PolicyUpdate, "/learner/policy_update", self._on_update, qos.LATCHED
         )
@@ -158,6 +161,24 @@ class LoopDriverNode(Node):
                     return self._updates[-1]
             self._sleep(0.2)
         raise TimeoutError(f"the learner gave no decision within {timeout_s:.0f} s.")
+
+    def set_policy_active(self, active: bool, timeout_s: float = 10.0) -> None:
+        """Activate or deactivate the policy node (lifecycle), e.g. around demonstrations."""
+        request = ChangeState.Request()
+        request.transition.id = (
+            Transition.TRANSITION_ACTIVATE if active else Transition.TRANSITION_DEACTIVATE
+        )
+        if not self._policy_state.wait_for_service(timeout_sec=timeout_s):
+            raise TimeoutError("no /policy/change_state service: is the policy node running?")
+        future = self._policy_state.call_async(request)
+        deadline = time.monotonic() + timeout_s
+        while not future.done():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the policy node did not answer /policy/change_state.")
+            self._sleep(0.02)
+        if not future.result().success:
+            state = "activate" if active else "deactivate"
+            raise RuntimeError(f"the policy node refused to {state}.")
 
     def wait_for_policy_version(self, version: str, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s

@@ -30,6 +30,7 @@ from simreal_ros.loop.config import LoopConfig
 from simreal_ros.loop.plan import plan_collection
 from simreal_ros.loop.report import write_report
 from simreal_ros.loop.state import ConditionScore, LoopSummary, RoundRecord, RunDirectory
+from simreal_ros.nodes.expert_driver import ExpertDriverNode
 from simreal_ros.nodes.loop_driver import LoopDriverNode
 from simreal_ros.nodes.trial_runner import TrialRunnerNode
 from simreal_ros.policy.checkpoint import shipped_checkpoint
@@ -125,9 +126,11 @@ class LoopSession:
                 Parameter("use_sim_time", value=True),
             ]
         )
-        driver = LoopDriverNode(parameter_overrides=[Parameter("use_sim_time", value=True)])
-        executor.add_node(trial)
-        executor.add_node(driver)
+        sim_time = [Parameter("use_sim_time", value=True)]
+        driver = LoopDriverNode(parameter_overrides=sim_time)
+        self.expert = ExpertDriverNode(task=self.config.task, parameter_overrides=sim_time)
+        for node in (trial, driver, self.expert):
+            executor.add_node(node)
         spinner = threading.Thread(target=executor.spin, daemon=True)
         spinner.start()
         try:
@@ -146,8 +149,8 @@ class LoopSession:
         finally:
             executor.shutdown()
             spinner.join(timeout=5.0)
-            trial.destroy_node()
-            driver.destroy_node()
+            for node in (trial, driver, self.expert):
+                node.destroy_node()
             rclpy.try_shutdown()
 
     def _check_graph(self, runner: GraphRunner) -> None:
@@ -175,6 +178,17 @@ class LoopSession:
             self.say(f"{len(failed)} {what} episode(s) could not run: {failed[0].error}")
         return [r for r in results if not r.error]
 
+    def _demonstrations(self, trial, driver, index: int, count: int) -> list[Any]:
+        """Scripted-expert demonstrations through safety and the recorder (policy paused)."""
+        self.say(f"round {index}: {count} scripted-expert demonstrations (policy inactive)")
+        driver.set_policy_active(False)
+        self.expert.enabled = True
+        try:
+            return self._episodes(trial, "train", self._seeds(index, 5, count), "demonstration")
+        finally:
+            self.expert.enabled = False
+            driver.set_policy_active(True)
+
     def _round(self, index, summary, trial, driver, runner) -> RoundRecord:
         started = time.monotonic()
         record = RoundRecord(index)
@@ -194,6 +208,9 @@ class LoopSession:
                 seeds = self._seeds(index, phase, plan.episodes.get(condition, 0))
                 episodes += self._episodes(trial, condition, seeds, "collection")
             record.collected = dict(plan.episodes)
+            if plan.expert_demos:
+                episodes += self._demonstrations(trial, driver, index, plan.expert_demos)
+                record.collected["expert_demos"] = plan.expert_demos
             self.say(f"round {index}: learner training ({self.config.method})")
             record.update = driver.train_round(self.config.round_timeout_s)
             if record.update.get("promoted"):

@@ -1,0 +1,111 @@
+"""The scripted expert as a demonstrator in the graph (sim only: it reads privileged state).
+
+Publishes the expert's joint position targets on /policy/action, marked as a human
+intervention (a demonstration) with policy version ``scripted_expert``, so demonstrations
+go through the safety filter and are recorded like any action. Run it only while the
+policy node is inactive (`simreal loop` deactivates the policy for demonstration episodes).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import numpy as np
+import rclpy
+from geometry_msgs.msg import PoseStamped
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+
+from simreal_ros.msg import PolicyAction, TaskStatus
+from simreal_ros.nodes import qos
+from simreal_ros.robot.description import load_robot_description
+from simreal_ros.sim.expert import make_expert
+
+EXPERT_VERSION = "scripted_expert"
+
+
+class ExpertDriverNode(Node):
+    def __init__(self, task: str = "push", rate_hz: float = 20.0, **kwargs) -> None:
+        super().__init__("expert_driver", **kwargs)
+        self.robot = load_robot_description()
+        self.expert = make_expert(task, self.robot, rate_hz)
+        self._index = {name: i for i, name in enumerate(self.robot.joint_names)}
+        self._lock = threading.Lock()
+        self._position: np.ndarray | None = None
+        self._velocity = np.zeros(len(self.robot.joint_names))
+        self._object = np.zeros(3)
+        self._orientation = np.array([1.0, 0.0, 0.0, 0.0])
+        self._goal: np.ndarray | None = None
+        self.enabled = False
+        self._sequence = 0
+        self._message = PolicyAction()
+        self._message.policy_version = EXPERT_VERSION
+        self._message.joint_names = list(self.robot.joint_names)
+        self._message.human_intervention = True
+        self._publisher = self.create_publisher(PolicyAction, "/policy/action", qos.COMMAND)
+        self.create_subscription(JointState, "/joint_states", self._on_state, qos.SENSOR_DATA)
+        self.create_subscription(PoseStamped, "/object/pose", self._on_pose, qos.SENSOR_DATA)
+        self.create_subscription(TaskStatus, "/task/status", self._on_task, qos.STATUS)
+        self.create_timer(1.0 / rate_hz, self._on_tick)
+
+    def _on_state(self, msg: JointState) -> None:
+        position = np.empty(len(self._index))
+        velocity = np.zeros(len(self._index))
+        try:
+            for name, value in zip(msg.name, msg.position, strict=True):
+                position[self._index[name]] = value
+            for name, value in zip(msg.name, msg.velocity, strict=False):
+                velocity[self._index[name]] = value
+        except (KeyError, ValueError):
+            return  # not this arm's joint states: never act on them
+        with self._lock:
+            self._position, self._velocity = position, velocity
+
+    def _on_pose(self, msg: PoseStamped) -> None:
+        p, q = msg.pose.position, msg.pose.orientation
+        with self._lock:
+            self._object = np.array([p.x, p.y, p.z])
+            self._orientation = np.array([q.w, q.x, q.y, q.z])
+
+    def _on_task(self, msg: TaskStatus) -> None:
+        with self._lock:
+            self._goal = np.array([msg.goal.x, msg.goal.y, msg.goal.z])
+
+    def _on_tick(self) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            if self._position is None or self._goal is None:
+                return
+            observation = {
+                "joint_position": self._position.copy(),
+                "joint_velocity": self._velocity.copy(),
+                "object_position": self._object.copy(),
+                "object_orientation": self._orientation.copy(),
+                "goal_position": self._goal.copy(),
+            }
+        command = self.expert.act(observation)
+        self._sequence += 1
+        self._message.header.stamp = self.get_clock().now().to_msg()
+        self._message.sequence = self._sequence
+        self._message.values = [float(v) for v in command]
+        self._publisher.publish(self._message)
+
+
+def main(args=None) -> int:
+    rclpy.init(args=args)
+    node = ExpertDriverNode()
+    node.enabled = True
+    try:
+        rclpy.spin(node)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
