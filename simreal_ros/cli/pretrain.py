@@ -34,6 +34,14 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--dagger-episodes", type=int, default=40)
     parser.add_argument("--bc-steps", type=int, default=1500)
     parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument(
+        "--actor-rl-weight",
+        type=float,
+        default=0.0,
+        help="weight of the SAC term in the actor loss; 0 = critics only (actor stays on "
+        "expert labels)",
+    )
+    parser.add_argument("--bc-weight", type=float, default=2.0)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--save-every", type=int, default=2500)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1-2)")
@@ -67,6 +75,8 @@ def run(args) -> int:
         hidden=args.hidden,
         batch_size=args.batch_size,
         save_every=args.save_every,
+        actor_rl_weight=args.actor_rl_weight,
+        bc_weight=args.bc_weight,
     )
     command = "simreal " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["pretrain"] else ""
     trainer = Pretrainer(config, out, command=command or f"simreal pretrain --task {args.task}")

@@ -62,6 +62,16 @@ class PretrainConfig:
     learning_rate: float = setting(3e-4, "Adam learning rate", low=1e-6, high=1e-1)
     tau: float = setting(0.005, "target critic averaging rate", low=0.0, high=1.0)
     bc_weight: float = setting(2.0, "weight of the expert-label term in the SAC actor loss")
+    actor_rl_weight: float = setting(
+        0.0,
+        "weight of SAC's term (alpha log pi - Q, scaled by mean |Q|) in the actor loss; 0 "
+        "keeps the actor on the expert labels and the critics evaluate it (TD3-style "
+        "smoothed deterministic targets)",
+        low=0.0,
+    )
+    exploration_noise: float = setting(
+        0.1, "std of the Gaussian added to the actor's action in critic-only rollouts", low=0.0
+    )
     initial_alpha: float = setting(0.02, "initial entropy temperature", low=0.0)
     exploration_log_std: float = setting(-1.6, "initial log std of the actor's Gaussian")
     save_every: int = setting(2500, "SAC steps between checkpoints", low=1)
@@ -199,8 +209,12 @@ class Pretrainer:
             else:
                 with torch.no_grad():
                     obs_t = self._normalize(vector.astype(np.float32))
-                    if mode == "explore":
+                    if mode == "explore" and self.config.actor_rl_weight > 0:
                         action = self.model.actor.sample(obs_t)[0].numpy().astype(np.float64)
+                    elif mode == "explore":
+                        action = self.model.actor(obs_t).numpy().astype(np.float64)
+                        noise = self.rng.normal(0.0, self.config.exploration_noise, action.shape)
+                        action = np.clip(action + noise, -1.0, 1.0)
                     else:
                         action = self.model.actor(obs_t).numpy().astype(np.float64)
             target = self.converter.command_from_action(action, q)
@@ -237,9 +251,16 @@ class Pretrainer:
     def sac_step(self) -> dict[str, float]:
         batch = self._batch()
         actor, critic = self.model.actor, self.model.critic
-        alpha = self.log_alpha.exp().detach()
+        rl_weight = self.config.actor_rl_weight
+        alpha = self.log_alpha.exp().detach() if rl_weight > 0 else torch.tensor(0.0)
         with torch.no_grad():
-            next_action, next_log_prob = actor.sample(batch["next_obs"])
+            if rl_weight > 0:
+                next_action, next_log_prob = actor.sample(batch["next_obs"])
+            else:
+                # Evaluate the deterministic actor: smoothed target action, no entropy.
+                mean = actor(batch["next_obs"])
+                noise = (torch.randn_like(mean) * 0.1).clamp(-0.25, 0.25)
+                next_action, next_log_prob = (mean + noise).clamp(-1.0, 1.0), 0.0
             q1_t, q2_t = self.target_critic(batch["next_obs"], next_action)
             next_value = torch.minimum(q1_t, q2_t) - alpha * next_log_prob
             target = batch["reward"] + self.config.gamma * (1 - batch["terminal"]) * next_value
@@ -249,29 +270,32 @@ class Pretrainer:
         critic_loss.backward()
         self.critic_opt.step()
 
-        action, log_prob = actor.sample(batch["obs"])
-        q1_pi, q2_pi = critic(batch["obs"], action)
-        q_pi = torch.minimum(q1_pi, q2_pi)
-        q_scale = q_pi.abs().mean().detach().clamp_min(1e-3)
         bc = nn.functional.mse_loss(actor(batch["obs"]), batch["expert"])
-        actor_loss = (alpha * log_prob - q_pi).mean() / q_scale + self.config.bc_weight * bc
+        actor_loss = self.config.bc_weight * bc
+        q_mean = 0.0
+        if rl_weight > 0:
+            action, log_prob = actor.sample(batch["obs"])
+            q1_pi, q2_pi = critic(batch["obs"], action)
+            q_pi = torch.minimum(q1_pi, q2_pi)
+            q_scale = q_pi.abs().mean().detach().clamp_min(1e-3)
+            actor_loss = actor_loss + rl_weight * (alpha * log_prob - q_pi).mean() / q_scale
+            q_mean = float(q_pi.detach().mean())
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_opt.step()
 
-        alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
-        self.alpha_opt.zero_grad(set_to_none=True)
-        alpha_loss.backward()
-        self.alpha_opt.step()
+        if rl_weight > 0:
+            alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+            self.alpha_opt.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_opt.step()
 
         with torch.no_grad():
             for p, p_t in zip(critic.parameters(), self.target_critic.parameters(), strict=True):
                 p_t.mul_(1 - self.config.tau).add_(p, alpha=self.config.tau)
-        return {
-            "critic": float(critic_loss.detach()),
-            "bc": float(bc.detach()),
-            "q": float(q_pi.detach().mean()),
-        }
+            if rl_weight <= 0:
+                q_mean = float(torch.minimum(q1, q2).mean())
+        return {"critic": float(critic_loss.detach()), "bc": float(bc.detach()), "q": q_mean}
 
     # --- the schedule ---------------------------------------------------------------
 
@@ -374,7 +398,7 @@ class Pretrainer:
                 "episode_seeds": [c.seed * 1_000_000, p.next_seed - 1],
             },
             "reward": {"kind": "dense", "terminate_on_success": True, "gamma": c.gamma},
-            "method": "BC on expert demos + DAgger, then SAC (twin critics) with a BC term",
+            "method": self.method(),
             "phase": p.phase,
             "sac_steps": p.sac_step,
             "history": p.history,
@@ -384,6 +408,19 @@ class Pretrainer:
                 "python": platform.python_version(),
             },
         }
+
+    def method(self) -> str:
+        if self.config.actor_rl_weight > 0:
+            return (
+                "BC on expert demos + DAgger, then SAC (twin critics, tuned entropy) with a "
+                f"BC term (bc_weight {self.config.bc_weight}, rl_weight "
+                f"{self.config.actor_rl_weight})"
+            )
+        return (
+            "BC on expert demos + DAgger, then off-policy twin-critic learning of the actor's "
+            "value (TD3-style smoothed targets) while the actor keeps training on expert "
+            "labels of every visited state (no RL term in the actor loss)"
+        )
 
     def value_statistics(self) -> dict[str, float]:
         if self.replay.size == 0:
