@@ -40,10 +40,14 @@ def probe(rclpy_context, executor):
 
 
 def test_free_running_bridge_publishes_joint_states_in_controller_order(executor, probe):
-    bridge = make_bridge(probe.context, seed=4)
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    bridge = make_bridge(probe.context, seed=4, diagnostics_period=0.2)
     executor.add_node(bridge)
     received: list[JointState] = []
     poses: list[PoseStamped] = []
+    diagnostics: list[DiagnosticArray] = []
+    probe.create_subscription(DiagnosticArray, "/diagnostics", diagnostics.append, qos.STATUS)
     probe.create_subscription(JointState, "/joint_states", received.append, qos.SENSOR_DATA)
     probe.create_subscription(PoseStamped, "/object/pose", poses.append, qos.SENSOR_DATA)
     assert spin_until(executor, lambda: len(received) >= 20 and poses, timeout=10.0)
@@ -54,6 +58,16 @@ def test_free_running_bridge_publishes_joint_states_in_controller_order(executor
     assert all(b > a for a, b in itertools.pairwise(stamps))  # sim time moves on
     assert np.allclose(message.position, bridge.core.robot.home_position, atol=1e-2)
     assert 0.35 < poses[-1].pose.position.x < 0.6  # the cube, on the table in front
+
+    def reported() -> dict:
+        if not diagnostics:
+            return {}
+        return {kv.key: kv.value for kv in diagnostics[-1].status[0].values}
+
+    assert spin_until(executor, lambda: float(reported().get("sim_rate_hz", 0)) > 0, 10.0)
+    values = reported()
+    assert {"real_time_factor", "command_age_s", "profile", "episode_id"} <= set(values)
+    assert values["command_age_s"] == "never"
 
 
 def test_wrong_size_or_non_finite_command_is_rejected_and_not_applied(executor, probe):
