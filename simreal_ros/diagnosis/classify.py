@@ -53,14 +53,14 @@ class Thresholds:
         0.8, "a condition passes at this success rate or more", low=0.0, high=1.0
     )
     replay_tool_error: float = setting(
-        0.008,
+        0.015,
         "replay fails when the policy's replayed tool path is this much further (RMS) from "
         "the recording than the recorded commands' replay",
         low=0.0,
         unit="m",
     )
     replay_goal_drop: float = setting(
-        0.3,
+        0.25,
         "replay fails when the policy's replays reach the goal in this share fewer "
         "episodes than the recorded commands' replays",
         low=0.0,

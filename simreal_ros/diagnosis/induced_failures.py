@@ -163,17 +163,20 @@ def perturbed_demonstrations(
     profile: str = "nominal",
     condition: str = "train",
     seed: int = 0,
+    **expert_options,
 ):
     """Expert episodes executed with joint noise (rad), labelled with the clean expert
     command at every visited state: demonstrations that also cover small deviations,
-    so a cloned policy recovers from its own errors (DART, Laskey et al. 2017)."""
+    so a cloned policy recovers from its own errors (DART, Laskey et al. 2017).
+    ``expert_options`` go to the scenario's expert (e.g. ``side=1`` for reach_around)."""
     from simreal_ros.diagnosis.episodes import run_episode
     from simreal_ros.diagnosis.scenarios import make_environment, make_expert
     from simreal_ros.policy.kinematics import ForwardKinematics
     from simreal_ros.robot.description import load_robot_description
 
     env = make_environment(task, profile, condition)
-    actor = _NoisyExecution(make_expert(task), noise, np.random.default_rng(seed))
+    expert = make_expert(task, **expert_options)
+    actor = _NoisyExecution(expert, noise, np.random.default_rng(seed))
     fk = ForwardKinematics(load_robot_description())
     out = []
     for episode_seed in seeds:

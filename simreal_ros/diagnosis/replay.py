@@ -35,6 +35,7 @@ import numpy as np
 
 from simreal_ros.diagnosis.episodes import RecordedEpisode, tool_positions_of
 
+EXPLAINED_JOINT_R2 = 0.5  # a joint's own fit below this says nothing about conventions
 MIN_SHARE_OF_MOTION = 0.05  # a joint whose steps vary less than this share of the largest
 # joint's is uninformative for the fit (it barely moves in these episodes)
 
@@ -71,8 +72,13 @@ class ConventionFit:
             out.append(tuple(self.joint_names[i] for i in cycle))
         return out
 
+    def explained(self, min_joint_r2: float = EXPLAINED_JOINT_R2) -> np.ndarray:
+        """Joints whose own fit is good; the others' scales are noise, not a convention."""
+        return np.asarray(self.joint_r2, dtype=float) >= min_joint_r2
+
     def common_scale(self) -> float:
-        return float(np.median(self.scale)) if self.scale else float("nan")
+        good = np.asarray(self.scale, dtype=float)[self.explained()]
+        return float(np.median(good)) if good.size else float("nan")
 
     def describe(
         self, scale_tolerance: float = 0.2, offset_tolerance: float = 0.01, min_r2: float = 0.8
@@ -88,16 +94,17 @@ class ConventionFit:
                 else f"joints {' -> '.join(cycle)} rotated"
             )
         scales = np.asarray(self.scale)
+        good = self.explained()
         common = self.common_scale()
         # Most joints sharing one scale is a normalisation error; name the rest separately.
-        shared = np.abs(scales - common) <= scale_tolerance * max(abs(common), 1e-9)
-        if shared.sum() * 2 >= len(scales) and abs(common - 1.0) > scale_tolerance:
+        shared = good & (np.abs(scales - common) <= scale_tolerance * max(abs(common), 1e-9))
+        if shared.sum() * 2 >= good.sum() > 0 and abs(common - 1.0) > scale_tolerance:
             names = [n for n, s in zip(self.joint_names, shared, strict=True) if s]
-            which = "" if shared.all() else f" on {', '.join(names)}"
+            which = "" if shared.sum() == good.sum() else f" on {', '.join(names)}"
             parts.append(f"actions are the recorded ones x {common:.2f}{which}")
-            rest = ~shared
+            rest = good & ~shared
         else:
-            rest = np.ones(len(scales), bool)
+            rest = good
         odd = [
             f"{name} x {s:.2f}"
             for name, s, r in zip(self.joint_names, self.scale, rest, strict=True)
@@ -107,13 +114,16 @@ class ConventionFit:
             parts.append("per-joint scales " + ", ".join(odd))
         offsets = [
             f"{name} {b:+.3f}"
-            for name, b in zip(self.joint_names, self.offset, strict=True)
-            if abs(b) > offset_tolerance
+            for name, b, g in zip(self.joint_names, self.offset, good, strict=True)
+            if g and abs(b) > offset_tolerance
         ]
         if offsets:
             parts.append("offsets " + ", ".join(offsets))
         if not parts:
             parts.append("actions match the recorded ones (scale 1, no offset, same joint order)")
+        unexplained = [n for n, g in zip(self.joint_names, good, strict=True) if not g]
+        if unexplained:
+            parts.append(f"{', '.join(unexplained)} not explained (R² < {EXPLAINED_JOINT_R2})")
         text = "; ".join(parts)
         if self.fitted_r2 < min_r2:
             text = f"no scale/offset/joint permutation explains the actions (best fit: {text})"
@@ -132,8 +142,13 @@ class ConventionFit:
             return False
         if self.fitted_r2 - max(self.identity_r2, 0.0) < min_gain:
             return False
-        off_scale = any(abs(s - 1.0) > scale_tolerance for s in self.scale)
-        off_offset = any(abs(b) > offset_tolerance for b in self.offset)
+        good = self.explained()
+        off_scale = any(
+            g and abs(s - 1.0) > scale_tolerance for s, g in zip(self.scale, good, strict=True)
+        )
+        off_offset = any(
+            g and abs(b) > offset_tolerance for b, g in zip(self.offset, good, strict=True)
+        )
         return self.permuted or off_scale or off_offset
 
     def to_dict(self) -> dict[str, Any]:

@@ -30,6 +30,7 @@ import numpy as np
 
 from simreal_ros.diagnosis.action_stats import ActionStats, action_statistics
 from simreal_ros.diagnosis.classify import ConditionOutcome, Diagnosis, Thresholds, classify
+from simreal_ros.diagnosis.episodes import RecordedEpisode
 from simreal_ros.diagnosis.replay import ReplayResult, replay_check
 from simreal_ros.diagnosis.scenarios import check_task
 from simreal_ros.policy.evaluate import PROFILES, PolicySource, build_policy
@@ -94,6 +95,7 @@ def _replay(
     profile: str,
     seeds: Sequence[int],
     bags: str | None,
+    recorded: Sequence[RecordedEpisode] | None = None,
 ) -> ReplayResult | None:
     import torch
 
@@ -102,7 +104,9 @@ def _replay(
 
     policy = build_policy(source)
     spec = policy.converter.spec
-    if bags:
+    if recorded:
+        recorded = [e for e in recorded if e.success]
+    elif bags:
         recorded = episodes_from_bags(bags, spec.joint_names, task=task)
         if not recorded:
             raise ValueError(
@@ -126,13 +130,18 @@ def diagnose(
     bags: str | Path | None = None,
     thresholds: Thresholds | None = None,
     replay_episodes: int = 8,
+    recorded: Sequence[RecordedEpisode] | None = None,
 ) -> Diagnosis:
-    """The three evaluation sets and their classification (see the module docstring)."""
+    """The three evaluation sets and their classification (see the module docstring).
+
+    ``recorded``: episodes to replay (``RecordedEpisode``, e.g. demonstrations of the
+    policy's own training slice) instead of ``bags`` or fresh demonstrations.
+    """
     if profile not in PROFILES:
         raise ValueError(f"profile {profile!r}: use one of {', '.join(PROFILES)}.")
     if episodes < 1:
         raise ValueError("episodes must be at least 1 per condition.")
-    if replay_episodes < 1 and not bags:
+    if replay_episodes < 1 and not bags and not recorded:
         raise ValueError("replay_episodes must be at least 1.")
     source = source if isinstance(source, PolicySource) else PolicySource(str(source))
     policy = build_policy(source)
@@ -148,13 +157,15 @@ def diagnose(
     if workers == 1:
         train = _episodes(source, task, profile, "train", seeds)
         shifted = _episodes(source, task, profile, "shifted", seeds)
-        replay = _replay(source, task, profile, replay_seeds, bags_arg)
+        replay = _replay(source, task, profile, replay_seeds, bags_arg, recorded)
     else:
         # Each condition's seeds in `workers` chunks, plus the replay: one pool for all.
         chunks = [seeds[i::workers] for i in range(workers) if seeds[i::workers]]
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            replay_future = pool.submit(_replay, source, task, profile, replay_seeds, bags_arg)
+            replay_future = pool.submit(
+                _replay, source, task, profile, replay_seeds, bags_arg, recorded
+            )
             futures = {
                 condition: [
                     pool.submit(_episodes, source, task, profile, condition, c) for c in chunks
@@ -178,11 +189,18 @@ def diagnose(
         thresholds,
     )
     stand_in = " (simulated stand-in for the arm, not the arm)" if profile == "real_twin" else ""
+    if recorded:
+        replay_source = f"{len(recorded)} given episodes"
+    elif bags:
+        replay_source = f"bags in {bags}"
+    else:
+        replay_source = f"{replay_episodes} scripted demonstrations"
+    replayed = len(replay.episodes) if replay else 0
     header = (
         f"policy {policy.version} on {task}, profile {profile}{stand_in}; "
-        f"{episodes} episodes per condition (seeds {seeds[0]}..{seeds[-1]}), replay on "
-        + (f"bags in {bags}" if bags else f"{replay_episodes} scripted demonstrations")
-        + f"; {time.perf_counter() - start:.1f} s"
+        f"{episodes} episodes per condition (seeds {seeds[0]}..{seeds[-1]}); replay of "
+        f"{replayed} successful episodes from {replay_source}; "
+        f"{time.perf_counter() - start:.1f} s"
     )
     diagnosis.summary = header + "\n" + diagnosis.summary
     diagnosis.evidence.update(
@@ -192,7 +210,7 @@ def diagnose(
             "profile": profile,
             "stand_in": profile == "real_twin",
             "seeds": seeds,
-            "replay_source": str(bags) if bags else "scripted demonstrations",
+            "replay_source": replay_source,
             "episodes": {
                 condition: [_episode_dict(r) for r in rows]
                 for condition, rows in (("train", train), ("shifted", shifted))

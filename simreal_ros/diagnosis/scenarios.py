@@ -141,7 +141,13 @@ class ReachAroundTask(Task):
 class ReachAroundExpert:
     """IK demonstrator: to a waypoint beside the pillar (near or far side), then the goal."""
 
-    def __init__(self, robot: RobotDescription | None = None, control_rate_hz: float = 20.0):
+    def __init__(
+        self,
+        robot: RobotDescription | None = None,
+        control_rate_hz: float = 20.0,
+        side: float | None = None,
+    ):
+        """``side``: always this detour (-1 near, +1 far); None: the episode's coin flip."""
         import mujoco
 
         from simreal_ros.sim.kinematics import ArmKinematics
@@ -150,10 +156,13 @@ class ReachAroundExpert:
         model = mujoco.MjModel.from_xml_path(str(robot.mjcf_path))
         self.kinematics = ArmKinematics(model, robot.ee_site, list(robot.arm_joint_names))
         self.step_length = 0.5 / control_rate_hz  # tool waypoint speed 0.5 m/s
-        self.side = 1.0
+        self.forced_side = side
+        self.side = 1.0 if side is None else float(side)
 
     def reset(self, env: TaskEnvironment | None = None) -> None:
-        if env is not None:
+        if self.forced_side is not None:
+            self.side = float(self.forced_side)
+        elif env is not None:
             self.side = float(getattr(env.task, "detour_side", 1.0))
 
     def act(self, observation: dict) -> np.ndarray:
@@ -172,7 +181,8 @@ class ReachAroundExpert:
             # point in front of it: there the two modes differ only by the hidden side.
             split = np.array([PILLAR_CENTRE[0], PILLAR_CENTRE[1] - travel * LANE_END])
             on_centre = abs(tool[0] - PILLAR_CENTRE[0]) < 0.03
-            if into_lane and on_centre and float(np.linalg.norm(tool[:2] - split)) > 0.015:
+            approaching = passed < -LANE_END - 0.015  # not yet at the split point's line
+            if into_lane and on_centre and approaching:
                 waypoint = np.array([*split, goal[2]])
         else:
             waypoint = goal
@@ -202,11 +212,15 @@ class _CoreExpert:
         return self.expert.act(observation)
 
 
-def make_expert(task: str, control_rate_hz: float = 20.0):
-    """A scripted demonstrator with ``reset(env)`` (after each env reset) and ``act(obs)``."""
+def make_expert(task: str, control_rate_hz: float = 20.0, **options):
+    """A scripted demonstrator with ``reset(env)`` (after each env reset) and ``act(obs)``.
+
+    ``options`` go to the scenario's expert (``side=`` for reach_around)."""
     check_task(task)
     if task == "reach_around":
-        return ReachAroundExpert(control_rate_hz=control_rate_hz)
+        return ReachAroundExpert(control_rate_hz=control_rate_hz, **options)
+    if options:
+        raise ValueError(f"the {task} expert takes no options ({', '.join(options)}).")
     return _CoreExpert(task, control_rate_hz)
 
 

@@ -13,6 +13,8 @@ The shipped checkpoint is used when present; otherwise a tiny one is trained her
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -47,7 +49,7 @@ def detour_demos():
     torch.set_num_threads(1)
     from simreal_ros.diagnosis.scenarios import make_environment
 
-    demos = perturbed_demonstrations("reach_around", range(16), noise=0.06)
+    demos = perturbed_demonstrations("reach_around", range(32), noise=0.06)
     env = make_environment("reach_around")
     sides = []
     for demo in demos:  # the hidden coin flip of each demonstration
@@ -62,8 +64,9 @@ def test_scaled_action_normalization_is_a_convention_mismatch(reach_checkpoint, 
     result = diagnose(str(scaled), profile="nominal", episodes=4, seed=0, replay_episodes=4)
     assert result.label == "action_convention_mismatch", result.summary
     fit = result.evidence["replay"]["numbers"]["fit"]
-    assert fit["scale"] and np.allclose(fit["scale"], 0.5, atol=0.1)
-    assert "x 0.50" in result.evidence["replay"]["fit"]
+    explained = np.asarray(fit["joint_r2"]) >= 0.5
+    assert np.median(np.asarray(fit["scale"])[explained]) == pytest.approx(0.5, abs=0.1)
+    assert re.search(r"actions are the recorded ones x 0\.[45]", result.evidence["replay"]["fit"])
 
 
 def test_permuted_joint_order_is_a_convention_mismatch(reach_checkpoint, tmp_path):
@@ -122,5 +125,5 @@ def test_replay_check_reads_recorded_bags_on_the_stand_in(reach_checkpoint, tmp_
     scaled = scaled_action_checkpoint(reach_checkpoint, tmp_path / "scaled", 0.5)
     result = diagnose(str(scaled), profile="real_twin", episodes=4, bags=bags)
     assert result.label == "action_convention_mismatch", result.summary
-    assert "x 0.50" in result.evidence["replay"]["fit"]
+    assert re.search(r"actions are the recorded ones x 0\.[45]", result.evidence["replay"]["fit"])
     assert "simulated stand-in" in result.summary
