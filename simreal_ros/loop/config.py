@@ -42,6 +42,10 @@ class LoopConfig:
         unit="s",
     )  # fmt: skip
     updates_per_round: int = setting(300, "learner gradient updates per round", low=1, high=10**6)
+    sim_episodes: int = setting(
+        10, "sim episodes the learner collects with the base policy (replay, shaping scale)",
+        low=0, high=10000,
+    )  # fmt: skip
     screen_seeds: int = setting(20, "sim screening episodes per condition", low=1, high=10000)
     screen_workers: int = setting(2, "parallel screening workers", low=1, high=64)
     seed: int = setting(0, "seed of the run (episode seeds derive from it)", low=0, high=2**31)

@@ -56,6 +56,7 @@ def graph_overrides(config: LoopConfig, run: RunDirectory, checkpoint: str) -> d
             "store_root": str(run.models),
             "updates_per_round": config.updates_per_round,
             "screen_seeds": config.screen_seeds,
+            "sim_episodes": config.sim_episodes,
             "screen_workers": config.screen_workers,
             "round_every_episodes": 0,
             "seed": config.seed,
