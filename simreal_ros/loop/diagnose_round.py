@@ -1,21 +1,63 @@
-"""Diagnosis of one loop round from its stand-in evaluation (interim: rates only)."""
+"""Diagnosis of one loop round from what the round recorded on the stand-in.
+
+The three evaluation sets of `simreal diagnose`, taken from the round itself:
+training and shifted conditions are the round's evaluation episodes (recorded through
+the graph); the open-loop replay check teacher-forces the running policy on the round's
+successful recorded episodes (or on scripted demonstrations when none succeeded) and
+replays its commands in sim; the motion statistics come from the failing training
+episodes' bags.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from simreal_ros.diagnosis.action_stats import action_statistics
+from simreal_ros.diagnosis.classify import ConditionOutcome, classify
+from simreal_ros.diagnosis.episodes import episodes_from_bags, record_demonstrations
+from simreal_ros.diagnosis.replay import replay_check
 from simreal_ros.loop.state import ConditionScore
+
+REPLAY_EPISODES = 3
 
 
 def diagnose_round(
-    record, scores: list[ConditionScore], checkpoint: str, config
+    evaluation: Sequence[dict[str, Any]],
+    scores: Sequence[ConditionScore],
+    policy,
+    task: str,
+    profile: str,
+    seed: int,
 ) -> dict[str, Any]:
-    by_condition = {score.condition: score for score in scores}
-    train, shifted = by_condition.get("train"), by_condition.get("shifted")
-    label = "healthy"
-    if train and train.rate < 0.5:
-        label = "mode_collapse"
-    elif train and shifted and shifted.rate + 0.3 < train.rate:
-        label = "over_specialization"
-    summary = ", ".join(f"{s.condition} {s.successes}/{s.episodes}" for s in scores)
-    return {"label": label, "summary": summary}
+    """``evaluation``: the round's evaluation episodes (condition, success, bag_path);
+    ``policy``: the running policy (``act(observation) -> command``), as deployed."""
+    from simreal_ros.robot.description import load_robot_description
+
+    joint_names = load_robot_description().joint_names
+    bags = [Path(e["bag_path"]) for e in evaluation if e.get("bag_path")]
+    recorded = episodes_from_bags(bags, joint_names, task=task, successful_only=False)
+    successes = [e for e in recorded if e.success and e.condition == "train"][:REPLAY_EPISODES]
+    rate = policy.converter.spec.control_rate_hz
+    if not successes:
+        seeds = range(seed, seed + REPLAY_EPISODES)
+        successes = record_demonstrations(task, profile, "train", list(seeds), rate)
+    replay = replay_check(policy, successes, profile, task=task) if successes else None
+    failing = [
+        action_statistics(
+            e.commands, e.joint_positions, e.tool_positions, e.goal, 1.0 / rate,
+            object_positions=e.object_positions,
+        )
+        for e in recorded
+        if e.condition == "train" and not e.success
+    ]  # fmt: skip
+    by_condition = {s.condition: s for s in scores}
+    outcomes = [
+        ConditionOutcome(c, by_condition[c].successes, by_condition[c].episodes)
+        if c in by_condition
+        else ConditionOutcome(c, 0, 0)
+        for c in ("train", "shifted")
+    ]
+    diagnosis = classify(outcomes[0], outcomes[1], replay, failing)
+    return {"label": diagnosis.label, "summary": diagnosis.summary.replace("\n", " | ")}

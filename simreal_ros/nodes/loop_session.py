@@ -74,6 +74,8 @@ class LoopSession:
         self.run = run
         self.log = log
         self.checkpoint = config.checkpoint or str(shipped_checkpoint(config.task))
+        # The promoted update the policy node runs (empty: the base checkpoint).
+        self._running_update: dict[str, Any] = {}
 
     def say(self, text: str) -> None:
         self.log.write(f"[simreal loop] {text}\n")
@@ -96,6 +98,8 @@ class LoopSession:
             self.say(f"run {self.run.run_id} is complete ({done - 1} rounds)")
             return summary
         summary.rounds = summary.completed_rounds()
+        promoted = [r.update for r in summary.rounds if r.update.get("promoted")]
+        self._running_update = promoted[-1] if promoted else {}
         nodes = graph("sim", graph_overrides(self.config, self.run, self.checkpoint))
         domain = None if self.config.domain_id < 0 else self.config.domain_id
         with open(self.run.log_file, "a", encoding="utf-8") as graph_log:
@@ -215,6 +219,7 @@ class LoopSession:
             self.say(f"round {index}: learner training ({self.config.method})")
             record.update = driver.train_round(self.config.round_timeout_s)
             if record.update.get("promoted"):
+                self._running_update = record.update
                 version = record.update["version"]
                 if not driver.wait_for_policy_version(version, 60.0):
                     self.say(f"policy did not switch to {version} within 60 s")
@@ -257,9 +262,26 @@ class LoopSession:
         return 1.0 / rate
 
     def _diagnose(self, record: RoundRecord, scores: list[ConditionScore]) -> dict[str, Any]:
+        """Diagnose the running version from the round's recorded evaluation episodes."""
         from simreal_ros.loop.diagnose_round import diagnose_round
+        from simreal_ros.policy.evaluate import PolicySource, build_policy
 
-        return diagnose_round(record, scores, self.checkpoint, self.config)
+        update = self._running_update
+        source = PolicySource(
+            self.checkpoint,
+            adapter_dir=update.get("adapter_path") or None,
+            adapter_sha256=update.get("checksum") or None,
+        )
+        evaluation = [e for e in record.episodes if e["evaluation"]]
+        try:
+            return diagnose_round(
+                evaluation, scores, build_policy(source), self.config.task,
+                self.config.stand_in_profile, self.config.seed + 7919 * record.index,
+            )  # fmt: skip
+        except (ValueError, RuntimeError) as error:
+            # Diagnosis informs the next collection; its failure must not end the run.
+            self.say(f"round {record.index}: diagnosis failed: {error}")
+            return {"label": "inconclusive", "summary": f"diagnosis failed: {error}"}
 
     def _round_line(self, record: RoundRecord) -> str:
         parts = [f"round {record.index}"]
