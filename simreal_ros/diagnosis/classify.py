@@ -249,7 +249,14 @@ def classify(
         reasons = "; ".join(verdict["reasons"]) or "within the thresholds"
         lines.append(f"open-loop replay {state}: {reasons}")
         lines.append(f"replay numbers ({verdict['measured']})")
-        lines.append(f"action fit: {verdict['fit']}")
+        fit = replay.fit if replay is not None else None
+        gain = fit.fitted_r2 - max(fit.identity_r2, 0.0) if fit and fit.joint_names else 0.0
+        kind = (
+            "a systematic convention error"
+            if verdict["systematic"]
+            else f"no systematic convention error (mapping gains {gain:+.2f} R²)"
+        )
+        lines.append(f"action fit, {kind}: {verdict['fit']}")
     else:
         lines.append("open-loop replay: not run")
     if motion.episodes:

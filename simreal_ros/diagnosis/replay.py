@@ -344,9 +344,10 @@ def replay_check(
         )
     robot = load_robot_description()
     fk = ForwardKinematics(robot)
-    rate = control_rate_hz or getattr(getattr(policy, "converter", None), "spec", None)
-    rate = rate.control_rate_hz if hasattr(rate, "control_rate_hz") else (rate or 20.0)
-    env = make_environment(task or episodes[0].task, profile, "train", float(rate))
+    if control_rate_hz is None:  # a DeployedPolicy knows its rate; anything else: 20 Hz
+        spec = getattr(getattr(policy, "converter", None), "spec", None)
+        control_rate_hz = spec.control_rate_hz if spec is not None else 20.0
+    env = make_environment(task or episodes[0].task, profile, "train", float(control_rate_hz))
     recorded_steps, policy_steps, results = [], [], []
     for episode in episodes:
         commands = np.array([policy.act(o) for o in episode.observations])
