@@ -107,6 +107,7 @@ def save_checkpoint(
         files = {}
         for name, state in tensors.items():
             save_file(state, str(staging / name), metadata={"format": FORMAT})
+            (staging / name).chmod(0o644)
             files[name] = sha256_file(staging / name)
         metadata = {
             "format": FORMAT,
