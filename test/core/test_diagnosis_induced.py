@@ -127,3 +127,27 @@ def test_replay_check_reads_recorded_bags_on_the_stand_in(reach_checkpoint, tmp_
     assert result.label == "action_convention_mismatch", result.summary
     assert re.search(r"actions are the recorded ones x 0\.[45]", result.evidence["replay"]["fit"])
     assert "simulated stand-in" in result.summary
+
+
+def test_adapter_source_is_diagnosed_as_merged_policy(reach_checkpoint, tmp_path):
+    """checkpoint + peft LoRA adapter (the learner's format) goes through build_policy: an
+    adapter whose update swaps two joints' output weights is caught like a permuted head."""
+    from simreal_ros.learner import lora
+    from simreal_ros.policy import checkpoint as ckpt
+    from simreal_ros.policy.evaluate import PolicySource
+
+    base = ckpt.load_checkpoint(reach_checkpoint)
+    wrapped = lora.wrap(base.model.actor, rank=2, alpha=2, targets=["mean_head"])
+    head = lora.inner(wrapped).mean_head
+    with torch.no_grad():  # B A = (head rows 1, 2 swapped) - head: a rank-2 update
+        weight = head.base_layer.weight
+        u, s, vh = torch.linalg.svd(weight[[0, 2, 1, 3, 4, 5, 6]] - weight)
+        head.lora_A["default"].weight.copy_(vh[:2])
+        head.lora_B["default"].weight.copy_(u[:, :2] * s[:2])
+    adapter = lora.save(wrapped, tmp_path / "adapter")
+    ckpt.write_adapter_metadata(adapter, base, version="swap-adapter", parent_version=base.version)
+    source = PolicySource(str(reach_checkpoint), adapter_dir=str(adapter), version="swap-adapter")
+    result = diagnose(source, profile="nominal", episodes=4, seed=0, replay_episodes=4)
+    assert result.evidence["policy_version"] == "swap-adapter"
+    assert result.label == "action_convention_mismatch", result.summary
+    assert "shoulder_lift_joint and elbow_joint swapped" in result.summary
