@@ -535,7 +535,7 @@ class SafetyFilter:
         limiter = self.limiter
         v_brake = self._v_brake
         # The hardest braking the limits allow; jerk yields to staying inside the box.
-        np.clip(0.0, *limiter.bounds_without_jerk(), out=v_brake)
+        np.clip(0.0, *limiter.bounds_without_jerk(physical_only=True), out=v_brake)
         q_try = self._q_try
         v_step = np.empty_like(v_out)  # only on this (rare) path
         best = 0.0

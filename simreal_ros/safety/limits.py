@@ -373,10 +373,15 @@ class MotionLimiter:
                 self.lo_src[relaxed] = ACC
                 self.hi_src[relaxed] = ACC
 
-    def bounds_without_jerk(self) -> tuple[np.ndarray, np.ndarray]:
-        """This tick's velocity bounds with the jerk limit left out (for braking hard)."""
-        lo = np.max(self._rows_lo[:JERK], axis=0)
-        hi = np.min(self._rows_hi[:JERK], axis=0)
+    def bounds_without_jerk(self, physical_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """This tick's velocity bounds without the jerk limit (for braking hard).
+
+        ``physical_only`` keeps just acceleration, velocity and position: braking for the
+        workspace must not be pulled along by the tracking window of a glitching state.
+        """
+        rows = TRACK if physical_only else JERK
+        lo = np.max(self._rows_lo[:rows], axis=0)
+        hi = np.min(self._rows_hi[:rows], axis=0)
         conflict = lo > hi
         if conflict.any():  # fall back to the priority-resolved bounds there
             lo[conflict] = self.lo[conflict]
