@@ -84,10 +84,10 @@ def test_recorded_episodes_lead_to_a_promoted_adapter_the_policy_runs(
             "simreal_ros.nodes.learner", learner_args
         ), env))  # fmt: skip
         bridge, recorder, policy, learner = processes
-        assert bridge.wait_for_output("active: episode", 60.0), bridge.output()
-        assert recorder.wait_for_output("recorder ready", 60.0), recorder.output()
-        assert policy.wait_for_output("active: publishing", 60.0), policy.output()
-        assert learner.wait_for_output("learner ready", 60.0), learner.output()
+        assert bridge.wait_for_output("active: episode", 120.0), bridge.output()
+        assert recorder.wait_for_output("recorder ready", 120.0), recorder.output()
+        assert policy.wait_for_output("active: publishing", 120.0), policy.output()
+        assert learner.wait_for_output("learner ready", 120.0), learner.output()
 
         probe = rclpy.create_node("learner_graph_probe", context=rclpy_context)
         executor.add_node(probe)
@@ -97,7 +97,7 @@ def test_recorded_episodes_lead_to_a_promoted_adapter_the_policy_runs(
         probe.create_subscription(
             PolicyUpdate, "/learner/policy_update", updates.append, qos.LATCHED
         )
-        assert spin_until(executor, lambda: actions, 30.0), policy.output()
+        assert spin_until(executor, lambda: actions, 60.0), policy.output()
         assert actions[-1].policy_version == "graph-base"
 
         trials = NodeProcess(
@@ -106,16 +106,16 @@ def test_recorded_episodes_lead_to_a_promoted_adapter_the_policy_runs(
              "--timeout", "5", "--seed", "7"],
             env,
         )  # fmt: skip
-        assert spin_until(executor, lambda: trials.returncode is not None, 180.0), trials.output()
+        assert spin_until(executor, lambda: trials.returncode is not None, 300.0), trials.output()
         assert trials.returncode == 0, trials.output()
 
-        assert spin_until(executor, lambda: updates, 300.0), learner.output()[-3000:]
+        assert spin_until(executor, lambda: updates, 400.0), learner.output()[-3000:]
         update = updates[-1]
         assert update.promoted, update.reason
         assert update.version == "v0001" and update.method == "sgft"
         assert update.screening and update.screening[0].episodes == 2
         # The policy node hot-swaps to the promoted adapter without stopping.
-        assert spin_until(executor, lambda: actions[-1].policy_version == update.version, 60.0), (
+        assert spin_until(executor, lambda: actions[-1].policy_version == update.version, 120.0), (
             policy.output()[-3000:]
         )
         assert "now running v0001" in policy.output()
