@@ -119,6 +119,7 @@ class SafetyFilter:
         self._inv_two_a = 1.0 / (2.0 * limits.acceleration)
         self._have_state = False
         self._have_command = False
+        self._target_was_clipped = False
         self._command_refused = False
         self._state_refused = False
         self._command_stamp = -math.inf
@@ -207,7 +208,7 @@ class SafetyFilter:
             return self._refuse("joint_order", "", len(names), n, abs(len(names) - n))
         target = self._target
         target[:] = values  # float conversion; raises on non-numbers
-        if not np.all(np.isfinite(target)):
+        if not np.isfinite(target).all():
             bad = int(np.flatnonzero(~np.isfinite(target))[0])
             return self._refuse("non_finite", self.names[bad], float(target[bad]), _NAN, 0.0)
         if self.config.check_stamps:
@@ -223,7 +224,9 @@ class SafetyFilter:
                 return self._refuse(
                     "out_of_order", "", stamp, self._command_stamp, self._command_stamp - stamp
                 )
-        np.clip(target, self.limits.lower, self.limits.upper, out=self._target_clipped)
+        np.maximum(target, self.limits.lower, out=self._target_clipped)
+        np.minimum(self._target_clipped, self.limits.upper, out=self._target_clipped)
+        self._target_was_clipped = not (target == self._target_clipped).all()
         return None
 
     def state_index(self, names: Sequence[str]) -> tuple[np.ndarray | None, str]:
@@ -275,7 +278,7 @@ class SafetyFilter:
             else:
                 buffer = self._state_buffer
                 buffer[:] = positions
-                if not np.all(np.isfinite(buffer)):
+                if not np.isfinite(buffer).all():
                     bad = int(np.flatnonzero(~np.isfinite(buffer))[0])
                     refusal = self._refuse(
                         "state_non_finite", self.names[bad], float(buffer[bad]), _NAN, 0.0
@@ -412,7 +415,7 @@ class SafetyFilter:
             passed = False
         else:
             target = self._target_clipped
-            if not np.array_equal(target, self._target):
+            if self._target_was_clipped:
                 self._report_position_clip(result)
             passed = limiter.next_velocity(q, v, a, target, self._measured)
             if not passed:
@@ -425,7 +428,7 @@ class SafetyFilter:
             np.add(out, q, out=out)
         if self.workspace is not None:
             self._check_workspace(result)
-        if not np.all(np.isfinite(out)):
+        if not np.isfinite(out).all():
             raise FloatingPointError(f"non-finite output {out.tolist()}")
         # Advance the commanded trajectory (finite differences at the control period).
         np.subtract(out, q, out=self._v_try)
@@ -510,7 +513,8 @@ class SafetyFilter:
         np.multiply(v_try, np.abs(v_try), out=q_stop)
         np.multiply(q_stop, self._inv_two_a, out=q_stop)
         np.add(q_stop, q_new, out=q_stop)
-        np.clip(q_stop, self.limits.lower, self.limits.upper, out=q_stop)
+        np.maximum(q_stop, self.limits.lower, out=q_stop)
+        np.minimum(q_stop, self.limits.upper, out=q_stop)
         stop_limit, stop_excess = workspace.violation(q_stop)
         if stop_excess > excess:
             return stop_limit, stop_excess

@@ -217,6 +217,7 @@ class MotionLimiter:
         self._rows_hi[VEL] = self._v_max
         self._argbuf_lo = np.empty(n, dtype=np.intp)
         self._argbuf_hi = np.empty(n, dtype=np.intp)
+        self._sources_known = False
         self.v_request = np.empty(n)
         self.v_out = np.empty(n)
         self.target = np.empty(n)
@@ -268,16 +269,23 @@ class MotionLimiter:
         np.add(self._t2, v, out=self._t2)
         np.subtract(self._t2, self._j_dt2, out=rows_lo[JERK])
         np.add(self._t2, self._j_dt2, out=rows_hi[JERK])
-        np.max(rows_lo, axis=0, out=self.lo)
-        np.min(rows_hi, axis=0, out=self.hi)
+        np.maximum.reduce(rows_lo, axis=0, out=self.lo)
+        np.minimum.reduce(rows_hi, axis=0, out=self.hi)
         self.relaxed_this_tick[:] = False
-        if np.all(self.lo <= self.hi):
-            np.argmax(rows_lo, axis=0, out=self._argbuf_lo)
-            np.argmin(rows_hi, axis=0, out=self._argbuf_hi)
-            self.lo_src[:] = self._argbuf_lo
-            self.hi_src[:] = self._argbuf_hi
+        if (self.lo <= self.hi).all():
+            self._sources_known = False  # found only if a request is limited (rare)
             return
         self._intersect_by_priority()
+        self._sources_known = True
+
+    def _find_sources(self) -> None:
+        """Which constraint set each bound (all constraints agreed on this tick)."""
+        if not self._sources_known:
+            np.argmax(self._rows_lo, axis=0, out=self._argbuf_lo)
+            np.argmin(self._rows_hi, axis=0, out=self._argbuf_hi)
+            self.lo_src[:] = self._argbuf_lo
+            self.hi_src[:] = self._argbuf_hi
+            self._sources_known = True
 
     def _intersect_by_priority(self) -> None:
         """Constraints conflict: intersect in priority order, relaxing the lower ones."""
@@ -325,8 +333,9 @@ class MotionLimiter:
             np.multiply(self.v_request, self._inv_dt, out=self.v_request)
         np.maximum(self.v_request, self.lo, out=self.v_out)
         np.minimum(self.v_out, self.hi, out=self.v_out)
-        if np.array_equal(self.v_out, self.v_request):
+        if (self.v_out == self.v_request).all():
             return True
+        self._find_sources()
         self._shape_approach(q, v, target)
         return False
 
