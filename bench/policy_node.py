@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 RATE_HZ = 100.0
+RELAY_TOPIC = "/relay/action"
+TOPICS = {"policy": "/policy/action", "relay": RELAY_TOPIC}
 OBSERVATION_HZ = 500.0
 
 
@@ -46,7 +48,7 @@ def run_relay(rate_hz: float) -> None:
     rclpy.init()
     node = Node("relay")
     latest: list[JointState] = []
-    publisher = node.create_publisher(PolicyAction, "/policy/action", qos.COMMAND)
+    publisher = node.create_publisher(PolicyAction, RELAY_TOPIC, qos.COMMAND)
     # Same subscriptions and QoS as the policy node; only the joint state is used.
     node.create_subscription(
         JointState, "/joint_states", lambda m: _keep(latest, m), qos.SENSOR_DATA
@@ -82,8 +84,9 @@ def _keep(latest: list, message) -> None:
     latest[:] = [message]
 
 
-def drive(label: str, process, seconds: float) -> dict:
-    """Publish observations, collect actions for ``seconds``; returns latency stats."""
+def drive(processes: dict, seconds: float) -> dict:
+    """Publish observations, collect both nodes' actions for ``seconds`` (both run at once,
+    so they share the machine's load); returns latency stats per node."""
     import rclpy
     from diagnostic_msgs.msg import DiagnosticArray
     from geometry_msgs.msg import PoseStamped
@@ -98,30 +101,29 @@ def drive(label: str, process, seconds: float) -> dict:
 
     robot = load_robot_description()
     rclpy.init()
-    node = Node(f"bench_driver_{label}")
+    node = Node("bench_driver")
     joints = node.create_publisher(JointState, "/joint_states", qos.STATE)
     pose = node.create_publisher(PoseStamped, "/object/pose", qos.STATE)
     status = node.create_publisher(TaskStatus, "/task/status", qos.STATUS)
-    received: list[tuple[float, float, int]] = []
+    received: dict[str, list[tuple[float, float, int]]] = {label: [] for label in TOPICS}
     diagnostics: dict[str, str] = {}
 
-    def on_action(msg: PolicyAction) -> None:
-        now = time.time()
-        received.append(
-            (now, msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, msg.sequence)
-        )
+    def on_action(label: str, msg: PolicyAction) -> None:
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        received[label].append((time.time(), stamp, msg.sequence))
 
     def on_diag(msg: DiagnosticArray) -> None:
         for s in msg.status:
             if s.name.startswith("policy"):
                 diagnostics.update({kv.key: kv.value for kv in s.values})
 
-    node.create_subscription(
-        PolicyAction,
-        "/policy/action",
-        on_action,
-        QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE),
-    )
+    for label, topic in TOPICS.items():
+        node.create_subscription(
+            PolicyAction,
+            topic,
+            lambda m, label=label: on_action(label, m),
+            QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE),
+        )
     node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, qos.STATUS)
     position = np.asarray(robot.home_position, dtype=float)
     js = JointState(name=list(robot.joint_names), velocity=[0.0] * 7)
@@ -145,14 +147,16 @@ def drive(label: str, process, seconds: float) -> dict:
     node.create_timer(1.0 / OBSERVATION_HZ, publish)
     # Warm up until actions flow, then measure.
     deadline = time.monotonic() + 60.0
-    while not received and time.monotonic() < deadline:
+    while not all(received.values()) and time.monotonic() < deadline:
         rclpy.spin_once(node, timeout_sec=0.01)
-    if not received:
-        raise RuntimeError(f"{label}: no actions arrived; process output:\n{process.output()}")
+    for label, process in processes.items():
+        if not received[label]:
+            raise RuntimeError(f"{label}: no actions arrived; output:\n{process.output()}")
     end_warmup = time.monotonic() + 2.0
     while time.monotonic() < end_warmup:
         rclpy.spin_once(node, timeout_sec=0.01)
-    received.clear()
+    for values in received.values():
+        values.clear()
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         rclpy.spin_once(node, timeout_sec=0.01)
@@ -162,20 +166,25 @@ def drive(label: str, process, seconds: float) -> dict:
         rclpy.spin_once(node, timeout_sec=0.01)
     node.destroy_node()
     rclpy.try_shutdown()
-    latency_ms = [(r - s) * 1e3 for r, s, _ in received]
-    sequences = np.array([q for _, _, q in received])
-    gaps = np.diff(sequences) if len(sequences) > 1 else np.array([1])
-    return {
-        "actions": len(received),
-        "rate_hz": len(received) / seconds,
-        "p50_ms": percentile(latency_ms, 50),
-        "p99_ms": percentile(latency_ms, 99),
-        "max_ms": max(latency_ms),
-        "sequence_gaps": int(np.sum(gaps[gaps > 1] - 1)),
-        "node_missed_ticks": diagnostics.get("missed_ticks"),
-        "node_inference_p50_us": diagnostics.get("inference_p50_us"),
-        "node_inference_p99_us": diagnostics.get("inference_p99_us"),
-    }
+    results = {}
+    for label, rows in received.items():
+        latency_ms = [(r - s) * 1e3 for r, s, _ in rows]
+        sequences = np.array([q for _, _, q in rows])
+        gaps = np.diff(sequences) if len(sequences) > 1 else np.array([1])
+        results[label] = {
+            "actions": len(rows),
+            "rate_hz": len(rows) / seconds,
+            "p50_ms": percentile(latency_ms, 50),
+            "p99_ms": percentile(latency_ms, 99),
+            "max_ms": max(latency_ms),
+            "sequence_gaps": int(np.sum(gaps[gaps > 1] - 1)),
+        }
+    results["policy"].update(
+        node_missed_ticks=diagnostics.get("missed_ticks"),
+        node_inference_p50_us=diagnostics.get("inference_p50_us"),
+        node_inference_p99_us=diagnostics.get("inference_p99_us"),
+    )
+    return results
 
 
 def _now_msg():
@@ -248,14 +257,17 @@ def main() -> None:
             ),
             "relay": [sys.executable, str(Path(__file__).resolve()), "--relay"],
         }
-        for label, argv in runs.items():
-            process = NodeProcess(label, argv, env)
-            try:
-                results[label] = drive(label, process, args.seconds)
-            finally:
+        processes = {label: NodeProcess(label, argv, env) for label, argv in runs.items()}
+        try:
+            results.update(drive(processes, args.seconds))
+        finally:
+            for process in processes.values():
                 process.stop()
     policy, relay, forward = results["policy"], results["relay"], results["forward"]
-    print(f"observation -> action latency over DDS ({args.seconds:g} s each, {RATE_HZ:g} Hz):")
+    print(
+        f"observation -> action latency over DDS ({args.seconds:g} s, both at once, "
+        f"{RATE_HZ:g} Hz):"
+    )
     for label in ("policy", "relay"):
         r = results[label]
         print(

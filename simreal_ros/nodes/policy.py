@@ -32,7 +32,8 @@ import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.clock import Clock, ClockType
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, State, TransitionCallbackReturn
 from sensor_msgs.msg import JointState
 
@@ -64,15 +65,12 @@ class PolicyNode(LifecycleNode):
         self._pending: Future | None = None
         self._last_error = ""
         self._swaps = 0
-        # Observations, newest first-wins; arrays in controller order.
-        self._joint_position: np.ndarray | None = None
-        self._joint_velocity: np.ndarray | None = None
-        self._joint_stamp = None
+        # Newest observation messages (converted at the tick, in controller order).
+        self._joint_msg: JointState | None = None
         self._joint_time = 0.0
-        self._object_position: np.ndarray | None = None
-        self._object_orientation: np.ndarray | None = None
+        self._object_msg: PoseStamped | None = None
         self._object_time = 0.0
-        self._goal: np.ndarray | None = None
+        self._status_msg: TaskStatus | None = None
         self._goal_time = 0.0
         self._name_order: tuple[tuple[str, ...], np.ndarray | None] = ((), None)
         # Control tick bookkeeping.
@@ -90,8 +88,11 @@ class PolicyNode(LifecycleNode):
         self._action_pub = None
         self._rollback_group = MutuallyExclusiveCallbackGroup()
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.STATUS)
+        # Steady clock: diagnostics keep flowing while sim time is paused (lockstep).
         self._diag_timer = self.create_timer(
-            self.config.diagnostics_period, self._publish_diagnostics
+            self.config.diagnostics_period,
+            self._publish_diagnostics,
+            clock=Clock(clock_type=ClockType.STEADY_TIME),
         )
         self._rollback_srv = self.create_service(
             Rollback, "~/rollback", self._on_rollback, callback_group=self._rollback_group
@@ -121,6 +122,7 @@ class PolicyNode(LifecycleNode):
             return TransitionCallbackReturn.FAILURE
         # peft costs ~2 s to import: pay it now, not during the first hot swap.
         self._loader.submit(_import_peft)
+        self._loader.submit(self._preload_store)
         self._checkpoint = checkpoint
         self._period_ns = round(1e9 / checkpoint.spec.control_rate_hz)
         with self._lock:
@@ -188,7 +190,7 @@ class PolicyNode(LifecycleNode):
             self._cache.clear()
             self._adapters.clear()
             self._history = []
-        self._joint_position = self._object_position = self._goal = None
+        self._joint_msg = self._object_msg = self._status_msg = None
 
     def destroy_node(self) -> None:
         self._loader.shutdown(wait=True, cancel_futures=True)
@@ -196,21 +198,26 @@ class PolicyNode(LifecycleNode):
 
     # --- observations ------------------------------------------------------------------
 
+    # Callbacks only keep the newest message (joint states arrive at up to 500 Hz); the
+    # tick converts what it uses, once.
+
     def _on_joint_state(self, msg: JointState) -> None:
+        self._joint_msg = msg
+        self._joint_time = time.monotonic()
+
+    def _joint_arrays(self, msg: JointState) -> tuple[np.ndarray, np.ndarray] | None:
         names = tuple(msg.name)
         if names != self._name_order[0]:
             self._name_order = (names, self._index_of(names))
         index = self._name_order[1]
         if index is None or len(msg.position) != len(names):
-            return
+            return None
         position = np.asarray(msg.position, dtype=np.float64)[index]
         if len(msg.velocity) == len(names):
             velocity = np.asarray(msg.velocity, dtype=np.float64)[index]
         else:
             velocity = np.zeros(len(index))
-        self._joint_position, self._joint_velocity = position, velocity
-        self._joint_stamp = msg.header.stamp
-        self._joint_time = time.monotonic()
+        return position, velocity
 
     def _index_of(self, names: tuple[str, ...]) -> np.ndarray | None:
         wanted = self.robot.joint_names
@@ -225,13 +232,11 @@ class PolicyNode(LifecycleNode):
         return np.array([names.index(n) for n in wanted])
 
     def _on_object_pose(self, msg: PoseStamped) -> None:
-        p, o = msg.pose.position, msg.pose.orientation
-        self._object_position = np.array([p.x, p.y, p.z])
-        self._object_orientation = np.array([o.w, o.x, o.y, o.z])
+        self._object_msg = msg
         self._object_time = time.monotonic()
 
     def _on_task_status(self, msg: TaskStatus) -> None:
-        self._goal = np.array([msg.goal.x, msg.goal.y, msg.goal.z])
+        self._status_msg = msg
         self._goal_time = time.monotonic()
 
     # --- control tick ------------------------------------------------------------------
@@ -246,18 +251,21 @@ class PolicyNode(LifecycleNode):
             self._missed += sequence - self._last_sequence - 1
         self._last_sequence = sequence
         self._ticks += 1
-        if self._joint_position is None or self._object_position is None or self._goal is None:
+        joint_msg, object_msg, status_msg = self._joint_msg, self._object_msg, self._status_msg
+        joints = None if joint_msg is None else self._joint_arrays(joint_msg)
+        if joints is None or object_msg is None or status_msg is None:
             self._skipped_waiting += 1
             return
         if time.monotonic() - self._joint_time > self.config.max_observation_age:
             self._skipped_stale += 1
             return
+        p, o, g = object_msg.pose.position, object_msg.pose.orientation, status_msg.goal
         observation = {
-            "joint_position": self._joint_position,
-            "joint_velocity": self._joint_velocity,
-            "object_position": self._object_position,
-            "object_orientation": self._object_orientation,
-            "goal_position": self._goal,
+            "joint_position": joints[0],
+            "joint_velocity": joints[1],
+            "object_position": np.array([p.x, p.y, p.z]),
+            "object_orientation": np.array([o.w, o.x, o.y, o.z]),
+            "goal_position": np.array([g.x, g.y, g.z]),
         }
         start = time.perf_counter()
         try:
@@ -268,7 +276,7 @@ class PolicyNode(LifecycleNode):
             return
         self._inference_us.append((time.perf_counter() - start) * 1e6)
         msg = PolicyAction()
-        msg.header.stamp = self._joint_stamp
+        msg.header.stamp = joint_msg.header.stamp
         msg.policy_version = policy.version
         msg.sequence = int(sequence)
         msg.joint_names = list(self.robot.joint_names)
@@ -295,7 +303,13 @@ class PolicyNode(LifecycleNode):
         with self._lock:
             cached = self._cache.get(version)
             known = self._adapters.get(version)
+        expected = known[1] if known else ""
         if cached is not None:
+            if expected and cached.adapter_sha256 and expected != cached.adapter_sha256:
+                raise ckpt.CheckpointError(
+                    f"checksum: {version} was announced with sha256 {expected[:16]}… but the "
+                    f"adapter on disk has {cached.adapter_sha256[:16]}…; refusing it."
+                )
             return cached
         checkpoint = self._checkpoint
         if checkpoint is None:
@@ -341,6 +355,15 @@ class PolicyNode(LifecycleNode):
         self._last_error = ""
         self.get_logger().info(f"now running {deployed.version}")
 
+    def _preload_store(self) -> None:
+        """Worker thread: merge the newest adapters kept on disk, so a rollback to one of
+        them is a reference swap and never a load inside the service callback."""
+        for version in list(self._scan_store())[-(MAX_CACHED_VERSIONS - 1) :]:
+            try:
+                self._load_version(version)
+            except Exception as error:  # a broken adapter on disk must not stop the node
+                self.get_logger().warning(f"adapter {version} on disk not loadable: {error}")
+
     def _scan_store(self) -> dict[str, tuple[str, str]]:
         found: dict[str, tuple[str, str]] = {}
         if not self.config.adapter_store:
@@ -384,7 +407,8 @@ class PolicyNode(LifecycleNode):
                 return response
             version = earlier[0]
         try:
-            # Blocks only this service's callback group; the control timer keeps ticking.
+            # Preloaded and swapped-from versions are cached: a reference swap. Anything
+            # else is merged here (tens of ms), delaying the next tick once.
             deployed = self._loader.submit(self._load_version, version).result(timeout=30.0)
         except Exception as error:
             response.success = False
@@ -461,8 +485,9 @@ def main(args=None) -> None:
     node = None
     try:
         node = PolicyNode()
-        # Two threads: a rollback that must load from disk never delays the control timer.
-        executor = MultiThreadedExecutor(num_threads=2)
+        # One thread: rclpy's multi-threaded executor costs more per callback than the
+        # whole policy; rollbacks hit versions preloaded off-thread (see _preload_store).
+        executor = SingleThreadedExecutor()
         executor.add_node(node)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):

@@ -15,7 +15,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from simreal_ros.policy.checkpoint import PolicyCheckpoint, apply_adapter
+from simreal_ros.policy.checkpoint import (
+    ADAPTER_WEIGHTS,
+    PolicyCheckpoint,
+    apply_adapter,
+    sha256_file,
+)
 from simreal_ros.policy.spec import SpecConverter
 
 
@@ -47,6 +52,7 @@ class DeployedPolicy:
     actor: NumpyActor
     source: str  # base checkpoint dir or adapter dir
     adapter_dir: Path | None = None
+    adapter_sha256: str = ""  # of adapter_model.safetensors, for cache hits
 
     def act(self, obs: Mapping[str, Any]) -> np.ndarray:
         """Observation dict (SI units) -> absolute joint position targets (controller order)."""
@@ -74,6 +80,7 @@ def deploy_adapter(
     """Merge an adapter into a copy of the base and build its runnable form (slow: off-thread)."""
     merged = apply_adapter(checkpoint, adapter_dir, expected_sha256)
     return DeployedPolicy(
+        adapter_sha256=sha256_file(Path(adapter_dir) / ADAPTER_WEIGHTS),
         version=version,
         converter=SpecConverter(checkpoint.spec, forward_kinematics),
         actor=NumpyActor(merged),
