@@ -105,6 +105,8 @@ def test_classify_convention_mismatch_needs_failed_replay_and_systematic_fit():
     # Same failed replay, but no systematic explanation: not a convention mismatch.
     unexplained = _fit(scale=0.6, fitted=0.3, identity=0.2)
     d = classify(ok, (9, 10), _replay(0.03, unexplained, reached=0), [], Thresholds())
+    assert d.label == "healthy" and "no scale/offset/permutation" in d.evidence["reason"]
+    d = classify((3, 10), (9, 10), _replay(0.03, unexplained, reached=0), [], Thresholds())
     assert d.label == "inconclusive"
     # Systematic-looking fit but the replay passes: conditions decide.
     d = classify(ok, (9, 10), _replay(0.002, fit), [], Thresholds())
