@@ -79,8 +79,7 @@ def run(args) -> int:
         thresholds=thresholds,
         replay_episodes=args.replay_episodes,
     )
-    print(result.summary)
-    if args.json:
+    if args.json:  # first: the evidence is kept even if printing fails (closed pipe)
         with open(args.json, "w", encoding="utf-8") as stream:
             json.dump(
                 {"label": result.label, "summary": result.summary, "evidence": result.evidence},
@@ -88,4 +87,5 @@ def run(args) -> int:
                 indent=1,
                 default=float,
             )
+    print(result.summary)
     return 0

@@ -6,8 +6,9 @@
    per-episode action statistics;
 2. shifted conditions: the same seeds in the shifted condition;
 3. the open-loop replay check on successful recorded episodes: the bags under ``bags``
-   (read with ``simreal_ros.episodes.dataset``) or, by default, fresh scripted-expert
-   demonstrations in the same profile (seeds from ``seed + 100000``).
+   (read with ``simreal_ros.episodes.dataset``) or, by default (and when the bags hold no
+   successful episode), fresh scripted-expert demonstrations in the same profile (seeds
+   from ``seed + 100000``).
 
 Then ``classify`` (``simreal_ros.diagnosis.classify``) labels the result. ``source`` is a
 ``PolicySource`` (checkpoint directory + optional peft adapter, or in-memory actor
@@ -96,7 +97,8 @@ def _replay(
     seeds: Sequence[int],
     bags: str | None,
     recorded: Sequence[RecordedEpisode] | None = None,
-) -> ReplayResult | None:
+) -> tuple[ReplayResult | None, str]:
+    """The replay check and where its episodes came from."""
     import torch
 
     torch.set_num_threads(1)
@@ -104,20 +106,22 @@ def _replay(
 
     policy = build_policy(source)
     spec = policy.converter.spec
+    episodes: list[RecordedEpisode] = []
+    origin = ""
     if recorded:
-        recorded = [e for e in recorded if e.success]
+        episodes = [e for e in recorded if e.success]
+        origin = f"{len(recorded)} given episodes"
     elif bags:
-        recorded = episodes_from_bags(bags, spec.joint_names, task=task)
-        if not recorded:
-            raise ValueError(
-                f"no successful episode with object pose and goal in {bags}; record "
-                "successful episodes or drop --bags to use scripted demonstrations."
-            )
-    else:
-        recorded = record_demonstrations(task, profile, "train", seeds, spec.control_rate_hz)
-        if not recorded:
-            return None  # the expert failed every demonstration; nothing to replay
-    return replay_check(policy, recorded, profile, task=task)
+        episodes = episodes_from_bags(bags, spec.joint_names, task=task)
+        origin = f"bags in {bags}"
+    if not episodes:
+        # Nothing usable given (e.g. a round without a success): scripted demonstrations.
+        episodes = record_demonstrations(task, profile, "train", seeds, spec.control_rate_hz)
+        note = f" (no successful episode in {origin})" if origin else ""
+        origin = f"{len(seeds)} scripted demonstrations{note}"
+    if not episodes:
+        return None, origin + ", none successful"  # nothing to replay
+    return replay_check(policy, episodes, profile, task=task), origin
 
 
 def diagnose(
@@ -157,7 +161,7 @@ def diagnose(
     if workers == 1:
         train = _episodes(source, task, profile, "train", seeds)
         shifted = _episodes(source, task, profile, "shifted", seeds)
-        replay = _replay(source, task, profile, replay_seeds, bags_arg, recorded)
+        replay, replay_source = _replay(source, task, profile, replay_seeds, bags_arg, recorded)
     else:
         # Each condition's seeds in `workers` chunks, plus the replay: one pool for all.
         chunks = [seeds[i::workers] for i in range(workers) if seeds[i::workers]]
@@ -178,7 +182,7 @@ def diagnose(
                 )
                 for condition, fs in futures.items()
             }
-            replay = replay_future.result()
+            replay, replay_source = replay_future.result()
         train, shifted = results["train"], results["shifted"]
     failing = [r.stats for r in train if not r.success]
     diagnosis = classify(
@@ -189,15 +193,11 @@ def diagnose(
         thresholds,
     )
     stand_in = " (simulated stand-in for the arm, not the arm)" if profile == "real_twin" else ""
-    if recorded:
-        replay_source = f"{len(recorded)} given episodes"
-    elif bags:
-        replay_source = f"bags in {bags}"
-    else:
-        replay_source = f"{replay_episodes} scripted demonstrations"
     replayed = len(replay.episodes) if replay else 0
+    trained_for = policy.converter.spec.task
+    other_task = f" (trained for {trained_for})" if trained_for != task else ""
     header = (
-        f"policy {policy.version} on {task}, profile {profile}{stand_in}; "
+        f"policy {policy.version}{other_task} on {task}, profile {profile}{stand_in}; "
         f"{episodes} episodes per condition (seeds {seeds[0]}..{seeds[-1]}); replay of "
         f"{replayed} successful episodes from {replay_source}; "
         f"{time.perf_counter() - start:.1f} s"

@@ -168,3 +168,17 @@ def test_adapter_source_is_diagnosed_as_merged_policy(reach_checkpoint, tmp_path
     assert result.evidence["policy_version"] == "swap-adapter"
     assert result.label == "action_convention_mismatch", result.summary
     assert "shoulder_lift_joint and elbow_joint swapped" in result.summary
+
+
+def test_bags_without_a_success_fall_back_to_demonstrations(reach_checkpoint, tmp_path):
+    from simreal_ros.learner.sim_episodes import record_rollout
+    from simreal_ros.policy.checkpoint import load_checkpoint
+
+    order = [0, 2, 1, 3, 4, 5, 6]
+    broken = load_checkpoint(permuted_action_checkpoint(reach_checkpoint, tmp_path / "p", order))
+    meta = record_rollout(tmp_path / "bags" / "ep0", broken, task="reach", seed=3,
+                          profile="nominal", noise=0.0, episode_seconds=0.5)  # fmt: skip
+    assert meta.outcome == "failure"
+    result = diagnose(str(reach_checkpoint), episodes=2, bags=tmp_path / "bags", replay_episodes=2)
+    assert "no successful episode in bags" in result.evidence["replay_source"]
+    assert result.evidence["replay"]["numbers"]["episodes"] >= 1
