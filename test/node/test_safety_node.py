@@ -287,3 +287,25 @@ def test_a_limit_above_the_hardware_is_refused_at_start(rclpy_context):
             context=rclpy_context,
             parameter_overrides=[Parameter("velocity_limits", value=[9.0] * 7)],
         )
+
+
+def test_optional_joint_trajectory_output_carries_the_same_command(rclpy_context, executor):
+    from trajectory_msgs.msg import JointTrajectory
+
+    bench = Bench(rclpy_context, executor, output_trajectory=True)
+    trajectories: list[JointTrajectory] = []
+    bench.node.create_subscription(
+        JointTrajectory,
+        "/joint_trajectory_controller/joint_trajectory",
+        trajectories.append,
+        qos.COMMAND,
+    )
+    target = HOME.copy()
+    target[0] += 0.1
+    bench.drive(0.5, action=target)
+    assert trajectories, "no JointTrajectory published"
+    last = trajectories[-1]
+    assert list(last.joint_names) == NAMES
+    (point,) = last.points
+    assert point.time_from_start.nanosec == 10_000_000  # one control period
+    assert any(np.allclose(point.positions, c) for c in bench.commands[-3:])
