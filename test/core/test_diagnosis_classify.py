@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -127,6 +129,12 @@ def test_classify_over_specialization_mode_collapse_and_healthy():
     d = classify((2, 10), (1, 10), good_replay, [_stats("moving")] * 3, Thresholds())
     assert d.label == "inconclusive"
     assert classify((10, 10), (9, 10), good_replay, [], Thresholds()).label == "healthy"
+    # Evaluation results with .successes and .episodes (e.g. the loop's scores) work too.
+    scores = [
+        SimpleNamespace(successes=10, episodes=10),
+        SimpleNamespace(successes=2, episodes=10),
+    ]
+    assert classify(*scores, good_replay, []).label == "over_specialization"
     # The thresholds are parameters: a stricter pass rate turns 9/10 into a failure.
     strict = Thresholds(pass_rate=0.95)
     assert classify((10, 10), (9, 10), good_replay, [], strict).label == "over_specialization"
