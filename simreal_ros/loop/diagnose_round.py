@@ -2,9 +2,10 @@
 
 The three evaluation sets of `simreal diagnose`, taken from the round itself:
 training and shifted conditions are the round's evaluation episodes (recorded through
-the graph); the open-loop replay check teacher-forces the running policy on the round's
-successful recorded episodes (or on scripted demonstrations when none succeeded) and
-replays its commands in sim; the motion statistics come from the failing training
+the graph); the open-loop replay check teacher-forces the running policy on scripted
+demonstrations in the stand-in's dynamics and replays its commands in sim (not on the
+round's own bags: teacher-forcing a policy on what it recorded itself reproduces its
+commands and proves nothing); the motion statistics come from the failing training
 episodes' bags.
 """
 
@@ -38,12 +39,10 @@ def diagnose_round(
     joint_names = load_robot_description().joint_names
     bags = [Path(e["bag_path"]) for e in evaluation if e.get("bag_path")]
     recorded = episodes_from_bags(bags, joint_names, task=task, successful_only=False)
-    successes = [e for e in recorded if e.success and e.condition == "train"][:REPLAY_EPISODES]
     rate = policy.converter.spec.control_rate_hz
-    if not successes:
-        seeds = range(seed, seed + REPLAY_EPISODES)
-        successes = record_demonstrations(task, profile, "train", list(seeds), rate)
-    replay = replay_check(policy, successes, profile, task=task) if successes else None
+    seeds = list(range(seed, seed + REPLAY_EPISODES))
+    demonstrations = record_demonstrations(task, profile, "train", seeds, rate)
+    replay = replay_check(policy, demonstrations, profile, task=task) if demonstrations else None
     failing = [
         action_statistics(
             e.commands, e.joint_positions, e.tool_positions, e.goal, 1.0 / rate,
