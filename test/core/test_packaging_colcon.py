@@ -23,6 +23,8 @@ def colcon_install(tmp_path_factory):
     env = dict(os.environ)
     env["AMENT_PREFIX_PATH"] = str(VENV_BIN.parent)
     env["PATH"] = f"{VENV_BIN}:{env['PATH']}"
+    # colcon adds `-l<cores>` otherwise, which serialises the build on a busy machine.
+    env.setdefault("MAKEFLAGS", f"-j{os.cpu_count() or 2}")
     command = [
         str(colcon),
         "--log-base", str(work / "log"),
