@@ -35,6 +35,7 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, State, TransitionCallbackReturn
+from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import JointState
 
 from simreal_ros import stats
@@ -67,8 +68,12 @@ class PolicyNode(LifecycleNode):
         self._swaps = 0
         # Newest observation messages (converted at the tick, in controller order).
         self._joint_msg: JointState | None = None
+        self._joint_raw: bytes | None = None
+        self._joint_raw_used: bytes | None = None
         self._joint_time = 0.0
         self._object_msg: PoseStamped | None = None
+        self._object_raw: bytes | None = None
+        self._object_raw_used: bytes | None = None
         self._object_time = 0.0
         self._status_msg: TaskStatus | None = None
         self._goal_time = 0.0
@@ -120,9 +125,6 @@ class PolicyNode(LifecycleNode):
             self._last_error = f"configure refused: {error}"
             self.get_logger().error(self._last_error)
             return TransitionCallbackReturn.FAILURE
-        # peft costs ~2 s to import: pay it now, not during the first hot swap.
-        self._loader.submit(_import_peft)
-        self._loader.submit(self._preload_store)
         self._checkpoint = checkpoint
         self._period_ns = round(1e9 / checkpoint.spec.control_rate_hz)
         with self._lock:
@@ -130,13 +132,19 @@ class PolicyNode(LifecycleNode):
             self._cache[base.version] = base
             self._history = [base.version]
         self._policy = base
+        # Before any tick runs: import peft (~2 s of Python that would hold the GIL against
+        # the control timer if done later in a thread) and merge the adapters kept on disk.
+        _import_peft()
+        self._preload_store()
         self._action_pub = self.create_publisher(PolicyAction, "/policy/action", qos.COMMAND)
         self._subscriptions_ = [
+            # Raw (serialized) messages: at up to 500 Hz only the newest one per tick is
+            # ever used, so it is deserialized at the tick, once.
             self.create_subscription(
-                JointState, "/joint_states", self._on_joint_state, qos.SENSOR_DATA
+                JointState, "/joint_states", self._on_joint_state, qos.SENSOR_DATA, raw=True
             ),
             self.create_subscription(
-                PoseStamped, "/object/pose", self._on_object_pose, qos.SENSOR_DATA
+                PoseStamped, "/object/pose", self._on_object_pose, qos.SENSOR_DATA, raw=True
             ),
             self.create_subscription(TaskStatus, "/task/status", self._on_task_status, qos.STATUS),
             self.create_subscription(
@@ -191,6 +199,8 @@ class PolicyNode(LifecycleNode):
             self._adapters.clear()
             self._history = []
         self._joint_msg = self._object_msg = self._status_msg = None
+        self._joint_raw = self._joint_raw_used = None
+        self._object_raw = self._object_raw_used = None
 
     def destroy_node(self) -> None:
         self._loader.shutdown(wait=True, cancel_futures=True)
@@ -201,9 +211,23 @@ class PolicyNode(LifecycleNode):
     # Callbacks only keep the newest message (joint states arrive at up to 500 Hz); the
     # tick converts what it uses, once.
 
-    def _on_joint_state(self, msg: JointState) -> None:
-        self._joint_msg = msg
+    def _on_joint_state(self, raw: bytes) -> None:
+        self._joint_raw = raw
         self._joint_time = time.monotonic()
+
+    def _newest_joint_state(self) -> JointState | None:
+        raw = self._joint_raw
+        if raw is not None and raw is not self._joint_raw_used:
+            self._joint_msg = deserialize_message(raw, JointState)
+            self._joint_raw_used = raw
+        return self._joint_msg
+
+    def _newest_object_pose(self) -> PoseStamped | None:
+        raw = self._object_raw
+        if raw is not None and raw is not self._object_raw_used:
+            self._object_msg = deserialize_message(raw, PoseStamped)
+            self._object_raw_used = raw
+        return self._object_msg
 
     def _joint_arrays(self, msg: JointState) -> tuple[np.ndarray, np.ndarray] | None:
         names = tuple(msg.name)
@@ -231,8 +255,8 @@ class PolicyNode(LifecycleNode):
             return None
         return np.array([names.index(n) for n in wanted])
 
-    def _on_object_pose(self, msg: PoseStamped) -> None:
-        self._object_msg = msg
+    def _on_object_pose(self, raw: bytes) -> None:
+        self._object_raw = raw
         self._object_time = time.monotonic()
 
     def _on_task_status(self, msg: TaskStatus) -> None:
@@ -251,7 +275,8 @@ class PolicyNode(LifecycleNode):
             self._missed += sequence - self._last_sequence - 1
         self._last_sequence = sequence
         self._ticks += 1
-        joint_msg, object_msg, status_msg = self._joint_msg, self._object_msg, self._status_msg
+        joint_msg, object_msg = self._newest_joint_state(), self._newest_object_pose()
+        status_msg = self._status_msg
         joints = None if joint_msg is None else self._joint_arrays(joint_msg)
         if joints is None or object_msg is None or status_msg is None:
             self._skipped_waiting += 1
@@ -486,7 +511,7 @@ def main(args=None) -> None:
     try:
         node = PolicyNode()
         # One thread: rclpy's multi-threaded executor costs more per callback than the
-        # whole policy; rollbacks hit versions preloaded off-thread (see _preload_store).
+        # policy; rollbacks hit versions preloaded off-thread (see _preload_store).
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         executor.spin()

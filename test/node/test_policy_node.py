@@ -209,7 +209,7 @@ def test_hot_swap_at_100_hz_misses_no_tick_and_rollback_returns(rclpy_context, e
     assert wait_for_subscribers(executor, clock.publisher)
     # Observations first (they arrive on their own, in wall time), then tick.
     assert spin_until(
-        executor, lambda: None not in (node._joint_msg, node._object_msg, node._status_msg), 10.0
+        executor, lambda: None not in (node._joint_raw, node._object_raw, node._status_msg), 10.0
     )
     clock.advance(100)
     assert wait_for_subscribers(executor, world.updates)
