@@ -55,7 +55,7 @@ def closed_loop():
             env,
         )
         processes.append(bridge)
-        assert bridge.wait_for_output("active: episode", timeout=30.0), bridge.output()
+        assert bridge.wait_for_output("active: episode", timeout=60.0), bridge.output()
         if _have("simreal_ros.nodes.safety"):
             processes.append(
                 NodeProcess(
@@ -75,7 +75,8 @@ def closed_loop():
             env,
         )
         processes.append(policy)
-        assert policy.wait_for_output("active: publishing", timeout=30.0), policy.output()
+        # configure imports torch and peft: slow on a loaded machine.
+        assert policy.wait_for_output("active: publishing", timeout=120.0), policy.output()
         yield processes
     finally:
         for process in reversed(processes):
