@@ -22,6 +22,7 @@ is a missed tick.
 from __future__ import annotations
 
 import collections
+import json
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -397,6 +398,10 @@ class PolicyNode(LifecycleNode):
         if not store.is_dir():
             return found
         for directory in sorted(store.iterdir()):
+            # Skip the learner's half-written staging directories and rejected candidates:
+            # neither is a version that ever ran.
+            if directory.name.startswith(".") or _rejected(directory):
+                continue
             if (directory / ckpt.ADAPTER_CONFIG).is_file():
                 try:
                     meta = ckpt.read_adapter_metadata(directory)
@@ -503,6 +508,16 @@ class PolicyNode(LifecycleNode):
 
 def _import_peft() -> None:
     import peft  # noqa: F401
+
+
+def _rejected(directory: Path) -> bool:
+    screening = directory / "screening.json"
+    if not screening.is_file():
+        return False
+    try:
+        return json.loads(screening.read_text()).get("promoted") is False
+    except (OSError, ValueError):
+        return True  # unreadable decision: not a version to run
 
 
 def main(args=None) -> None:

@@ -277,3 +277,20 @@ def test_hot_swap_at_100_hz_misses_no_tick_and_rollback_returns(rclpy_context, e
     response = call("nope")
     assert not response.success and "nope" in response.message
     assert node.active_version == "a1"
+
+
+def test_store_scan_skips_staging_and_rejected_versions(tmp_path):
+    from simreal_ros.nodes.policy import _rejected
+
+    promoted = tmp_path / "v0001"
+    rejected = tmp_path / "v0002"
+    unknown = tmp_path / "v0003"
+    for directory in (promoted, rejected, unknown):
+        directory.mkdir()
+    (promoted / "screening.json").write_text('{"promoted": true}')
+    (rejected / "screening.json").write_text('{"promoted": false}')
+    assert not _rejected(promoted)
+    assert _rejected(rejected)
+    assert not _rejected(unknown)  # placed by hand, no decision: usable
+    (unknown / "screening.json").write_text("{not json")
+    assert _rejected(unknown)  # an unreadable decision is never run
