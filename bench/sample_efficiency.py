@@ -31,8 +31,20 @@ Ratio printed: RL-FT episodes-to-target / SGFT episodes-to-target (target >= 3x)
 SGFT's simulated minutes of stand-in data (target < 5 min). RL-FT is the baseline measured
 in the same run.
 
+Condition: the default is ``shifted``. On ``train`` the push base (DAgger stage) already
+succeeds zero-shot on the stand-in (39/40 episodes), so every method needs 0 episodes and
+nothing is measured; ``--condition train`` runs it anyway.
+
+V_sim: a base whose pretraining stopped before any SAC step has random critics, which would
+make SGFT's shaping (and RL-FT's critic warm start) noise. ``--fit-v-sim auto`` (default)
+then fits the critics to the base actor's value in sim (randomized profile, never the
+stand-in) once, before any job, and every method runs from that checkpoint (the actor is
+unchanged). ``--work-dir`` keeps the fit for the next run.
+
     PYTHONPATH=. .venv/bin/python bench/sample_efficiency.py --out /tmp/sample_eff.json
     PYTHONPATH=. .venv/bin/python bench/sample_efficiency.py --quick
+    # a learner setting changed for every method, e.g. a 10x lower adapter learning rate:
+    PYTHONPATH=. .venv/bin/python bench/sample_efficiency.py --learner learning_rate=3e-5
 """
 
 from __future__ import annotations
@@ -86,7 +98,7 @@ T95 = [
 class BenchConfig:
     checkpoint: str
     task: str = "push"
-    condition: str = "train"
+    condition: str = "shifted"
     seeds: int = 5
     first_seed: int = 0
     methods: tuple[str, ...] = tuple(METHODS)
@@ -103,6 +115,8 @@ class BenchConfig:
     # auto: fit V_sim in sim when the base's critics were never trained (see fit_sim_critic).
     fit_v_sim: str = "auto"
     fit_v_sim_updates: int = 2000
+    # LearnerConfig fields changed from the learner's defaults (e.g. learning_rate).
+    learner_overrides: tuple[tuple[str, str], ...] = ()
     # Wall-clock end (epoch s; 0 = none): jobs start no new round after it (flagged).
     deadline: float = 0.0
 
@@ -331,6 +345,28 @@ def zero_shot_job(cfg: BenchConfig, seed: int) -> dict[str, Any]:
     return {"seed": seed, "evaluation": evaluation, "seconds": time.perf_counter() - start}
 
 
+def learner_config(cfg: BenchConfig, **values: Any):
+    """The learner's defaults, the bench's settings, then --learner KEY=VALUE overrides
+    (parsed and validated by the learner's own config schema)."""
+    from simreal_ros.config_schema import from_mapping
+    from simreal_ros.learner.config import LearnerConfig
+
+    for key, text in cfg.learner_overrides:
+        if key not in LearnerConfig.__dataclass_fields__:
+            raise ValueError(f"--learner {key}=...: LearnerConfig has no field {key!r}.")
+        values[key] = json.loads(text) if text[:1] in "[{" else _scalar(text)
+    return from_mapping(LearnerConfig, values)
+
+
+def _scalar(text: str):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
 def method_job(
     cfg: BenchConfig, method: str, seed: int, round0: dict[str, Any], work_dir: str
 ) -> dict[str, Any]:
@@ -355,7 +391,6 @@ def method_job(
     import torch
 
     from simreal_ros.learner import lora
-    from simreal_ros.learner.config import LearnerConfig
     from simreal_ros.learner.gate import GateDecision
     from simreal_ros.learner.replay import Transitions
     from simreal_ros.learner.trainer import LearnerSession, collect_sim_transitions
@@ -366,7 +401,8 @@ def method_job(
     learner_method, horizon = METHODS[method]
     store_root = Path(tempfile.mkdtemp(prefix=f"{method}-s{seed}-", dir=work_dir))
     sgft_horizon = {"horizon": horizon} if learner_method == "sgft" else {}
-    config = LearnerConfig(
+    config = learner_config(
+        cfg,
         method=learner_method,
         seed=seed,
         task=cfg.task,
@@ -622,6 +658,7 @@ def run(
             f"checkpoint {cfg.checkpoint} has no policy.json; pass --checkpoint with a "
             f"{cfg.task} checkpoint directory (the shipped one is checkpoints/{cfg.task})."
         )
+    learner_config(cfg, method="rl", task=cfg.task)  # a bad --learner override fails here
     own_dir = work_dir is None
     work_dir = work_dir or tempfile.mkdtemp(prefix="sample_eff-")
     Path(work_dir).mkdir(parents=True, exist_ok=True)
@@ -633,17 +670,17 @@ def run(
     if cfg.fit_v_sim == "on" or (
         cfg.fit_v_sim == "auto" and not critic_was_trained(cfg.checkpoint)
     ):
-        progress(
-            f"{cfg.checkpoint}: critics never trained (0 SAC steps); fitting V_sim in sim "
-            f"({cfg.fit_v_sim_updates} updates) so SGFT and RL-FT warm starts have a value"
-        )
         fitted = Path(work_dir) / "base_with_fitted_v_sim"
         if (fitted / "policy.json").is_file():  # a kept --work-dir: reuse the fit
             from simreal_ros.policy.checkpoint import read_metadata
 
             v_sim_fit = read_metadata(fitted)["training"].get("v_sim_fit")
-            progress(f"reusing the fitted V_sim in {fitted}: {v_sim_fit}")
+            progress(f"critics never trained; reusing the V_sim fitted in {fitted}: {v_sim_fit}")
         else:
+            progress(
+                f"{cfg.checkpoint}: critics never trained (0 SAC steps); fitting V_sim in sim "
+                f"({cfg.fit_v_sim_updates} updates) so SGFT and RL-FT warm starts have a value"
+            )
             v_sim_fit = fit_sim_critic(
                 cfg.checkpoint, fitted, task=cfg.task, updates=cfg.fit_v_sim_updates,
                 episode_seconds=cfg.episode_seconds, progress=progress,
@@ -711,7 +748,7 @@ def parse_args(argv=None) -> tuple[BenchConfig, argparse.Namespace]:
     default_ckpt = REPO / "checkpoints" / "push"
     parser.add_argument("--checkpoint", default=str(default_ckpt), help="base checkpoint dir")
     parser.add_argument("--task", default="push", choices=("push", "reach"))
-    parser.add_argument("--condition", default="train", choices=("train", "shifted"))
+    parser.add_argument("--condition", default="shifted", choices=("train", "shifted"))
     parser.add_argument("--seeds", type=int, default=None, help="seeds per method (>= 5)")
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated")
@@ -732,6 +769,13 @@ def parse_args(argv=None) -> tuple[BenchConfig, argparse.Namespace]:
         help="fit the base critics (V_sim) in sim first; auto: when they were never trained",
     )
     parser.add_argument("--fit-v-sim-updates", type=int, default=2000)
+    parser.add_argument(
+        "--learner",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a LearnerConfig default for every method (repeatable)",
+    )
     parser.add_argument(
         "--work-dir", default="", help="kept work directory (reuses a fitted V_sim there)"
     )
@@ -765,6 +809,7 @@ def parse_args(argv=None) -> tuple[BenchConfig, argparse.Namespace]:
         episode_seconds=args.episode_seconds,
         workers=args.workers,
         fit_v_sim=args.fit_v_sim,
+        learner_overrides=tuple(_override(text, parser) for text in args.learner),
         fit_v_sim_updates=args.fit_v_sim_updates,
         **values,
     )
@@ -773,18 +818,28 @@ def parse_args(argv=None) -> tuple[BenchConfig, argparse.Namespace]:
     return cfg, args
 
 
+def _override(text: str, parser) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        parser.error(f"--learner {text!r}: use KEY=VALUE, e.g. --learner learning_rate=3e-5")
+    return key.strip(), value.strip()
+
+
 def main(argv=None) -> None:
     import torch
 
     torch.set_num_threads(1)
     cfg, args = parse_args(argv)
     print(f"config: {json.dumps(dataclasses.asdict(cfg))}", flush=True)
-    result = run(
-        cfg,
-        work_dir=args.work_dir or None,
-        progress=lambda line: print(line, flush=True),
-        time_limit_s=60.0 * args.time_limit_min,
-    )
+    try:
+        result = run(
+            cfg,
+            work_dir=args.work_dir or None,
+            progress=lambda line: print(line, flush=True),
+            time_limit_s=60.0 * args.time_limit_min,
+        )
+    except (ValueError, FileNotFoundError) as error:
+        sys.exit(f"sample_efficiency: {error}")
     table = format_table(cfg, result["summary"])
     result["table"] = table
     print(table)

@@ -171,3 +171,20 @@ def test_summary_ratio_and_censoring(bench):
     assert summary["methods"]["sgft_h3"]["censored"] == 1
     table = bench.format_table(cfg, summary)
     assert ">=" in table.splitlines()[4]  # the censored SGFT H=3 row is marked
+
+
+def test_learner_overrides_go_through_the_learner_schema(bench):
+    cfg = bench.BenchConfig(
+        checkpoint="x", learner_overrides=(("learning_rate", "3e-5"), ("ewc", "true"))
+    )
+    config = bench.learner_config(cfg, method="sgft", horizon=3)
+    assert config.learning_rate == pytest.approx(3e-5) and config.ewc is True
+    assert config.method == "sgft" and config.horizon == 3
+    with pytest.raises(ValueError, match="no field 'bogus'"):
+        bench.learner_config(
+            bench.BenchConfig(checkpoint="x", learner_overrides=(("bogus", "1"),))
+        )
+    with pytest.raises(ValueError):  # out of the schema's range
+        bench.learner_config(
+            bench.BenchConfig(checkpoint="x", learner_overrides=(("learning_rate", "5"),))
+        )
