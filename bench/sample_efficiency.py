@@ -320,7 +320,12 @@ def fit_sim_critic(
         checkpoint.spec,
         version=f"{checkpoint.version}+vsim",
         gamma=gamma,
-        training={**checkpoint.metadata.get("training", {}), "v_sim_fit": report},
+        # critic_steps tells the learner's check that these critics were trained.
+        training={
+            **checkpoint.metadata.get("training", {}),
+            "critic_steps": updates,
+            "v_sim_fit": report,
+        },
         parent_version=checkpoint.version,
     )
     progress(
@@ -556,6 +561,11 @@ def mean_ci(values: list[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
+def _clip_low(interval: tuple[float, float, float]) -> tuple[float, float, float]:
+    mean, low, high = interval
+    return mean, (max(0.0, low) if math.isfinite(low) else low), high
+
+
 def summarise(cfg: BenchConfig, jobs: list[dict[str, Any]]) -> dict[str, Any]:
     by_method: dict[str, Any] = {}
     for method in cfg.methods:
@@ -564,8 +574,9 @@ def summarise(cfg: BenchConfig, jobs: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         censored = sum(not j["reached"] for j in rows)
         time_limited = sum(bool(j.get("time_limited")) for j in rows)
-        eps = mean_ci([j["episodes_to_target"] for j in rows])
-        mins = mean_ci([j["minutes_to_target"] for j in rows])
+        # Counts and minutes cannot be negative: the t-interval's low end is clipped at 0.
+        eps = _clip_low(mean_ci([j["episodes_to_target"] for j in rows]))
+        mins = _clip_low(mean_ci([j["minutes_to_target"] for j in rows]))
         final = [j["final_success"] for j in rows]
         total_s = sum(j["rounds"][-1]["evaluation"]["successes"] for j in rows)
         total_n = sum(j["rounds"][-1]["evaluation"]["episodes"] for j in rows)
@@ -591,12 +602,16 @@ def summarise(cfg: BenchConfig, jobs: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         a, b = rl["episodes_to_target"]["mean"], sg["episodes_to_target"]["mean"]
         ratio = a / b if b > 0 else float("inf") if a > 0 else float("nan")
+        counts = (
+            f"censored on {rl['censored']}/{rl['seeds']} (RL-FT) and "
+            f"{sg['censored']}/{sg['seeds']} (SGFT) seeds"
+        )
         if sg["censored"] and rl["censored"]:
-            note = "both censored at the budget: ratio not measured"
+            note = f"{counts}: ratio not measured"
         elif rl["censored"]:
-            note = "RL-FT censored at the budget: ratio is a lower bound"
+            note = f"{counts}: ratio is a lower bound"
         elif sg["censored"]:
-            note = "SGFT censored at the budget: ratio is an upper bound"
+            note = f"{counts}: ratio is an upper bound"
         else:
             note = "both reached the target on every seed"
         ratios[name] = {

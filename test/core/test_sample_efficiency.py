@@ -132,6 +132,7 @@ def test_fit_sim_critic_changes_only_the_critic(bench, base_dir, tmp_path):
     ]
     assert changed, "the critic was not fitted"
     assert fitted.metadata["training"]["v_sim_fit"]["profile"] == "randomized"
+    assert fitted.metadata["training"]["critic_steps"] == 30  # the learner sees a trained critic
 
 
 def test_mean_ci_is_a_student_t_interval(bench):
