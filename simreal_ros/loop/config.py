@@ -32,7 +32,7 @@ class LoopConfig:
         choices=("real_twin", "nominal", "randomized"),
     )
     real_time_factor: float = setting(
-        3.0, "sim speed against the wall clock; nodes follow /clock", low=0.1, high=50.0
+        2.0, "sim speed against the wall clock; nodes follow /clock", low=0.1, high=50.0
     )
     episode_timeout_s: float = setting(
         20.0, "wall-clock limit per episode", low=1.0, high=3600.0, unit="s"
