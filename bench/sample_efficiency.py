@@ -539,7 +539,7 @@ def _finish(out: dict[str, Any], cfg: BenchConfig, started: float, rate: float =
         budget_steps = cfg.episode_budget * cfg.episode_seconds * rate
         out["episodes_to_target"] = max(last["episodes"], cfg.episode_budget)
         out["minutes_to_target"] = max(last["minutes"], budget_steps / rate / 60.0)
-        if out.get("time_limited"):  # stopped by the wall clock: only what was collected
+        if out.get("time_limited"):  # stopped by the wall clock: what was collected (JSON)
             out["episodes_to_target"] = last["episodes"]
             out["minutes_to_target"] = last["minutes"]
     out["final_success"] = last["evaluation"]["success"]
@@ -572,8 +572,10 @@ def summarise(cfg: BenchConfig, jobs: list[dict[str, Any]]) -> dict[str, Any]:
         rows = sorted((j for j in jobs if j["method"] == method), key=lambda j: j["seed"])
         if not rows:
             continue
-        censored = sum(not j["reached"] for j in rows)
+        # Seeds cut by --time-limit-min never got their budget: left out of the statistics.
         time_limited = sum(bool(j.get("time_limited")) for j in rows)
+        rows = [j for j in rows if not j.get("time_limited")] or rows
+        censored = sum(not j["reached"] for j in rows)
         # Counts and minutes cannot be negative: the t-interval's low end is clipped at 0.
         eps = _clip_low(mean_ci([j["episodes_to_target"] for j in rows]))
         mins = _clip_low(mean_ci([j["minutes_to_target"] for j in rows]))
@@ -648,7 +650,7 @@ def format_table(cfg: BenchConfig, summary: dict[str, Any]) -> str:
         if row["time_limited"]:
             lines.append(
                 f"{row['label']}: {row['time_limited']} seed(s) stopped by --time-limit-min "
-                "before the budget (counted at what they had collected)"
+                "before the budget (left out of the statistics above)"
             )
     for name, r in summary["ratios"].items():
         lines.append(
