@@ -14,9 +14,7 @@ from __future__ import annotations
 import logging
 import math
 
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from std_srvs.srv import Trigger
 
@@ -27,6 +25,7 @@ from simreal_ros.learner.store import StoredVersion
 from simreal_ros.msg import EpisodeEvent, PolicyUpdate, ScreenResult
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.params import declare_config
+from simreal_ros.nodes.runtime import run_node
 
 
 class _RosLogHandler(logging.Handler):
@@ -195,17 +194,7 @@ def _fmt(value: float) -> str:
 
 
 def main(args=None) -> None:
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = LearnerNode()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+    run_node(LearnerNode, args)
 
 
 if __name__ == "__main__":

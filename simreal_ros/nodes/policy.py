@@ -29,12 +29,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, State, TransitionCallbackReturn
 from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import JointState
@@ -43,6 +41,7 @@ from simreal_ros import stats
 from simreal_ros.msg import PolicyAction, PolicyUpdate, TaskStatus
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.params import declare_config
+from simreal_ros.nodes.runtime import run_node
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.config import PolicyNodeConfig
 from simreal_ros.policy.inference import DeployedPolicy, deploy_adapter, deploy_base
@@ -521,21 +520,7 @@ def _rejected(directory: Path) -> bool:
 
 
 def main(args=None) -> None:
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = PolicyNode()
-        # One thread: rclpy's multi-threaded executor costs more per callback than the
-        # policy; rollbacks hit versions preloaded off-thread (see _preload_store).
-        executor = SingleThreadedExecutor()
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+    run_node(PolicyNode, args)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,7 @@ is logged and the arm is held, never sent the raw request, and the node keeps ru
 
 from __future__ import annotations
 
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
@@ -22,6 +20,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from simreal_ros.msg import PolicyAction, SafetyIntervention, SafetyStatus
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.params import declare_config
+from simreal_ros.nodes.runtime import run_node
 from simreal_ros.robot.description import load_robot_description
 from simreal_ros.safety import ALL_REASONS, ESTOP, HOLDING, STATE_NAMES, SafetyConfig, SafetyFilter
 
@@ -224,17 +223,7 @@ class SafetyNode(Node):
 
 
 def main(args=None) -> None:
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = SafetyNode()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+    run_node(SafetyNode, args)
 
 
 if __name__ == "__main__":

@@ -28,12 +28,10 @@ import threading
 import time
 
 import numpy as np
-import rclpy
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
 from rcl_interfaces.msg import SetParametersResult
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, State, TransitionCallbackReturn
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
@@ -44,6 +42,7 @@ from simreal_ros import config_schema
 from simreal_ros.msg import TaskStatus
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.params import declare_config
+from simreal_ros.nodes.runtime import run_node
 from simreal_ros.sim.bridge import BridgeSink, SimBridgeConfig, SimBridgeCore, TaskStatusData
 from simreal_ros.srv import GetDynamics, ResetEpisode, SetDynamics, StepSim
 
@@ -421,19 +420,7 @@ class SimBridgeNode(LifecycleNode, BridgeSink):
 
 
 def main(args=None) -> None:
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = SimBridgeNode()
-        executor = SingleThreadedExecutor()
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+    run_node(SimBridgeNode, args)
 
 
 if __name__ == "__main__":
