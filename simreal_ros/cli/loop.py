@@ -55,7 +55,12 @@ def run(args) -> int:
         if a and b:
             print(
                 f"[simreal loop] {condition}: {a.rate:.0%} [{a.ci_low:.0%}, {a.ci_high:.0%}] at "
-                f"round 0 -> {b.rate:.0%} [{b.ci_low:.0%}, {b.ci_high:.0%}] at round "
-                f"{last.index}"
+                f"round 0 ({first.policy_version}) -> {b.rate:.0%} [{b.ci_low:.0%}, "
+                f"{b.ci_high:.0%}] at round {last.index} ({last.policy_version})"
             )
+    if first.policy_version == last.policy_version:
+        print(
+            "[simreal loop] no candidate was promoted: the difference between rounds is "
+            "evaluation noise of the same policy, not learning."
+        )
     return 0
