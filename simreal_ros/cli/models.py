@@ -85,31 +85,7 @@ def _rollback(args: argparse.Namespace) -> int:
     version = store.rollback(args.version or None)
     print(f"running version is now {version or 'the base checkpoint'}")
     if args.service:
-        return _call_rollback_service(args.service, version or "")
+        from simreal_ros.nodes.rollback_client import call_rollback_service
+
+        return call_rollback_service(args.service, version or "")
     return 0
-
-
-def _call_rollback_service(name: str, version: str) -> int:
-    """Tell a running policy node (only here does the CLI talk ROS)."""
-    import rclpy
-
-    from simreal_ros.srv import Rollback
-
-    rclpy.init()
-    node = rclpy.create_node("simreal_models_rollback")
-    try:
-        client = node.create_client(Rollback, name)
-        if not client.wait_for_service(timeout_sec=10.0):
-            print(f"no {name} service: is the policy node running?")
-            return 1
-        future = client.call_async(Rollback.Request(version=version))
-        rclpy.spin_until_future_complete(node, future, timeout_sec=60.0)
-        response = future.result()
-        if response is None:
-            print(f"{name} did not answer within 60 s.")
-            return 1
-        print(response.message)
-        return 0 if response.success else 1
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()

@@ -36,10 +36,7 @@ def add_parser(subparsers) -> None:
 def _run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    import rclpy
-    from rclpy.parameter import Parameter
-
-    from simreal_ros.nodes.trial_runner import SpinningNode, TrialRunnerNode
+    from simreal_ros.nodes.trial_runner import run_with_overrides
     from simreal_ros.trials.runner import summarize
 
     overrides = {
@@ -52,18 +49,7 @@ def _run(args: argparse.Namespace) -> int:
         "source": args.source,
         "keyboard": not args.no_keyboard,
     }
-    rclpy.init()
-    spinning = None
-    try:
-        node = TrialRunnerNode(
-            parameter_overrides=[Parameter(k, value=v) for k, v in overrides.items()]
-        )
-        spinning = SpinningNode(node)
-        results = node.run(progress=True)
-    finally:
-        if spinning is not None:
-            spinning.close()
-        rclpy.try_shutdown()
+    results = run_with_overrides(overrides)
     print(summarize(results))
     if args.json:
         with open(args.json, "w") as f:

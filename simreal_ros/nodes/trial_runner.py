@@ -334,6 +334,24 @@ class SpinningNode:
         self.node.destroy_node()
 
 
+def run_with_overrides(overrides: dict) -> list[EpisodeResult]:
+    """Run the configured trials in this process (`simreal trials`), then shut down."""
+    from rclpy.parameter import Parameter
+
+    rclpy.init()
+    spinning = None
+    try:
+        node = TrialRunnerNode(
+            parameter_overrides=[Parameter(k, value=v) for k, v in overrides.items()]
+        )
+        spinning = SpinningNode(node)
+        return node.run(progress=True)
+    finally:
+        if spinning is not None:
+            spinning.close()
+        rclpy.try_shutdown()
+
+
 def main(args=None) -> int:
     rclpy.init(args=args)
     spinning = None
