@@ -152,7 +152,9 @@ def test_killing_the_policy_holds_the_arm_and_limits_hold_in_physics(
     )
 
     def following() -> bool:
-        if len(commands) < 3 or not statuses:
+        # The probe must also have matched the policy's publisher: the hold is measured from
+        # the policy's last action stamp.
+        if len(commands) < 3 or not statuses or len(action_stamps) < 3:
             return False
         velocity = (commands[-1][1] - commands[-2][1]) / PERIOD
         return (
@@ -175,6 +177,7 @@ def test_killing_the_policy_holds_the_arm_and_limits_hold_in_physics(
     # The policy died after its last action and before the next one; the time from that
     # last action's stamp to the safety node's first watchdog tick (both in the safety
     # node's clock, sim time) bounds the time from the kill to the hold from above.
+    assert action_stamps, "the probe never received a /policy/action message"
     last_action = max(action_stamps)
     stamp = lambda s: s.header.stamp.sec + s.header.stamp.nanosec * 1e-9  # noqa: E731
     tripped = [s for _, s in statuses if s.watchdog_tripped and stamp(s) > last_action]
