@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simreal_ros.episodes import messages
 from simreal_ros.episodes.bag_writer import EpisodeBagWriter, EpisodeRecording, TopicSpec
 from simreal_ros.episodes.metadata import EpisodeMetadata
 from simreal_ros.episodes.typestore import project_typestore
@@ -39,28 +40,16 @@ TOPICS = [
 ]
 
 
-def _header(store, t_ns):
-    T = store.types["builtin_interfaces/msg/Time"]
-    return store.types["std_msgs/msg/Header"](
-        stamp=T(sec=t_ns // 10**9, nanosec=t_ns % 10**9), frame_id="camera"
-    )
-
-
-def joint_state_bytes(store, t_ns: int) -> bytes:
-    msg = store.types["sensor_msgs/msg/JointState"](
-        header=_header(store, t_ns),
-        name=[f"joint{i}" for i in range(7)],
-        position=np.random.rand(7),
-        velocity=np.random.rand(7),
-        effort=np.random.rand(7),
-    )
-    return bytes(store.serialize_cdr(msg, "sensor_msgs/msg/JointState"))
+def joint_state_bytes(t_ns: int) -> bytes:
+    names = [f"joint{i}" for i in range(7)]
+    position, velocity, effort = np.random.rand(7), np.random.rand(7), np.random.rand(7)
+    return bytes(messages.joint_state(t_ns, names, position, velocity, effort, "camera"))
 
 
 def image_bytes(store, t_ns: int, seed: int) -> bytes:
     data = np.random.default_rng(seed).integers(0, 255, WIDTH * HEIGHT * 3, dtype=np.uint8)
     msg = store.types["sensor_msgs/msg/Image"](
-        header=_header(store, t_ns),
+        header=messages.header(t_ns, "camera"),
         height=HEIGHT,
         width=WIDTH,
         encoding="rgb8",
@@ -277,7 +266,7 @@ def main(argv=None) -> int:
     store = project_typestore()
     now = time.time_ns()
     payloads = {
-        0: [joint_state_bytes(store, now + k) for k in range(50)],
+        0: [joint_state_bytes(now + k) for k in range(50)],
         1: [image_bytes(store, now + k, k) for k in range(4)],
         2: [image_bytes(store, now + k, 100 + k) for k in range(4)],
     }

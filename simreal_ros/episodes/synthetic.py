@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from simreal_ros.episodes import messages
 from simreal_ros.episodes.bag_writer import EpisodeRecording, TopicSpec
 from simreal_ros.episodes.metadata import EpisodeMetadata
-from simreal_ros.episodes.typestore import project_typestore
 
 JOINTS = [f"joint{i}" for i in range(7)]
 TOPICS = [
@@ -24,89 +24,53 @@ TOPICS = [
 INDEX = {spec.topic: i for i, spec in enumerate(TOPICS)}
 
 
-def _header(store, t_ns: int):
-    T = store.types["builtin_interfaces/msg/Time"]
-    H = store.types["std_msgs/msg/Header"]
-    return H(stamp=T(sec=t_ns // 10**9, nanosec=t_ns % 10**9), frame_id="base")
-
-
 def joint_state(t_ns: int, position, names=JOINTS) -> bytes:
-    store = project_typestore()
-    msg = store.types["sensor_msgs/msg/JointState"](
-        header=_header(store, t_ns),
-        name=list(names),
-        position=np.asarray(position, float),
-        velocity=np.asarray(position, float) * 0.1,
-        effort=np.zeros(0),
-    )
-    return store.serialize_cdr(msg, "sensor_msgs/msg/JointState")
+    position = np.asarray(position, float)
+    return messages.joint_state(t_ns, names, position, position * 0.1)
 
 
 def policy_action(t_ns, values, version="v1", seq=0, human=False, names=()) -> bytes:
-    store = project_typestore()
-    msg = store.types["simreal_ros/msg/PolicyAction"](
-        header=_header(store, t_ns),
-        policy_version=version,
-        sequence=seq,
-        joint_names=list(names),
-        values=np.asarray(values, float),
-        human_intervention=human,
+    return messages.policy_action(
+        t_ns, values, version=version, sequence=seq, joint_names=names, human=human
     )
-    return store.serialize_cdr(msg, "simreal_ros/msg/PolicyAction")
 
 
 def task_status(
     t_ns, step, reward, done=False, success=False, goal=(0.5, 0.1, 0.0), episode_id="ep"
 ) -> bytes:
-    store = project_typestore()
-    P = store.types["geometry_msgs/msg/Point"]
-    msg = store.types["simreal_ros/msg/TaskStatus"](
-        header=_header(store, t_ns),
+    return messages.task_status(
+        t_ns,
         episode_id=episode_id,
         task="push",
         condition="train",
         seed=1,
         step=step,
-        goal=P(x=goal[0], y=goal[1], z=goal[2]),
-        reward=float(reward),
+        goal=goal,
+        reward=reward,
         success=success,
         done=done,
-        truncated=False,
     )
-    return store.serialize_cdr(msg, "simreal_ros/msg/TaskStatus")
 
 
 def safety_status(t_ns, n_interventions, excess=0.5) -> bytes:
-    store = project_typestore()
-    I = store.types["simreal_ros/msg/SafetyIntervention"]  # noqa: E741
-    msg = store.types["simreal_ros/msg/SafetyStatus"](
-        header=_header(store, t_ns),
+    velocity_clamp = {
+        "limit": "velocity",
+        "joint": "joint0",
+        "requested": 2.0,
+        "allowed": 1.5,
+        "excess": excess,
+    }
+    return messages.safety_status(
+        t_ns,
         state=1 if n_interventions else 0,
-        interventions=[
-            I(limit="velocity", joint="joint0", requested=2.0, allowed=1.5, excess=excess)
-            for _ in range(n_interventions)
-        ],
+        interventions=[velocity_clamp] * n_interventions,
         limited_joints=["joint0"] * n_interventions,
-        watchdog_tripped=False,
-        estop_latched=False,
         policy_version="v1",
-        command_age=0.0,
-        state_age=0.0,
-        interventions_total=0,
     )
-    return store.serialize_cdr(msg, "simreal_ros/msg/SafetyStatus")
 
 
 def object_pose(t_ns, xyz) -> bytes:
-    store = project_typestore()
-    P = store.types["geometry_msgs/msg/Point"]
-    Q = store.types["geometry_msgs/msg/Quaternion"]
-    Pose = store.types["geometry_msgs/msg/Pose"]
-    msg = store.types["geometry_msgs/msg/PoseStamped"](
-        header=_header(store, t_ns),
-        pose=Pose(position=P(x=xyz[0], y=xyz[1], z=xyz[2]), orientation=Q(x=0, y=0, z=0, w=1)),
-    )
-    return store.serialize_cdr(msg, "geometry_msgs/msg/PoseStamped")
+    return messages.pose_stamped(t_ns, xyz)
 
 
 def write_episode(

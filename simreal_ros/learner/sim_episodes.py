@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from simreal_ros.episodes import messages
 from simreal_ros.episodes.bag_writer import EpisodeRecording, TopicSpec
 from simreal_ros.episodes.metadata import EpisodeMetadata
-from simreal_ros.episodes.typestore import project_typestore
 
 TOPICS = [
     TopicSpec("/joint_states", "sensor_msgs/msg/JointState"),
@@ -45,7 +45,6 @@ def record_rollout(
     from simreal_ros.sim.env import ArmTaskEnv
 
     converter = converter or make_converter(checkpoint)
-    store = project_typestore()
     names = list(checkpoint.spec.joint_names)
     env = ArmTaskEnv(task=task, profile=profile, episode_seconds=episode_seconds)
     bag_dir = Path(bag_dir)
@@ -67,12 +66,14 @@ def record_rollout(
     success = False
     try:
         obs, _ = env.reset(seed=seed, options={"condition": condition})
-        _send(recording, 3, t0 - 5_000_000, _status(store, meta, 0, obs, 0.0, False, False, False))
+        _send(recording, 3, t0 - 5_000_000, _status(meta, 0, obs, 0.0, False, False, False))
         step, done = 0, False
         while not done:
             t = t0 + step * PERIOD_NS
-            _send(recording, 0, t - 2_000_000, _joint_state(store, t, names, obs))
-            _send(recording, 1, t - 1_000_000, _pose(store, t, obs))
+            state = messages.joint_state(t, names, obs["joint_position"], obs["joint_velocity"])
+            _send(recording, 0, t - 2_000_000, state)
+            pose = messages.pose_stamped(t, obs["object_position"], obs["object_orientation"])
+            _send(recording, 1, t - 1_000_000, pose)
             normalized = torch.as_tensor(
                 converter.normalized_observation(obs), dtype=torch.float32
             )
@@ -80,11 +81,14 @@ def record_rollout(
                 action = checkpoint.model.actor(normalized).numpy()
             action = np.clip(action + noise * rng.standard_normal(action.shape), -1.0, 1.0)
             command = converter.command_from_action(action, obs["joint_position"])
-            _send(recording, 2, t, _action(store, t, names, command, checkpoint.version, step))
+            intent = messages.policy_action(
+                t, command, version=checkpoint.version, sequence=step, joint_names=names
+            )
+            _send(recording, 2, t, intent)
             obs, reward, terminated, truncated, info = env.step(command)
             success = success or bool(info.get("success", False))
             done = bool(terminated or truncated)
-            status = _status(store, meta, step + 1, obs, reward, success, done, bool(truncated))
+            status = _status(meta, step + 1, obs, reward, success, done, bool(truncated))
             _send(recording, 3, t + 2_000_000, status)
             step += 1
     finally:
@@ -97,63 +101,18 @@ def _send(recording: EpisodeRecording, index: int, t: int, data: bytes) -> None:
         raise RuntimeError("the episode writer queue is full; record fewer steps at a time.")
 
 
-def _header(store, t_ns: int, frame: str = "base"):
-    T = store.types["builtin_interfaces/msg/Time"]
-    return store.types["std_msgs/msg/Header"](
-        stamp=T(sec=t_ns // 10**9, nanosec=t_ns % 10**9), frame_id=frame
-    )
-
-
-def _joint_state(store, t, names, obs) -> bytes:
-    msg = store.types["sensor_msgs/msg/JointState"](
-        header=_header(store, t),
-        name=list(names),
-        position=np.asarray(obs["joint_position"], float),
-        velocity=np.asarray(obs["joint_velocity"], float),
-        effort=np.zeros(0),
-    )
-    return store.serialize_cdr(msg, "sensor_msgs/msg/JointState")
-
-
-def _pose(store, t, obs) -> bytes:
-    P = store.types["geometry_msgs/msg/Point"]
-    Q = store.types["geometry_msgs/msg/Quaternion"]
-    p = np.asarray(obs["object_position"], float)
-    w, x, y, z = np.asarray(obs["object_orientation"], float)
-    msg = store.types["geometry_msgs/msg/PoseStamped"](
-        header=_header(store, t),
-        pose=store.types["geometry_msgs/msg/Pose"](
-            position=P(x=p[0], y=p[1], z=p[2]), orientation=Q(x=x, y=y, z=z, w=w)
-        ),
-    )
-    return store.serialize_cdr(msg, "geometry_msgs/msg/PoseStamped")
-
-
-def _action(store, t, names, command, version, step) -> bytes:
-    msg = store.types["simreal_ros/msg/PolicyAction"](
-        header=_header(store, t),
-        policy_version=version,
-        sequence=step,
-        joint_names=list(names),
-        values=np.asarray(command, float),
-        human_intervention=False,
-    )
-    return store.serialize_cdr(msg, "simreal_ros/msg/PolicyAction")
-
-
-def _status(store, meta, step, obs, reward, success, done, truncated) -> bytes:
-    g = np.asarray(obs["goal_position"], float)
-    msg = store.types["simreal_ros/msg/TaskStatus"](
-        header=_header(store, 0),
+def _status(meta, step, obs, reward, success, done, truncated) -> bytes:
+    # Header stamp 0: readers take a status's time from the bag record, not the header.
+    return messages.task_status(
+        0,
         episode_id=meta.episode_id,
         task=meta.task,
         condition=meta.condition,
-        seed=int(meta.seed),
-        step=int(step),
-        goal=store.types["geometry_msgs/msg/Point"](x=g[0], y=g[1], z=g[2]),
-        reward=float(reward),
-        success=bool(success),
-        done=bool(done),
-        truncated=bool(truncated),
+        seed=meta.seed,
+        step=step,
+        goal=obs["goal_position"],
+        reward=reward,
+        success=success,
+        done=done,
+        truncated=truncated,
     )
-    return store.serialize_cdr(msg, "simreal_ros/msg/TaskStatus")
