@@ -33,13 +33,14 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
-from rclpy.lifecycle import LifecycleNode, State, TransitionCallbackReturn
+from rclpy.lifecycle import State, TransitionCallbackReturn
 from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import JointState
 
 from simreal_ros import stats
 from simreal_ros.msg import PolicyAction, PolicyUpdate, TaskStatus
 from simreal_ros.nodes import qos
+from simreal_ros.nodes.lifecycle import AutostartLifecycleNode
 from simreal_ros.nodes.params import declare_config
 from simreal_ros.nodes.runtime import run_node
 from simreal_ros.policy import checkpoint as ckpt
@@ -51,7 +52,7 @@ from simreal_ros.srv import Rollback
 MAX_CACHED_VERSIONS = 8
 
 
-class PolicyNode(LifecycleNode):
+class PolicyNode(AutostartLifecycleNode):
     def __init__(self, **kwargs) -> None:
         super().__init__("policy", **kwargs)
         self.config: PolicyNodeConfig = declare_config(self, PolicyNodeConfig)
@@ -102,9 +103,7 @@ class PolicyNode(LifecycleNode):
         self._rollback_srv = self.create_service(
             Rollback, "~/rollback", self._on_rollback, callback_group=self._rollback_group
         )
-        configured = self.config.autostart and self.trigger_configure()
-        if configured == TransitionCallbackReturn.SUCCESS:
-            self.trigger_activate()
+        self.autostart(self.config.autostart)
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -167,25 +166,13 @@ class PolicyNode(LifecycleNode):
         )
         return TransitionCallbackReturn.SUCCESS
 
-    def on_deactivate(self, state: State) -> TransitionCallbackReturn:
-        self._stop_timer()
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_cleanup(self, state: State) -> TransitionCallbackReturn:
-        self._release()
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_shutdown(self, state: State) -> TransitionCallbackReturn:
-        self._release()
-        return TransitionCallbackReturn.SUCCESS
-
-    def _stop_timer(self) -> None:
+    def _halt(self) -> None:
         if self._timer is not None:
             self.destroy_timer(self._timer)
             self._timer = None
 
     def _release(self) -> None:
-        self._stop_timer()
+        self._halt()
         for subscription in self._subscriptions_:
             self.destroy_subscription(subscription)
         self._subscriptions_ = []

@@ -32,7 +32,7 @@ from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
 from rcl_interfaces.msg import SetParametersResult
-from rclpy.lifecycle import LifecycleNode, State, TransitionCallbackReturn
+from rclpy.lifecycle import State, TransitionCallbackReturn
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray
@@ -41,6 +41,7 @@ from std_srvs.srv import SetBool
 from simreal_ros import config_schema
 from simreal_ros.msg import TaskStatus
 from simreal_ros.nodes import qos
+from simreal_ros.nodes.lifecycle import AutostartLifecycleNode
 from simreal_ros.nodes.params import declare_config
 from simreal_ros.nodes.runtime import run_node
 from simreal_ros.sim.bridge import BridgeSink, SimBridgeConfig, SimBridgeCore, TaskStatusData
@@ -56,7 +57,7 @@ def _stamp(seconds: float, stamp: Time) -> Time:
     return stamp
 
 
-class SimBridgeNode(LifecycleNode, BridgeSink):
+class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
     def __init__(self, **kwargs) -> None:
         super().__init__("sim_bridge", **kwargs)
         self.config: SimBridgeConfig = declare_config(self, SimBridgeConfig)
@@ -73,9 +74,7 @@ class SimBridgeNode(LifecycleNode, BridgeSink):
             self.config.diagnostics_period, self._publish_diagnostics
         )
         self.add_on_set_parameters_callback(self._on_set_parameters)
-        configured = self.config.autostart and self.trigger_configure()
-        if configured == TransitionCallbackReturn.SUCCESS:
-            self.trigger_activate()
+        self.autostart(self.config.autostart)
 
     # ------------------------------------------------------------- lifecycle
     def on_configure(self, state: State) -> TransitionCallbackReturn:
@@ -157,18 +156,6 @@ class SimBridgeNode(LifecycleNode, BridgeSink):
                 else ", lockstep (advance with ~/step)"
             )
         )
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_deactivate(self, state: State) -> TransitionCallbackReturn:
-        self._halt()
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_cleanup(self, state: State) -> TransitionCallbackReturn:
-        self._release()
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_shutdown(self, state: State) -> TransitionCallbackReturn:
-        self._release()
         return TransitionCallbackReturn.SUCCESS
 
     def _halt(self) -> None:
