@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -33,6 +32,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from simreal_ros.policy.checksum import sha256_file
 from simreal_ros.policy.model import ActorCritic, Architecture
 from simreal_ros.policy.spec import PolicySpec, validate_against_robot
 
@@ -61,14 +61,6 @@ class PolicyCheckpoint:
     gamma: float
     model: ActorCritic
     metadata: dict[str, Any]
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def shipped_checkpoint(task: str) -> Path:

@@ -1,0 +1,18 @@
+"""SHA-256 of policy files: checkpoint weights, adapter store manifests, PolicyUpdate.checksum.
+
+Its own module so the adapter store can checksum without importing torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of the file at ``path``, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
