@@ -495,7 +495,8 @@ def method_job(
                 k: float(v)
                 for k, v in candidate.metrics.items()
                 if k in ("loss", "critic_loss", "actor_loss", "bc_loss", "q_mean",
-                         "reward_mean", "alpha", "reward_scale", "value_exploit_flag")
+                         "reward_mean", "alpha", "reward_scale", "value_exploit_flag",
+                         "anchor_drift", "q_scale", "entropy")
             }  # fmt: skip
             rounds.append(
                 _round_row(round_index, episodes, demos, steps, control_rate, collected,

@@ -74,6 +74,14 @@ class LearnerConfig:
         low=0.0,
         high=100.0,
     )
+    anchor_weight: float = setting(
+        1.0,
+        "RL/SGFT: trust region to the sim policy. Weight of the squared distance between "
+        "the adapted and the base actor's deterministic actions, against the actor's Q "
+        "term divided by its mean magnitude (TD3+BC style); 0 turns it off.",
+        low=0.0,
+        high=1e6,
+    )
     # Data mixing and forgetting guards.
     real_weight: float = setting(
         4.0,

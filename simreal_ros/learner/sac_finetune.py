@@ -64,6 +64,8 @@ class ActorCriticFineTuner:
         grad_clip: float = 10.0,
         seed: int = 0,
         extra_batches=None,
+        base_actor: nn.Module | None = None,
+        anchor_weight: float = 0.0,
     ) -> None:
         if shaping and (data.v_sim is None or data.v_sim_next is None):
             raise ValueError("SGFT shaping needs V_sim cached on the transitions (annotate).")
@@ -80,6 +82,14 @@ class ActorCriticFineTuner:
         self.bc_regulariser = bc_regulariser
         self.critic_warmup = critic_warmup
         self.grad_clip = grad_clip
+        if anchor_weight > 0 and base_actor is None:
+            raise ValueError("anchor_weight > 0 needs the base actor to anchor to.")
+        self.anchor_weight = anchor_weight
+        self.base_actor = None
+        if base_actor is not None and anchor_weight > 0:
+            self.base_actor = copy.deepcopy(base_actor).eval()
+            for p in self.base_actor.parameters():
+                p.requires_grad_(False)
         self.actor_peft = actor_peft
         self.actor = lora.inner(actor_peft)
         self.critic = critic
@@ -171,6 +181,19 @@ class ActorCriticFineTuner:
             "actor_loss": float(actor_loss.detach()),
             "entropy": float(-log_prob.detach().mean()),
         }
+        if self.base_actor is not None:
+            # Trust region to the sim policy (TD3+BC style): the Q term is divided by its own
+            # mean magnitude so that anchor_weight is free of the reward's scale, and the
+            # deterministic action is pulled back to the base actor's. With a few hundred
+            # real transitions the critic's action-gradient is unreliable away from the
+            # data; unanchored, one round moved the action by ~half its range.
+            q_scale = q.detach().abs().mean().clamp_min(1e-6)
+            with torch.no_grad():
+                base_action = self.base_actor(batch.obs)
+            drift = (self.actor(batch.obs) - base_action).pow(2).sum(-1).mean()
+            total = actor_loss / q_scale + self.anchor_weight * drift
+            metrics["anchor_drift"] = float(drift.detach())
+            metrics["q_scale"] = float(q_scale)
         if self.bc_regulariser > 0:
             keep = batch.is_real & ((batch.interventions > 0) | (batch.episode_success > 0))
             if keep.any():

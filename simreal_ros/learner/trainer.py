@@ -249,6 +249,9 @@ class LearnerSession:
             init_adapter=init,
         )
         self.running_state = lora.adapter_state(self.actor_peft)
+        self.base_actor: torch.nn.Module | None = None
+        if config.method in ("rl", "sgft") and config.anchor_weight > 0:
+            self.base_actor = checkpoint.model.actor  # lora.wrap worked on a copy
         self.v_sim: FrozenSimValue | None = None
         if config.method == "sgft":
             self.v_sim = FrozenSimValue(
@@ -434,6 +437,8 @@ class LearnerSession:
                     else 0,
                     grad_clip=cfg.grad_clip,
                     seed=cfg.seed,
+                    base_actor=self.base_actor,
+                    anchor_weight=cfg.anchor_weight,
                 )
             else:
                 self.tuner.set_data(data, seed=cfg.seed + self.round)

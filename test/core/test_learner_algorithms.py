@@ -18,15 +18,19 @@ from core.learner_toy import (
     real_return,
     rollouts,
 )
+from torch import nn
 
 from simreal_ros.learner import lora
 from simreal_ros.learner.bc import BehaviourCloning
+from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.sac_finetune import ActorCriticFineTuner
 from simreal_ros.learner.sgft import FrozenSimValue, HorizonCritic
 
 GAMMA = 0.9
 # Pretrained about -2.13 per episode, the real optimum about -1.69 (see learner_toy).
 MIN_GAIN = 0.1
+# The learner's default trust region to the base actor: it must not stop a real improvement.
+ANCHOR = LearnerConfig().anchor_weight
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +72,7 @@ def test_actor_critic_fine_tuning_improves_the_real_return(actor, real_data, met
         gamma=GAMMA, horizon=horizon if shaping else None, shaping=shaping,
         actor_learning_rate=1e-3, critic_learning_rate=1e-3, batch_size=64,
         sim_replay=False, critic_warmup=100, entropy_alpha=0.01, seed=0,
+        base_actor=actor, anchor_weight=ANCHOR,
     )  # fmt: skip
     metrics = tuner.train(500)
     assert np.isfinite(metrics["critic_loss"]) and metrics["samples_per_s"] > 0
@@ -100,3 +105,55 @@ def test_sgft_with_short_model_rollouts_learns_the_dynamics_and_improves(actor, 
     tuner.train(500)
     before, after = real_return(actor), real_return(lora.inner(model))
     assert after > before + MIN_GAIN, (before, after)
+
+
+class MisleadingCritic(nn.Module):
+    """Twin critic whose action-gradient points far from the data: Q = 5 * sum(a).
+
+    Stands in for a critic fitted on a few hundred transitions, whose gradient away from the
+    data actions is unreliable; the actor chasing it is the collapse the anchor prevents.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unused = nn.Parameter(torch.zeros(1))  # the tuner's critic optimiser needs one
+
+    def forward(self, obs, action):
+        q = 5.0 * action.sum(-1, keepdim=True) + 0.0 * self.unused
+        return q, q
+
+
+def _deterministic_drift(actor, model, obs) -> float:
+    with torch.no_grad():
+        return float((lora.inner(model)(obs) - actor(obs)).abs().mean())
+
+
+def test_the_anchor_to_the_base_actor_bounds_the_drift_a_misleading_critic_causes(
+    actor, real_data
+):
+    obs = torch.as_tensor(real_data.obs)
+    drifts = {}
+    for weight in (0.0, 10.0):
+        torch.manual_seed(0)
+        model = lora.wrap(actor, rank=4, alpha=8)
+        tuner = ActorCriticFineTuner(
+            model, MisleadingCritic(), real_data, gamma=GAMMA, horizon=None, shaping=False,
+            actor_learning_rate=1e-3, critic_learning_rate=1e-3, batch_size=64,
+            sim_replay=False, entropy_alpha=0.01, auto_entropy=False, seed=0,
+            base_actor=actor, anchor_weight=weight,
+        )  # fmt: skip
+        metrics = tuner.train(300)
+        drifts[weight] = _deterministic_drift(actor, model, obs)
+        assert ("anchor_drift" in metrics) == (weight > 0)
+    # Unanchored, the actor runs to the action bound; anchored, it stays near the base.
+    assert drifts[0.0] > 0.3, drifts
+    assert drifts[10.0] < 0.25 * drifts[0.0], drifts
+
+
+def test_the_anchor_needs_a_base_actor(actor, real_data):
+    model = lora.wrap(actor, rank=4, alpha=8)
+    with pytest.raises(ValueError, match="base actor"):
+        ActorCriticFineTuner(
+            model, HorizonCritic(2, 1, None, (8,)), real_data, gamma=GAMMA, horizon=None,
+            shaping=False, anchor_weight=1.0,
+        )  # fmt: skip
