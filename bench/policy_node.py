@@ -37,51 +37,47 @@ OBSERVATION_HZ = 500.0
 
 def run_relay(rate_hz: float) -> None:
     """The baseline: same hops as the policy node, no policy."""
-    import rclpy
     from geometry_msgs.msg import PoseStamped
     from rclpy.node import Node
     from sensor_msgs.msg import JointState
     from simreal_ros.msg import PolicyAction, TaskStatus
 
     from simreal_ros.nodes import qos
+    from simreal_ros.nodes.runtime import run_node
 
-    rclpy.init()
-    node = Node("relay")
-    latest: list[JointState] = []
-    publisher = node.create_publisher(PolicyAction, RELAY_TOPIC, qos.COMMAND)
-    # Same subscriptions and QoS as the policy node; only the joint state is used.
-    node.create_subscription(
-        JointState, "/joint_states", lambda m: _keep(latest, m), qos.SENSOR_DATA
-    )
-    node.create_subscription(PoseStamped, "/object/pose", lambda m: None, qos.SENSOR_DATA)
-    node.create_subscription(TaskStatus, "/task/status", lambda m: None, qos.STATUS)
-    # Tick index on the timer's grid, exactly as the policy node numbers its ticks.
-    period_ns = round(1e9 / rate_hz)
-    origin = node.get_clock().now().nanoseconds
-    sequence = [-1]
+    def make_relay() -> Node:
+        node = Node("relay")
+        latest: list[JointState] = []
+        publisher = node.create_publisher(PolicyAction, RELAY_TOPIC, qos.COMMAND)
+        # Same subscriptions and QoS as the policy node; only the joint state is used.
+        node.create_subscription(
+            JointState, "/joint_states", lambda m: _keep(latest, m), qos.SENSOR_DATA
+        )
+        node.create_subscription(PoseStamped, "/object/pose", lambda m: None, qos.SENSOR_DATA)
+        node.create_subscription(TaskStatus, "/task/status", lambda m: None, qos.STATUS)
+        # Tick index on the timer's grid, exactly as the policy node numbers its ticks.
+        period_ns = round(1e9 / rate_hz)
+        origin = node.get_clock().now().nanoseconds
+        sequence = [-1]
 
-    def tick() -> None:
-        now = node.get_clock().now().nanoseconds
-        sequence[0] = max((now - origin) // period_ns, sequence[0] + 1)
-        if not latest:
-            return
-        msg = PolicyAction()
-        msg.header.stamp = latest[0].header.stamp
-        msg.policy_version = "relay"
-        msg.sequence = sequence[0]
-        msg.joint_names = list(latest[0].name)
-        msg.values = list(latest[0].position)
-        publisher.publish(msg)
+        def tick() -> None:
+            now = node.get_clock().now().nanoseconds
+            sequence[0] = max((now - origin) // period_ns, sequence[0] + 1)
+            if not latest:
+                return
+            msg = PolicyAction()
+            msg.header.stamp = latest[0].header.stamp
+            msg.policy_version = "relay"
+            msg.sequence = sequence[0]
+            msg.joint_names = list(latest[0].name)
+            msg.values = list(latest[0].position)
+            publisher.publish(msg)
 
-    node.create_timer(1.0 / rate_hz, tick)
-    print("relay ready", flush=True)
-    try:
-        rclpy.spin(node)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
+        node.create_timer(1.0 / rate_hz, tick)
+        print("relay ready", flush=True)
+        return node
+
+    run_node(make_relay)
 
 
 def _keep(latest: list, message) -> None:

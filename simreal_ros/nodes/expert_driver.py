@@ -12,13 +12,13 @@ import sys
 import threading
 
 import numpy as np
-import rclpy
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 
 from simreal_ros.msg import PolicyAction, TaskStatus
 from simreal_ros.nodes import qos
+from simreal_ros.nodes.runtime import run_node
 from simreal_ros.robot.description import load_robot_description
 from simreal_ros.sim.expert import make_expert
 
@@ -93,17 +93,14 @@ class ExpertDriverNode(Node):
         self._publisher.publish(self._message)
 
 
-def main(args=None) -> int:
-    rclpy.init(args=args)
+def _enabled_expert_driver() -> ExpertDriverNode:
     node = ExpertDriverNode()
-    node.enabled = True
-    try:
-        rclpy.spin(node)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
+    node.enabled = True  # run as a process of its own, it demonstrates from the start
+    return node
+
+
+def main(args=None) -> int:
+    run_node(_enabled_expert_driver, args)
     return 0
 
 
