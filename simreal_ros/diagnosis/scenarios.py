@@ -34,7 +34,7 @@ import numpy as np
 
 from simreal_ros.robot.description import RobotDescription, load_robot_description
 from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
-from simreal_ros.sim.tasks import CONDITIONS, TASKS, Task
+from simreal_ros.sim.tasks import CONDITIONS, TASKS, ReachTask
 
 SCENARIO_TASKS = ("reach_around",)
 TASK_NAMES = (*TASKS, *SCENARIO_TASKS)
@@ -83,13 +83,16 @@ def pillar_robot() -> RobotDescription:
     return dataclasses.replace(robot, mjcf_path=path)
 
 
-class ReachAroundTask(Task):
-    """Reach a goal behind a pillar; ``detour_side`` (-1 near, +1 far) is hidden state."""
+class ReachAroundTask(ReachTask):
+    """Reach a goal behind a pillar; ``detour_side`` (-1 near, +1 far) is hidden state.
+
+    Judged and rewarded like ``reach`` (tool to goal); only the episodes differ.
+    """
 
     name = "reach_around"
 
     def __init__(self, tolerance: float = 0.03) -> None:
-        self.tolerance = tolerance
+        super().__init__(tolerance)
         self.detour_side = 1.0
         self._kinematics = None
 
@@ -130,12 +133,6 @@ class ReachAroundTask(Task):
             goal=goal,
             noise_seed=int(rng.integers(2**31)),
         )
-
-    def goal_distance(self, physics):
-        return float(np.linalg.norm(physics.ee_position() - physics.goal()))
-
-    def dense_reward(self, physics):
-        return -self.goal_distance(physics) + self.sparse_reward(physics)
 
 
 class ReachAroundExpert:
