@@ -103,21 +103,30 @@ class SafetyFilter:
         self.command_watchdog = Watchdog("command", self.config.command_timeout)
         self.state_watchdog = Watchdog("state", self.config.state_timeout)
         n = self.n
-        # Commanded trajectory: last output, its velocity and acceleration.
+        # Commanded trajectory (last output, its velocity and acceleration) as plain float
+        # lists: for a handful of joints Python floats are several times faster than numpy
+        # calls. The numpy copies are filled only when a limit acts (``_sync_arrays``).
+        self._ql = [0.0] * n
+        self._vl = [0.0] * n
+        self._al = [0.0] * n
         self._q = np.zeros(n)
         self._v = np.zeros(n)
         self._a = np.zeros(n)
         self._out = np.zeros(n)
-        self._q_try = np.zeros(n)
-        self._q_stop = np.zeros(n)
-        self._v_try = np.zeros(n)
-        self._v_brake = np.zeros(n)
-        self._target = np.zeros(n)
+        self._target_raw: list[float] = [0.0] * n
+        self._target_list: list[float] = [0.0] * n
         self._target_clipped = np.zeros(n)
         self._measured = np.zeros(n)
+        self._measured_list = [0.0] * n
         self._state_buffer = np.zeros(n)
-        self._inv_two_a = 1.0 / (2.0 * limits.acceleration)
+        self._lower = limits.lower.tolist()
+        self._upper = limits.upper.tolist()
+        self._inv_dt = 1.0 / self.dt
+        # Braking the workspace check assumes: the limiter's own (speed falls by A dt a tick).
+        self._decel_step = self.limiter.decel_step
+        self._inv_two_decel = tuple(self.dt / (2.0 * s) for s in self._decel_step)
         self._have_state = False
+        self._rows_fresh = False
         self._have_command = False
         self._target_was_clipped = False
         self._command_refused = False
@@ -206,11 +215,22 @@ class SafetyFilter:
                 if got != expected:
                     return self._refuse("joint_order", expected, i, i, 0.0)
             return self._refuse("joint_order", "", len(names), n, abs(len(names) - n))
-        target = self._target
-        target[:] = values  # float conversion; raises on non-numbers
-        if not np.isfinite(target).all():
-            bad = int(np.flatnonzero(~np.isfinite(target))[0])
-            return self._refuse("non_finite", self.names[bad], float(target[bad]), _NAN, 0.0)
+        if isinstance(values, np.ndarray):
+            array = np.asarray(values, dtype=float)
+            if array.ndim != 1:
+                raise ValueError(f"a command must be one-dimensional, got shape {array.shape}")
+            target = array.tolist()
+        else:
+            target = [float(x) for x in values]  # raises on non-numbers
+        clipped = [
+            lo if x < lo else hi if x > hi else x
+            for x, lo, hi in zip(target, self._lower, self._upper, strict=True)
+        ]
+        total = sum(target)
+        if total - total != 0.0:  # a NaN or an infinity somewhere (finite sums stay finite)
+            for i, x in enumerate(target):
+                if x - x != 0.0:
+                    return self._refuse("non_finite", self.names[i], x, _NAN, 0.0)
         if self.config.check_stamps:
             timeout = self.config.command_timeout
             if not math.isfinite(stamp) or stamp <= 0.0:
@@ -224,9 +244,9 @@ class SafetyFilter:
                 return self._refuse(
                     "out_of_order", "", stamp, self._command_stamp, self._command_stamp - stamp
                 )
-        np.maximum(target, self.limits.lower, out=self._target_clipped)
-        np.minimum(self._target_clipped, self.limits.upper, out=self._target_clipped)
-        self._target_was_clipped = not (target == self._target_clipped).all()
+        self._target_raw = target
+        self._target_list = clipped
+        self._target_was_clipped = clipped != target
         return None
 
     def state_index(self, names: Sequence[str]) -> tuple[np.ndarray | None, str]:
@@ -299,14 +319,15 @@ class SafetyFilter:
             return refusal
         self._state_refused = False
         self._measured[:] = self._state_buffer
+        self._measured_list = self._state_buffer.tolist()
         self._state_stamp = stamp
         self.state_watchdog.feed(stamp if self.config.check_stamps else now)
         if not self._have_state:
             # The commanded trajectory starts at rest where the arm is.
             self._have_state = True
-            self._q[:] = self._measured
-            self._v.fill(0.0)
-            self._a.fill(0.0)
+            self._ql = list(self._measured_list)
+            self._vl = [0.0] * self.n
+            self._al = [0.0] * self.n
         return None
 
     # ----------------------------------------------------------------- e-stop
@@ -356,11 +377,20 @@ class SafetyFilter:
 
     @property
     def commanded_velocity(self) -> np.ndarray:
-        return self._v
+        """Velocity of the last output (a new array)."""
+        return np.array(self._vl)
 
     @property
     def commanded_position(self) -> np.ndarray:
-        return self._q
+        """The last output (a new array)."""
+        return np.array(self._ql)
+
+    def _sync_arrays(self) -> None:
+        """Numpy copies of the trajectory and target for the limiter (only when it acts)."""
+        self._q[:] = self._ql
+        self._v[:] = self._vl
+        self._a[:] = self._al
+        self._target_clipped[:] = self._target_list
 
     # ----------------------------------------------------------------- tick
 
@@ -388,15 +418,15 @@ class SafetyFilter:
     def _tick(self, now: float, result: TickResult) -> None:
         command_wd, state_wd = self.command_watchdog, self.state_watchdog
         if state_wd.check(now):
-            age = state_wd.age(now)
+            age = state_wd.last_age
             self._add(result, "stale_state", "", age, state_wd.timeout, age - state_wd.timeout)
         if command_wd.check(now):
-            age = command_wd.age(now)
+            age = command_wd.last_age
             self._add(
                 result, "stale_command", "", age, command_wd.timeout, age - command_wd.timeout
             )
-        result.command_age = command_wd.age(now)
-        result.state_age = state_wd.age(now)
+        result.command_age = command_wd.last_age
+        result.state_age = state_wd.last_age
         result.watchdog_tripped = command_wd.tripped or state_wd.tripped
         result.estop_latched = self._estop
         result.policy_version = self._policy_version
@@ -407,36 +437,45 @@ class SafetyFilter:
             or self._state_refused
             or not self._have_command
         )
-        q, v, a = self._q, self._v, self._a
         limiter = self.limiter
-        out = self._out
-        if hold:
-            limiter.next_velocity(q, v, a, None, self._measured)
-            passed = False
+        ql = self._ql
+        if not hold and self._target_was_clipped:
+            self._report_position_clip(result)
+        if not hold and limiter.passes(
+            ql, self._vl, self._al, self._target_list, self._measured_list
+        ):
+            out = self._target_list  # bit-exact pass-through of an allowed request
+            self._rows_fresh = False
         else:
-            target = self._target_clipped
-            if self._target_was_clipped:
-                self._report_position_clip(result)
-            passed = limiter.next_velocity(q, v, a, target, self._measured)
-            if not passed:
-                self._attribute(result)
-        v_out = limiter.v_out
-        if passed:
-            out[:] = self._target_clipped  # bit-exact pass-through of an allowed request
-        else:
-            np.multiply(v_out, self.dt, out=out)
-            np.add(out, q, out=out)
+            self._rows_fresh = True
+            self._sync_arrays()
+            q = self._q
+            if hold:
+                limiter.next_velocity(q, self._v, self._a, None, self._measured)
+                passed = False
+            else:
+                passed = limiter.next_velocity(
+                    q, self._v, self._a, self._target_clipped, self._measured
+                )
+                if not passed:
+                    self._attribute(result)
+            if passed:
+                out = self._target_list
+            else:
+                dt = self.dt
+                out = [p + w * dt for p, w in zip(ql, limiter.v_out.tolist(), strict=True)]
+        inv_dt = self._inv_dt
+        v_new = [(o - p) * inv_dt for o, p in zip(out, ql, strict=True)]
         if self.workspace is not None:
-            self._check_workspace(result)
-        if not np.isfinite(out).all():
-            raise FloatingPointError(f"non-finite output {out.tolist()}")
+            out, v_new = self._check_workspace(result, out, v_new)
+        total = sum(out)
+        if total - total != 0.0:
+            raise FloatingPointError(f"non-finite output {list(out)}")
         # Advance the commanded trajectory (finite differences at the control period).
-        np.subtract(out, q, out=self._v_try)
-        np.multiply(self._v_try, 1.0 / self.dt, out=self._v_try)
-        np.subtract(self._v_try, v, out=a)
-        np.multiply(a, 1.0 / self.dt, out=a)
-        v[:] = self._v_try
-        q[:] = out
+        self._al = [(w - u) * inv_dt for w, u in zip(v_new, self._vl, strict=True)]
+        self._vl = v_new
+        self._ql = out
+        self._out[:] = out
         if self._estop:
             result.state = ESTOP
         elif hold:
@@ -451,11 +490,10 @@ class SafetyFilter:
         self.counts[limit] += 1
 
     def _report_position_clip(self, result: TickResult) -> None:
-        raw, clipped = self._target, self._target_clipped
-        for j in np.flatnonzero(raw != clipped):
-            self._add(
-                result, "position", self.names[j], raw[j], clipped[j], abs(raw[j] - clipped[j])
-            )
+        raw, clipped = self._target_raw, self._target_list
+        for j, (x, c) in enumerate(zip(raw, clipped, strict=True)):
+            if x != c:
+                self._add(result, "position", self.names[j], x, c, abs(x - c))
 
     def _attribute(self, result: TickResult) -> None:
         """Name the limit that changed each joint's step, in that limit's unit."""
@@ -505,65 +543,75 @@ class SafetyFilter:
 
     # ----------------------------------------------------------------- workspace
 
-    def _candidate_violation(self, v_try: np.ndarray, q_new: np.ndarray) -> tuple[str, float]:
-        """Worst violation of the step's end point and of where braking from it would stop."""
+    def _path_violation(self, q: list, end: list, velocity: list) -> tuple[str, float]:
+        """Worst excursion of the step to ``end`` and of the braking from it to rest."""
+        return self.workspace.braking_path_violation(
+            q, end, velocity, self._decel_step, self._inv_two_decel, self.dt
+        )
+
+    def _stop_point_violation(self, end: list, velocity: list) -> tuple[str, float]:
+        """Worst of the step's end and its braking stop point (judges recovery only)."""
         workspace = self.workspace
-        limit, excess = workspace.violation(q_new)
-        q_stop = self._q_stop
-        np.multiply(v_try, np.abs(v_try), out=q_stop)
-        np.multiply(q_stop, self._inv_two_a, out=q_stop)
-        np.add(q_stop, q_new, out=q_stop)
-        np.maximum(q_stop, self.limits.lower, out=q_stop)
-        np.minimum(q_stop, self.limits.upper, out=q_stop)
-        stop_limit, stop_excess = workspace.violation(q_stop)
+        limit, excess = workspace.violation(end)
+        stop = [
+            min(max(e + w * abs(w) * k, lo), hi)
+            for e, w, k, lo, hi in zip(
+                end, velocity, self._inv_two_decel, self._lower, self._upper, strict=True
+            )
+        ]
+        stop_limit, stop_excess = workspace.violation(stop)
         if stop_excess > excess:
             return stop_limit, stop_excess
         return limit, excess
 
-    def _check_workspace(self, result: TickResult) -> None:
-        """Scale the step back toward braking until the tool stays inside (bisection).
+    def _check_workspace(self, result: TickResult, out: list, v_out: list) -> tuple:
+        """Scale the step back toward braking until the tool's path stays inside
+        (bisection); returns the step's end and velocity.
 
-        A step is acceptable when neither its end nor its braking stop point is outside,
-        or (when the arm is already outside) when it does not go further out.
+        A step is acceptable when its whole path (the step and the braking that may follow
+        it, to rest) is proved inside. Braking along a proved path stays proved, so there
+        is always an acceptable step. When the arm is already outside (it started there),
+        a step is acceptable when its end and braking stop point go no further out.
         """
-        out, q = self._out, self._q
-        v_out = self._v_try
-        np.subtract(out, q, out=v_out)
-        np.multiply(v_out, 1.0 / self.dt, out=v_out)
-        limit, excess = self._candidate_violation(v_out, out)
+        q = self._ql
+        limit, excess = self._path_violation(q, out, v_out)
         if not limit:
-            return
-        _, current = self.workspace.violation(q)
-        if excess <= current:
-            return  # already outside and not getting worse: let it recover
+            return out, v_out
+        current = self.workspace.violation(q)[1]
+        if current > 0.0:
+            limit, excess = self._stop_point_violation(out, v_out)
+            if excess <= current:
+                return out, v_out  # already outside and not getting worse: let it recover
         limiter = self.limiter
-        v_brake = self._v_brake
+        if not self._rows_fresh:  # the fast path skipped the limiter: its rows are old
+            self._sync_arrays()
+            limiter.compute_bounds(self._q, self._v, self._a, self._measured, hold=False)
         # The hardest braking the limits allow; jerk yields to staying inside the box.
-        np.clip(0.0, *limiter.bounds_without_jerk(physical_only=True), out=v_brake)
-        q_try = self._q_try
-        v_step = np.empty_like(v_out)  # only on this (rare) path
+        lo, hi = limiter.bounds_without_jerk(physical_only=True)
+        v_brake = np.clip(0.0, lo, hi).tolist()
+        dt = self.dt
+
+        def trial(scale: float) -> tuple[list, list, str, float]:
+            v_step = [b + scale * (w - b) for w, b in zip(v_out, v_brake, strict=True)]
+            end = [p + w * dt for p, w in zip(q, v_step, strict=True)]
+            if current > 0.0:
+                return v_step, end, *self._stop_point_violation(end, v_step)
+            return v_step, end, *self._path_violation(q, end, v_step)
+
         best = 0.0
         low, high = 0.0, 1.0
         for _ in range(self.config.workspace_bisection_steps):
             mid = 0.5 * (low + high)
-            np.subtract(v_out, v_brake, out=v_step)
-            np.multiply(v_step, mid, out=v_step)
-            np.add(v_step, v_brake, out=v_step)
-            np.multiply(v_step, self.dt, out=q_try)
-            np.add(q_try, q, out=q_try)
-            trial, trial_excess = self._candidate_violation(v_step, q_try)
-            if not trial or trial_excess <= current:
+            _, _, trial_limit, trial_excess = trial(mid)
+            if not trial_limit or trial_excess <= current:
                 best, low = mid, mid
             else:
                 high = mid
-        np.subtract(v_out, v_brake, out=v_step)
-        np.multiply(v_step, best, out=v_step)
-        np.add(v_step, v_brake, out=v_step)
-        np.multiply(v_step, self.dt, out=out)
-        np.add(out, q, out=out)
-        _, allowed = self._candidate_violation(v_step, out)
+        _, end, _, allowed = trial(best)
         # In metres outside the box (or inside a keep-out): requested step, allowed step.
         self._add(result, limit, "", excess, allowed, excess - max(allowed, current))
+        inv_dt = self._inv_dt
+        return end, [(e - p) * inv_dt for e, p in zip(end, q, strict=True)]
 
     # ----------------------------------------------------------------- failure
 
@@ -572,19 +620,19 @@ class SafetyFilter:
         self.exceptions += 1
         self.last_error = "".join(traceback.format_exception_only(type(error), error)).strip()
         result.error = self.last_error
-        q, v, a = self._q, self._v, self._a
+        q, v = np.array(self._ql), np.array(self._vl)
         try:
             v_new = self.limiter.stop_velocity(v)
             if not np.all(np.isfinite(v_new)):
                 v_new = np.zeros(self.n)
             new_q = q + v_new * self.dt
             if np.all(np.isfinite(new_q)):
-                a[:] = (v_new - v) / self.dt
-                v[:] = v_new
-                q[:] = new_q
+                self._al = ((v_new - v) / self.dt).tolist()
+                self._vl = v_new.tolist()
+                self._ql = new_q.tolist()
         except Exception:  # last resort: repeat the last output
             pass
-        self._out[:] = q
+        self._out[:] = self._ql
         result.interventions.append(Intervention("exception", "", _NAN, _NAN, 0.0))
         self.counts["exception"] += 1
         result.state = ESTOP if self._estop else HOLDING

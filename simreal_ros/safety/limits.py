@@ -15,11 +15,15 @@ When two of them conflict (only possible after a measured-state jump or a start 
 limits), the higher one wins and the lower one is relaxed; the relaxation is counted.
 A request the limits allow passes exactly; one they do not is approached on a profile that
 does not overshoot it. Plain numpy; buffers are preallocated so a tick allocates little.
+A request that passes is recognised first by ``passes`` in plain Python floats (for a
+handful of joints numpy's per-call overhead dominates); the numpy path runs only when a
+limit acts, and decides exactly as ``passes`` would where the request passes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -224,6 +228,55 @@ class MotionLimiter:
         # Constraints relaxed since construction, per source (conflict resolution counts).
         self.relaxed = np.zeros(6, dtype=np.int64)
         self.relaxed_this_tick = np.zeros(6, dtype=bool)
+        # Per-joint constants for ``passes`` as plain floats, the same values as above.
+        self._per_joint = tuple(
+            zip(
+                self._a_dt.tolist(),
+                self._v_max.tolist(),
+                self._lower.tolist(),
+                self._upper.tolist(),
+                self._two_a.tolist(),
+                self._a_dt_sq.tolist(),
+                self._track_over_dt.tolist(),
+                self._j_dt2.tolist(),
+                strict=True,
+            )
+        )
+        self.decel_step = tuple(self._a_dt.tolist())  # speed lost per tick braking at A
+
+    def passes(
+        self,
+        q: Sequence[float],
+        v: Sequence[float],
+        a: Sequence[float],
+        target: Sequence[float],
+        measured: Sequence[float],
+    ) -> bool:
+        """True when ``target`` lies inside every bound ``compute_bounds`` would give (not
+        holding), so ``next_velocity`` would pass it unchanged. Same float operations in the
+        same order as the numpy path, so the two never disagree on a passing request."""
+        inv_dt, dt, sqrt = self._inv_dt, self.dt, math.sqrt
+        for qj, vj, aj, tj, mj, (a_dt, v_max, lower, upper, two_a, a_dt_sq, track, j_dt2) in zip(
+            q, v, a, target, measured, self._per_joint, strict=True
+        ):
+            vr = (tj - qj) * inv_dt
+            if vr > vj + a_dt or vr < vj - a_dt or vr > v_max or vr < -v_max:
+                return False
+            c = aj * dt + vj
+            if vr > c + j_dt2 or vr < c - j_dt2:
+                return False
+            c = (mj - qj) * inv_dt
+            if vr > c + track or vr < c - track:
+                return False
+            if vr > 0.0:  # the braking bound toward the upper limit (>= 0 inside it)
+                d = upper - qj
+                if vr > sqrt((d if d > 0.0 else 0.0) * two_a + a_dt_sq) - a_dt:
+                    return False
+            elif vr < 0.0:
+                d = qj - lower
+                if vr < a_dt - sqrt((d if d > 0.0 else 0.0) * two_a + a_dt_sq):
+                    return False
+        return True
 
     def braking_bounds(self, q: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
         """Velocity bounds from which the joint can still stop inside its position limits.

@@ -19,6 +19,7 @@ class Watchdog:
         self.last_time: float | None = None
         self.tripped = False
         self.trips = 0
+        self.last_age = math.inf  # the age found by the newest ``check``
 
     def feed(self, time: float) -> None:
         """Record the time (stamp or arrival) of an accepted input."""
@@ -32,8 +33,10 @@ class Watchdog:
 
     def check(self, now: float) -> bool:
         """Update the tripped state; True exactly on the tick it trips."""
-        stale = not self.is_fresh(now)
-        newly = stale and not self.tripped and self.last_time is not None
+        last = self.last_time
+        self.last_age = age = math.inf if last is None else now - last
+        stale = not age <= self.timeout
+        newly = stale and not self.tripped and last is not None
         if newly:
             self.trips += 1
         self.tripped = stale

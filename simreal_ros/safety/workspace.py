@@ -2,10 +2,18 @@
 
 The checker owns a private ``MjData``: nothing else steps or reads it, so it never races
 the simulation and needs no lock. Only ``mj_kinematics`` runs (no collision, no dynamics).
+
+Whole paths (a step and the braking that may follow it) are checked soundly and cheaply
+with a Lipschitz bound: moving joint j by dq_j moves the tool centre point by at most
+r_j |dq_j|, where r_j is the length of the kinematic chain from joint j's axis to the tool
+(a constant of the model). A point whose clearance to every box face is d therefore proves
+every configuration within weighted distance sum_j r_j |q_j - q0_j| < d of it safe; only
+the parts of a path that no such ball covers need more forward kinematics.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -74,6 +82,62 @@ class Workspace:
                     )
             boxes.append(box)
         self.keep_out = tuple(boxes)
+        self.lever_arms = self._lever_arms(joint_names, site_id, path)
+        self._r = self.lever_arms
+        self._moving = tuple(i for i, r in enumerate(self._r) if r > 0.0)
+        # A ball in joint space known to be inside: centre and clearance (metres). It stays
+        # true forever (geometry only), so it is shared by every path check.
+        self._ball_centre = [0.0] * len(self._r)
+        self._ball_radius = -1.0
+        self.fk_calls = 0  # forward kinematics run by path checks (for the benchmark)
+
+    def _lever_arms(self, joint_names: Sequence[str], site_id: int, path: Path) -> tuple:
+        """Per controlled joint: an upper bound on |d(tool position)/dq_j| over all poses.
+
+        For a hinge, the tool moves at most (distance from its anchor to the tool) per
+        radian, and that distance is at most the sum of the fixed distances between
+        successive joint anchors of the chain down to the tool's site. A slide moves it by
+        at most 1 m/m and, for hinges above it, lengthens the chain by its travel.
+        """
+        mujoco, model, data = self._mujoco, self.model, self.data
+        mujoco.mj_kinematics(model, data)  # at qpos0: anchor distances are pose-independent
+        chain = []  # joints between the world and the site's body, root first
+        body = int(model.site_bodyid[site_id])
+        while body > 0:
+            first, count = int(model.body_jntadr[body]), int(model.body_jntnum[body])
+            chain[:0] = range(first, first + count)
+            body = int(model.body_parentid[body])
+        reach = {}
+        point = np.array(data.site_xpos[site_id])
+        length = 0.0  # chain length from the current anchor to the tool
+        for joint in reversed(chain):
+            kind = int(model.jnt_type[joint])
+            anchor = np.array(data.xanchor[joint])
+            length += float(np.linalg.norm(point - anchor))
+            point = anchor
+            if kind == mujoco.mjtJoint.mjJNT_HINGE:
+                reach[joint] = length
+            elif kind == mujoco.mjtJoint.mjJNT_SLIDE:
+                reach[joint] = 1.0
+                if not model.jnt_limited[joint]:
+                    raise ValueError(
+                        f"workspace check: slide joint {model.joint(joint).name!r} above the "
+                        f"tool site has no range in {path}; limit it so the check can bound it."
+                    )
+                low, high = model.jnt_range[joint]
+                q0 = model.qpos0[model.jnt_qposadr[joint]]
+                length += float(max(abs(high - q0), abs(low - q0)))
+            else:
+                raise ValueError(
+                    f"workspace check: joint {model.joint(joint).name!r} above the tool site "
+                    f"in {path} is a ball or free joint; only hinge and slide joints are "
+                    "supported."
+                )
+        arms = []
+        for name in joint_names:
+            joint = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, name)
+            arms.append(reach.get(joint, 0.0))  # joints off the chain never move the tool
+        return tuple(arms)
 
     def ee_position(self, q: np.ndarray) -> np.ndarray:
         """Tool centre point for joint positions ``q`` (a view; copy it to keep it)."""
@@ -95,6 +159,167 @@ class Workspace:
                 depth = min(x - box[0], box[3] - x, y - box[1], box[4] - y, z - box[2], box[5] - z)
                 return "keep_out", depth
         return "", 0.0
+
+    def clearance(self, q) -> tuple[float, str]:
+        """Signed distance of the tool from the nearest limit, and that limit's name.
+
+        Positive inside the allowed region (distance to the nearest workspace face or
+        keep-out box); negative outside it (minus the depth, as ``violation`` reports).
+        """
+        self.fk_calls += 1
+        self.data.qpos.put(self._qpos_address, q)
+        self._mujoco.mj_kinematics(self.model, self.data)
+        x, y, z = self._site_xpos.tolist()
+        lo, hi = self.lower, self.upper
+        if not (lo[0] <= x <= hi[0] and lo[1] <= y <= hi[1] and lo[2] <= z <= hi[2]):
+            dx = max(lo[0] - x, x - hi[0], 0.0)
+            dy = max(lo[1] - y, y - hi[1], 0.0)
+            dz = max(lo[2] - z, z - hi[2], 0.0)
+            return -math.sqrt(dx * dx + dy * dy + dz * dz), "workspace"
+        best = min(x - lo[0], hi[0] - x, y - lo[1], hi[1] - y, z - lo[2], hi[2] - z)
+        limit = "workspace"
+        for box in self.keep_out:
+            dx = max(box[0] - x, x - box[3])
+            dy = max(box[1] - y, y - box[4])
+            dz = max(box[2] - z, z - box[5])
+            if dx < 0.0 and dy < 0.0 and dz < 0.0:
+                return max(dx, dy, dz), "keep_out"  # inside: minus the depth
+            outside = math.sqrt(max(dx, 0.0) ** 2 + max(dy, 0.0) ** 2 + max(dz, 0.0) ** 2)
+            if outside < best:
+                best, limit = outside, "keep_out"
+        return best, limit
+
+    def braking_path_violation(
+        self,
+        q: list[float],
+        end: list[float],
+        velocity: list[float],
+        decel_step: Sequence[float],
+        inv_two_decel: Sequence[float],
+        dt: float,
+        max_depth: int = 4,
+    ) -> tuple[str, float]:
+        """Whether the commanded path from ``q`` through the step ``end`` and on, braking
+        every joint at its deceleration to rest, is proved inside: ("", 0.0) if so, else
+        (limit, metres) for the first point found outside (or inside a keep-out), or for
+        the most a segment that could not be proved inside may cross.
+
+        The braking profile is the filter's own (each tick every joint's speed falls by
+        ``decel_step`` toward zero), so a proved path stays proved while the filter
+        brakes along it. Per joint the path is monotone, so it lies in the joint-space box
+        between ``q`` and the continuous stop point ``end + v|v| inv_two_decel``: one
+        bound of that box against a known-safe ball usually proves everything.
+        """
+        r = self._r
+        centre, radius = self._ball_centre, self._ball_radius
+        reach = 0.0
+        for j in self._moving:
+            c = centre[j]
+            v = velocity[j]
+            stop = end[j] + v * abs(v) * inv_two_decel[j]
+            near, far = abs(q[j] - c), abs(stop - c)
+            reach += r[j] * (near if near > far else far)
+        if reach < radius:
+            return "", 0.0
+        return self._walk(q, end, velocity, decel_step, dt, max_depth, inv_two_decel)
+
+    def _distance(self, a: Sequence[float], b: Sequence[float]) -> float:
+        r = self._r
+        return sum(r[j] * abs(a[j] - b[j]) for j in self._moving)
+
+    def _remember(self, point: Sequence[float], clearance: float) -> None:
+        if clearance > 0.0:
+            self._ball_centre = list(point)
+            self._ball_radius = clearance
+
+    def _rest_reach(self, point, velocity, inv_two_decel) -> float:
+        """Weighted size of the box from ``point`` to where braking from ``velocity`` ends."""
+        r = self._r
+        return sum(r[j] * velocity[j] * velocity[j] * inv_two_decel[j] for j in self._moving)
+
+    def _walk(self, q, end, velocity, decel_step, dt, max_depth, inv_two_decel):
+        """Check the path segment by segment: q -> end -> braking samples -> rest.
+
+        Forward kinematics runs only where the balls of earlier points leave a segment
+        uncovered; after each, the rest of the path is tried in one box bound. Stops at
+        the first point or segment that is not proved inside.
+        """
+        point = list(q)
+        bound = self._ball_radius - self._distance(self._ball_centre, point)
+        limit, exact = "workspace", False
+        if bound <= 0.0:
+            bound, limit = self.clearance(point)
+            self._remember(point, bound)
+            if bound < 0.0:
+                return limit, -bound
+            if self._distance(point, end) + self._rest_reach(end, velocity, inv_two_decel) < bound:
+                return "", 0.0
+            exact = True
+        v = list(velocity)
+        nxt = list(end)
+        first = True
+        for _ in range(100_000):  # braking ends in |v| / decel_step ticks; a safety cap
+            length = self._distance(point, nxt)
+            if bound - length > 0.0:
+                bound -= length
+                exact = False
+            else:
+                if not exact:  # a loose bound at this end: measure it first
+                    bound, limit = self.clearance(point)
+                    if bound < 0.0:
+                        return limit, -bound
+                clearance, next_limit = self.clearance(nxt)
+                if first:
+                    self._remember(nxt, clearance)
+                if clearance < 0.0:
+                    return next_limit, -clearance
+                excess, where = self._segment(
+                    point, bound, limit, nxt, clearance, next_limit, length, max_depth
+                )
+                if excess > 0.0:
+                    return where, excess
+                bound, limit, exact = clearance, next_limit, True
+                if self._rest_reach(nxt, v, inv_two_decel) < bound:
+                    break  # the rest of the braking path lies in this point's ball
+            first = False
+            point = nxt
+            moving = False
+            nxt = list(point)
+            for j, vj in enumerate(v):
+                if vj > 0.0:
+                    vj = max(vj - decel_step[j], 0.0)
+                elif vj < 0.0:
+                    vj = min(vj + decel_step[j], 0.0)
+                else:
+                    continue
+                v[j] = vj
+                if vj != 0.0:
+                    moving = True
+                    nxt[j] = point[j] + vj * dt
+            if not moving:
+                break
+        return "", 0.0
+
+    def _segment(self, a, ca, la, b, cb, lb, length, depth) -> tuple[float, str]:
+        """0 when the straight segment a-b is proved inside from the clearances at its
+        ends (bisecting where their balls do not meet), else how far it may go outside."""
+        # Clearance at a fraction t along is >= max(ca - t L, cb - (1 - t) L).
+        if ca + cb - length > 0.0 or length <= 0.0:
+            return 0.0, ""
+        if depth <= 0:
+            if ca - length >= cb:
+                return length - ca, la
+            if cb - length >= ca:
+                return length - cb, lb
+            return 0.5 * (length - ca - cb), la if ca < cb else lb
+        mid = [0.5 * (x + y) for x, y in zip(a, b, strict=True)]
+        cm, lm = self.clearance(mid)
+        if cm < 0.0:
+            return -cm, lm
+        excess, where = self._segment(a, ca, la, mid, cm, lm, 0.5 * length, depth - 1)
+        if excess > 0.0:
+            return excess, where
+        return self._segment(mid, cm, lm, b, cb, lb, 0.5 * length, depth - 1)
 
     def require_inside(self, q: np.ndarray, pose_name: str) -> None:
         """Refuse a configuration whose box or keep-outs exclude a pose (e.g. home)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 import pytest
@@ -260,6 +261,60 @@ def test_keep_out_box_is_not_entered():
     assert f.workspace.ee_position(np.asarray(ROBOT.home_position)) == pytest.approx(
         home_ee, abs=0.01
     )
+
+
+def test_the_curved_braking_path_does_not_cross_a_thin_keep_out_wall():
+    # A 12 mm wall across the arc the tool sweeps when the shoulder pans. Checking only
+    # each step's end and its braking stop point let the arm pass straight through it
+    # (the stop point jumped over the wall before any step ended inside it); the whole
+    # commanded path, sampled between outputs, must stay out of the wall.
+    wall = [0.37, 0.210, 0.1, 0.42, 0.222, 0.3]
+    f = SafetyFilter.from_description(
+        ROBOT, SafetyConfig(command_timeout=0.1, keep_out_boxes=wall)
+    )
+    clock = Clock()
+    home = np.asarray(ROBOT.home_position, dtype=float)
+    f.submit_state(home, clock.t, clock.t)
+    target = home.copy()
+    target[0] = 0.8  # pan far past the wall
+    outs = [home] + [step(f, clock, target)[0] for _ in range(120)]
+    lower, upper = np.array(wall[:3]), np.array(wall[3:])
+    deepest = 0.0
+    for a, b in itertools.pairwise(outs):
+        for s in np.linspace(0.0, 1.0, 21):
+            x = f.workspace.ee_position(a + s * (b - a))
+            if np.all(x > lower) and np.all(x < upper):
+                deepest = max(deepest, float(min((x - lower).min(), (upper - x).min())))
+    assert deepest == 0.0, f"the commanded path went {deepest * 1000:.1f} mm into the wall"
+    assert f.workspace.ee_position(outs[-1])[1] < wall[1]  # stopped short of it
+    assert abs(outs[-1][0] - outs[-2][0]) < 1e-9  # and at rest there
+
+
+def test_the_braking_path_check_is_sound_and_cheap():
+    f = SafetyFilter.from_description(ROBOT, SafetyConfig())
+    workspace = f.workspace
+    home = np.asarray(ROBOT.home_position, dtype=float)
+    # Lever arms bound the tool's speed per joint: check against finite differences.
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        q = home + rng.uniform(-1.0, 1.0, size=7)
+        base = workspace.ee_position(q).copy()
+        for j, arm in enumerate(workspace.lever_arms):
+            dq = np.zeros(7)
+            dq[j] = 1e-6
+            moved = np.linalg.norm(workspace.ee_position(q + dq) - base) / 1e-6
+            assert moved <= arm + 1e-6, (j, moved, arm)
+    assert workspace.lever_arms[-1] == 0.0  # the gripper does not move the tool point
+    # At rest far from every face: proved without any forward kinematics once a ball exists.
+    q = home.tolist()
+    workspace.braking_path_violation(q, q, [0.0] * 7, f._decel_step, f._inv_two_decel, DT)
+    before = workspace.fk_calls
+    small = [x + 1e-4 for x in q]
+    velocity = [1e-4 / DT] * 7
+    assert workspace.braking_path_violation(
+        q, small, velocity, f._decel_step, f._inv_two_decel, DT
+    ) == ("", 0.0)
+    assert workspace.fk_calls == before
 
 
 # ---------------------------------------------------------------- configuration errors

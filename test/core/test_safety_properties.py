@@ -9,11 +9,15 @@ finite, inside the position limits, the tool inside the workspace box (1 cm slac
 acceleration limits, given the previous outputs), and while
 holding the commanded speed of every joint never grows. The number of filter steps is
 printed and must reach 100,000.
+
+The run is derandomized (the same examples every time). Set SAFETY_PROPERTY_RANDOM=1 to
+draw fresh examples (pass ``--hypothesis-seed=N`` to pytest to repeat one run).
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -38,8 +42,10 @@ DT = 0.01
 MIN_TICKS_PER_EXAMPLE = 220
 EXAMPLES = 470
 REQUIRED_STEPS = 100_000
-REL = 1e-7
-WORKSPACE_SLACK = 0.01  # m  # relative slack for floating-point rounding of the checks themselves
+REL = 1e-7  # relative slack for floating-point rounding of the checks themselves
+# The filter proves the whole commanded path inside (step and braking); a start inside
+# therefore never leaves. This only absorbs rounding.
+WORKSPACE_SLACK = 1e-9  # m
 
 KINDS = (
     "smooth",
@@ -83,7 +89,7 @@ TIGHT = JointLimits(
     tracking_error=np.full(N, 0.05),
 )
 
-STEPS = {"count": 0, "workspace_max": 0.0}
+STEPS = {"count": 0, "workspace_max": 0.0, "started_outside": 0}
 
 segment = st.tuples(
     st.sampled_from(KINDS), st.integers(min_value=3, max_value=60), st.floats(0.0, 1.0)
@@ -118,6 +124,8 @@ class Run:
         self.holding = [False, False]
         self.last_good = start.copy()
         self.stamp_backstep = 0.0
+        self.started_inside = tight or not WORKSPACE.violation(start)[0]
+        STEPS["started_outside"] += not self.started_inside
         assert self.filter.tick(self.t) is None
         assert self.filter.submit_state(self.arm, self.t, self.t) is None
 
@@ -210,9 +218,8 @@ class Run:
         grew = speed[1:] - speed[:-1]  # tick k's speed minus the speed before it
         if holding.any():
             assert grew[holding].max() <= 1e-9, "speed grew while holding"
-        if self.filter.workspace is not None:
-            # The tool starts inside; the braking look-ahead keeps it inside up to the
-            # curvature between samples (measured worst about 6 mm; allowed 1 cm).
+        if self.filter.workspace is not None and self.started_inside:
+            # The tool starts inside and the filter proves every path before taking it.
             for out in self.outputs[2:]:
                 limit, excess = WORKSPACE.violation(out)
                 if limit:
@@ -224,7 +231,7 @@ class Run:
     max_examples=EXAMPLES,
     deadline=None,
     database=None,
-    derandomize=True,
+    derandomize=os.environ.get("SAFETY_PROPERTY_RANDOM", "") != "1",
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(example=scenario)
@@ -247,7 +254,8 @@ def report_steps(request):
     with capture.global_and_fixture_disabled():
         print(
             f"\nsafety property test: {STEPS['count']:,} filter steps checked; worst tool "
-            f"position outside the workspace box: {STEPS['workspace_max'] * 1000:.1f} mm"
+            f"position outside the workspace box: {STEPS['workspace_max'] * 1000:.3f} mm "
+            f"({STEPS['started_outside']} examples started outside it, not judged)"
         )
 
 
