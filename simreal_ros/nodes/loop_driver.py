@@ -18,6 +18,7 @@ from std_srvs.srv import Trigger
 
 from simreal_ros.msg import EpisodeEvent, PolicyAction, PolicyUpdate, SafetyStatus
 from simreal_ros.nodes import qos
+from simreal_ros.nodes.episode_event import episode_event
 
 
 def update_to_dict(msg: PolicyUpdate) -> dict[str, Any]:
@@ -129,18 +130,7 @@ class LoopDriverNode(Node):
             meta = entry.metadata
             if entry.state != "closed" or meta is None:
                 continue
-            msg = EpisodeEvent()
-            msg.header.stamp = self.get_clock().now().to_msg()
-            msg.episode_id = meta.episode_id
-            msg.bag_path = str(entry.bag_dir)
-            msg.outcome = meta.outcome
-            msg.success = bool(meta.success)
-            msg.failure_mode = meta.failure_mode
-            msg.condition = meta.condition
-            msg.source = meta.source
-            msg.profile = meta.profile
-            msg.policy_versions = list(meta.policy_versions)
-            msg.steps = int(meta.steps)
+            msg = episode_event(meta, entry.bag_dir, self.get_clock().now().to_msg())
             msg.note = "re-announced by simreal loop on resume"
             self._episodes_pub.publish(msg)
             count += 1

@@ -30,6 +30,7 @@ from simreal_ros.episodes.metadata import (
 )
 from simreal_ros.msg import EpisodeEvent
 from simreal_ros.nodes import qos
+from simreal_ros.nodes.episode_event import episode_event
 from simreal_ros.nodes.params import declare_config
 from simreal_ros.srv import StartEpisode, StopEpisode
 
@@ -233,18 +234,9 @@ class RecorderNode(Node):
         return event
 
     def _event(self, meta: EpisodeMetadata, recording: EpisodeRecording) -> EpisodeEvent:
-        event = EpisodeEvent()
-        event.header.stamp = self.get_clock().now().to_msg()
-        event.episode_id = meta.episode_id
-        event.bag_path = str(recording.bag_dir)
-        event.outcome = meta.outcome if meta.complete else "incomplete"
-        event.success = meta.success
-        event.failure_mode = meta.failure_mode
-        event.condition = meta.condition
-        event.source = meta.source
-        event.profile = meta.profile
-        event.policy_versions = list(meta.policy_versions)
-        event.steps = meta.steps
+        event = episode_event(meta, recording.bag_dir, self.get_clock().now().to_msg())
+        if not meta.complete:
+            event.outcome = "incomplete"
         event.duration = meta.duration_s
         event.messages = meta.messages
         event.dropped = meta.dropped
