@@ -69,23 +69,34 @@ def schedule(seconds: float) -> list[tuple[float, int]]:
     return sorted(events)
 
 
+def feed_at_real_rate(events, items: dict[int, list], send) -> float:
+    """``send(index, item)`` at each event's time offset, cycling through ``items[index]``;
+    returns the seconds the feeding took."""
+    counters = [0, 0, 0]
+    start = time.monotonic()
+    for offset, index in events:
+        delay = start + offset - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        item = items[index][counters[index] % len(items[index])]
+        counters[index] += 1
+        send(index, item)
+    return time.monotonic() - start
+
+
 def sustained_core(work: Path, seconds: float, payloads: dict[int, list[bytes]]) -> dict:
     """Feed EpisodeRecording at the real rates from a producer thread."""
     rec = EpisodeRecording(work / "sustained", TOPICS, EpisodeMetadata("sustained"))
     rec.start()
     events = schedule(seconds)
     max_depth = 0
-    start = time.monotonic()
-    counters = [0, 0, 0]
-    for offset, index in events:
-        delay = start + offset - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        data = payloads[index][counters[index] % len(payloads[index])]
-        counters[index] += 1
+
+    def offer(index: int, data: bytes) -> None:
+        nonlocal max_depth
         rec.offer(index, time.time_ns(), data)
         max_depth = max(max_depth, rec._queue.qsize())
-    fed = time.monotonic() - start
+
+    fed = feed_at_real_rate(events, payloads, offer)
     meta = rec.stop("success", True)
     return {
         "messages": len(events),
@@ -159,16 +170,7 @@ def sustained_dds(
         if not started.success:
             raise RuntimeError(started.message)
         events = schedule(seconds)
-        counters = [0, 0, 0]
-        start = time.monotonic()
-        for offset, index in events:
-            delay = start + offset - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            msg = msgs[index][counters[index] % len(msgs[index])]
-            counters[index] += 1
-            pubs[index].publish(msg)
-        fed = time.monotonic() - start
+        fed = feed_at_real_rate(events, msgs, lambda index, msg: pubs[index].publish(msg))
         time.sleep(1.0)  # in-flight samples
         stopped = call(StopEpisode, "/recorder/stop", outcome="success")
         event = stopped.episode
