@@ -155,6 +155,16 @@ class SafetyConfig:
         read_only=True,
         unit="m",
     )
+    workspace_tolerance: float = setting(
+        0.001,
+        "How far outside the box (or into a keep-out) the tool path between two control "
+        "ticks may be proved only to reach; the tool at every tick stays inside. Some slack "
+        "lets the tool slide along a face it touches instead of sticking to it",
+        low=0.0,
+        high=0.05,
+        read_only=True,
+        unit="m",
+    )
     workspace_bisection_steps: int = setting(
         8,
         "Bisection steps used to scale a step back to the workspace boundary",

@@ -546,7 +546,13 @@ class SafetyFilter:
     def _path_violation(self, q: list, end: list, velocity: list) -> tuple[str, float]:
         """Worst excursion of the step to ``end`` and of the braking from it to rest."""
         return self.workspace.braking_path_violation(
-            q, end, velocity, self._decel_step, self._inv_two_decel, self.dt
+            q,
+            end,
+            velocity,
+            self._decel_step,
+            self._inv_two_decel,
+            self.dt,
+            self.config.workspace_tolerance,
         )
 
     def _stop_point_violation(self, end: list, velocity: list) -> tuple[str, float]:

@@ -197,12 +197,18 @@ class Workspace:
         decel_step: Sequence[float],
         inv_two_decel: Sequence[float],
         dt: float,
+        tolerance: float = 0.0,
         max_depth: int = 4,
     ) -> tuple[str, float]:
         """Whether the commanded path from ``q`` through the step ``end`` and on, braking
         every joint at its deceleration to rest, is proved inside: ("", 0.0) if so, else
         (limit, metres) for the first point found outside (or inside a keep-out), or for
         the most a segment that could not be proved inside may cross.
+
+        Every point the path passes at a tick (each a future output while braking) must be
+        inside; between them, where the straight joint-space segment bends the tool path,
+        it may be proved only to within ``tolerance`` metres outside. That slack is what
+        lets the tool slide along a face it touches instead of sticking to it.
 
         The braking profile is the filter's own (each tick every joint's speed falls by
         ``decel_step`` toward zero), so a proved path stays proved while the filter
@@ -221,7 +227,7 @@ class Workspace:
             reach += r[j] * (near if near > far else far)
         if reach < radius:
             return "", 0.0
-        return self._walk(q, end, velocity, decel_step, dt, max_depth, inv_two_decel)
+        return self._walk(q, end, velocity, decel_step, dt, max_depth, inv_two_decel, tolerance)
 
     def _distance(self, a: Sequence[float], b: Sequence[float]) -> float:
         r = self._r
@@ -237,7 +243,7 @@ class Workspace:
         r = self._r
         return sum(r[j] * velocity[j] * velocity[j] * inv_two_decel[j] for j in self._moving)
 
-    def _walk(self, q, end, velocity, decel_step, dt, max_depth, inv_two_decel):
+    def _walk(self, q, end, velocity, decel_step, dt, max_depth, inv_two_decel, tolerance):
         """Check the path segment by segment: q -> end -> braking samples -> rest.
 
         Forward kinematics runs only where the balls of earlier points leave a segment
@@ -274,7 +280,7 @@ class Workspace:
                 if clearance < 0.0:
                     return next_limit, -clearance
                 excess, where = self._segment(
-                    point, bound, limit, nxt, clearance, next_limit, length, max_depth
+                    point, bound, limit, nxt, clearance, next_limit, length, max_depth, tolerance
                 )
                 if excess > 0.0:
                     return where, excess
@@ -300,26 +306,31 @@ class Workspace:
                 break
         return "", 0.0
 
-    def _segment(self, a, ca, la, b, cb, lb, length, depth) -> tuple[float, str]:
-        """0 when the straight segment a-b is proved inside from the clearances at its
-        ends (bisecting where their balls do not meet), else how far it may go outside."""
+    def _segment(self, a, ca, la, b, cb, lb, length, depth, tolerance) -> tuple[float, str]:
+        """0 when the straight segment a-b is proved to stay within ``tolerance`` of the
+        allowed region from the clearances at its ends (bisecting where their balls do not
+        reach far enough), else how far it may go outside."""
+        if length <= 0.0 or ca + cb - length > 0.0:
+            return 0.0, ""
         # Clearance at a fraction t along is >= max(ca - t L, cb - (1 - t) L).
-        if ca + cb - length > 0.0 or length <= 0.0:
+        if ca - length >= cb:
+            low, limit = ca - length, la
+        elif cb - length >= ca:
+            low, limit = cb - length, lb
+        else:
+            low, limit = 0.5 * (ca + cb - length), la if ca < cb else lb
+        if low >= -tolerance:
             return 0.0, ""
         if depth <= 0:
-            if ca - length >= cb:
-                return length - ca, la
-            if cb - length >= ca:
-                return length - cb, lb
-            return 0.5 * (length - ca - cb), la if ca < cb else lb
+            return -low, limit
         mid = [0.5 * (x + y) for x, y in zip(a, b, strict=True)]
         cm, lm = self.clearance(mid)
-        if cm < 0.0:
+        if cm < -tolerance:
             return -cm, lm
-        excess, where = self._segment(a, ca, la, mid, cm, lm, 0.5 * length, depth - 1)
+        excess, where = self._segment(a, ca, la, mid, cm, lm, 0.5 * length, depth - 1, tolerance)
         if excess > 0.0:
             return excess, where
-        return self._segment(mid, cm, lm, b, cb, lb, 0.5 * length, depth - 1)
+        return self._segment(mid, cm, lm, b, cb, lb, 0.5 * length, depth - 1, tolerance)
 
     def require_inside(self, q: np.ndarray, pose_name: str) -> None:
         """Refuse a configuration whose box or keep-outs exclude a pose (e.g. home)."""
