@@ -26,6 +26,8 @@ from simreal_ros.safety import ALL_REASONS, ESTOP, HOLDING, STATE_NAMES, SafetyC
 
 COMMAND_TOPIC = "/forward_position_controller/commands"
 TRAJECTORY_TOPIC = "/joint_trajectory_controller/joint_trajectory"
+# Most control periods one tick makes up for on sim time; a longer gap is a stall.
+MAX_CATCH_UP = 5
 
 
 def _seconds(stamp) -> float:
@@ -64,6 +66,10 @@ class SafetyNode(Node):
         self._last_status = -float("inf")
         self._last_result_state = HOLDING
         self.node_errors = 0
+        # Time of the newest filter step, on the tick grid (None: no step yet), and the
+        # filter steps run to make up for timer periods that never fired.
+        self._step_time: float | None = None
+        self.catch_up_steps = 0
         self.create_timer(self.config.dt, self._on_tick)
         self.create_timer(1.0 / self.config.diagnostics_rate, self._publish_diagnostics)
         self.get_logger().info(
@@ -129,30 +135,60 @@ class SafetyNode(Node):
 
     # ------------------------------------------------------------- tick
 
+    def _step_times(self, now: float) -> list[float]:
+        """Times of the filter steps this tick runs: on sim time, one per control period.
+
+        Every filter step moves the command at most one period's worth (limits x dt). A
+        timer on sim time fires at most once per /clock message and skips the periods it
+        missed, so when the executor lags (or /clock comes in coarse steps, as it does at
+        a real-time factor above 1) a tick can stand for two or more periods; stepping once
+        would then slow the simulated arm below its limits, and the task with it. Catching
+        up runs the missed steps (at most ``MAX_CATCH_UP``; a longer stall starts a new
+        grid) and sends the last: the command never moves faster than the limits over the
+        sim time passed. On the wall clock (the physical arm) a late tick stays one step:
+        the arm really went without a new command, and slowing it is the safe side.
+        """
+        dt, last = self.config.dt, self._step_time
+        if not self.get_clock().ros_time_is_active:
+            return [now]
+        if last is None or now < last or now - last > MAX_CATCH_UP * dt:
+            self._step_time = now  # first tick, time went back (sim reset), or a stall
+            return [now]
+        periods = max(1, int((now - last) / dt + 1e-6))
+        self._step_time = last + periods * dt
+        self.catch_up_steps += periods - 1
+        return [last + k * dt for k in range(1, periods)] + [now]
+
     def _on_tick(self) -> None:
         try:
-            now = self._now()
-            result = self.filter.tick(now)
-            if result is None:
-                return  # no joint state yet: nothing safe to command
+            result = None
+            for now in self._step_times(self._now()):
+                result = self.filter.tick(now)
+                if result is None:
+                    return  # no joint state yet: nothing safe to command
+                self._report(result, now)
+            # Only the newest step's command goes out: the arm follows the latest target.
             self._command_msg.data = result.command.tolist()
             self._command_pub.publish(self._command_msg)
             if self._trajectory_pub is not None:
                 self._trajectory_msg.points[0].positions = self._command_msg.data
                 self._trajectory_pub.publish(self._trajectory_msg)
-            if result.error:
-                self.get_logger().error(
-                    f"safety filter failed, braking to hold: {result.error}",
-                    throttle_duration_sec=1.0,
-                )
-            if result.changed and result.state != self._last_result_state:
-                self.get_logger().info(f"safety state: {STATE_NAMES[result.state]}")
-            self._last_result_state = result.state
-            if result.changed or now - self._last_status >= self._status_period:
-                self._last_status = now
-                self._status_pub.publish(self._status_message(result))
         except Exception as error:
             self._node_error("control tick", error)
+
+    def _report(self, result, now: float) -> None:
+        """Log and publish what one filter step did (every step's changes are reported)."""
+        if result.error:
+            self.get_logger().error(
+                f"safety filter failed, braking to hold: {result.error}",
+                throttle_duration_sec=1.0,
+            )
+        if result.changed and result.state != self._last_result_state:
+            self.get_logger().info(f"safety state: {STATE_NAMES[result.state]}")
+        self._last_result_state = result.state
+        if result.changed or now - self._last_status >= self._status_period:
+            self._last_status = now
+            self._status_pub.publish(self._status_message(result))
 
     def _node_error(self, where: str, error: BaseException) -> None:
         self.node_errors += 1
@@ -211,6 +247,7 @@ class SafetyNode(Node):
                 ("filter_exceptions", f.exceptions),
                 ("node_errors", self.node_errors),
                 ("ticks", f.ticks),
+                ("catch_up_steps", self.catch_up_steps),
                 ("interventions_total", sum(f.counts.values())),
             ]
             values += [(f"interventions_{reason}", f.counts[reason]) for reason in ALL_REASONS]
