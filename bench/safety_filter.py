@@ -39,6 +39,9 @@ HOME = np.asarray(ROBOT.home_position, dtype=float)
 # ----------------------------------------------------------------------------- part 1
 
 
+FK_PER_TICK: dict[str, float] = {}  # forward kinematics runs per tick, per case
+
+
 def time_filter(workspace: bool, limited: bool, ticks: int) -> list[float]:
     """Microseconds per tick (submit_command + tick) with a fresh state every tick."""
     f = SafetyFilter.from_description(ROBOT, SafetyConfig(workspace_check=workspace))
@@ -59,6 +62,8 @@ def time_filter(workspace: bool, limited: bool, ticks: int) -> list[float]:
         f.submit_command(command, t, t)
         f.tick(t)
         samples.append((time.perf_counter_ns() - start) / 1000.0)
+    if f.workspace is not None:
+        FK_PER_TICK[f"{workspace}/{limited}"] = f.workspace.fk_calls / ticks
     return samples
 
 
@@ -75,12 +80,14 @@ def time_clip(ticks: int) -> list[float]:
 
 def part_one(ticks: int) -> dict:
     results = {"clip": time_clip(ticks)}
+    fk_runs = {}
     for workspace in (True, False):
         for limited in (False, True):
             name = f"filter {'with' if workspace else 'without'} FK, " + (
                 "limited" if limited else "pass"
             )
             results[name] = time_filter(workspace, limited, ticks)
+            fk_runs[name] = FK_PER_TICK.get(f"{workspace}/{limited}")
     results["clip (again)"] = time_clip(ticks)  # the baseline before and after
     clips = results["clip"] + results["clip (again)"]
     clip, clip_min = percentile(clips, 50), min(clips)
@@ -99,11 +106,15 @@ def part_one(ticks: int) -> dict:
             "p99_us": p99,
             "min_ratio_to_clip": low / clip_min,
             "p50_ratio_to_clip": p50 / clip,
+            "fk_per_tick": fk_runs.get(name),
         }
         print(
             f"{name:32s} {low:7.2f} {p50:8.2f} {p99:9.2f} {low / clip_min:8.1f}x "
             f"{p50 / clip:8.1f}x"
         )
+    for name, fk in fk_runs.items():
+        if fk is not None:  # the workspace check proves most braking paths without FK
+            print(f"{name}: {fk:.2f} forward kinematics runs per tick")
     return summary
 
 
