@@ -78,7 +78,7 @@ class LearnerConfig:
         1.0,
         "RL/SGFT: trust region to the sim policy. Weight of the squared distance between "
         "the adapted and the base actor's deterministic actions, against the actor's Q "
-        "term divided by its mean magnitude (TD3+BC style); 0 turns it off.",
+        "term divided by its spread over the batch (TD3+BC style); 0 turns it off.",
         low=0.0,
         high=1e6,
     )

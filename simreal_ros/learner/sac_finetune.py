@@ -182,12 +182,14 @@ class ActorCriticFineTuner:
             "entropy": float(-log_prob.detach().mean()),
         }
         if self.base_actor is not None:
-            # Trust region to the sim policy (TD3+BC style): the Q term is divided by its own
-            # mean magnitude so that anchor_weight is free of the reward's scale, and the
-            # deterministic action is pulled back to the base actor's. With a few hundred
-            # real transitions the critic's action-gradient is unreliable away from the
-            # data; unanchored, one round moved the action by ~half its range.
-            q_scale = q.detach().abs().mean().clamp_min(1e-6)
+            # Trust region to the sim policy (TD3+BC style): the Q term is divided by the
+            # spread of Q over the batch so that anchor_weight is free of the reward's scale
+            # and offset (TD3+BC's mean |Q| is near 0 for SGFT's centred shaped reward, which
+            # would inflate the Q term), and the deterministic action is pulled back to the
+            # base actor's. With a few hundred real transitions the critic's action-gradient
+            # is unreliable away from the data; unanchored, one round moved the action by
+            # about half its range.
+            q_scale = q.detach().std().clamp_min(1e-6)
             with torch.no_grad():
                 base_action = self.base_actor(batch.obs)
             drift = (self.actor(batch.obs) - base_action).pow(2).sum(-1).mean()
