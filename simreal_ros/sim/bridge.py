@@ -106,14 +106,25 @@ class BridgeSink:
 
 class _Stream:
     """One periodic output: due every ``every`` physics steps (and, when the sim runs
-    faster than real time, not before ``period`` wall seconds since the last one)."""
+    faster than real time, not before ``period`` wall seconds since the last one).
 
-    __slots__ = ("emit", "every", "next_wall", "period")
+    ``emit`` is what happens on the sim-time schedule; ``publish`` what the wall-clock
+    gate sends when running faster than real time (the same, unless the stream has work
+    that must stay on sim time, like judging the task)."""
 
-    def __init__(self, every: int, period: float, emit: Callable[[], None]) -> None:
+    __slots__ = ("emit", "every", "next_wall", "period", "publish")
+
+    def __init__(
+        self,
+        every: int,
+        period: float,
+        emit: Callable[[], None],
+        publish: Callable[[], None] | None = None,
+    ) -> None:
         self.every = every
         self.period = period
         self.emit = emit
+        self.publish = publish or emit
         self.next_wall = 0.0
 
 
@@ -153,6 +164,7 @@ class SimBridgeCore:
                 every(config.task_status_rate_hz),
                 1 / config.task_status_rate_hz,
                 self._emit_task_status,
+                self._publish_task_status,
             ),
             _Stream(every(config.clock_rate_hz), 1 / config.clock_rate_hz, self.emit_clock),
         ]
@@ -241,19 +253,33 @@ class SimBridgeCore:
                         stream.emit()
 
     def step_faster_than_real_time(self, n: int) -> None:
-        """Advance ``n`` steps in one go, then emit each output whose wall-clock period
-        has passed: running faster than real time, subscribers still see at most the
-        configured rates, and publishing costs physics almost nothing."""
+        """Advance ``n`` steps, then publish each output whose wall-clock period has
+        passed: running faster than real time, subscribers still see at most the
+        configured rates, and publishing costs physics almost nothing.
+
+        The task is still judged at its own rate in sim time, published or not, exactly
+        as in lockstep and off ROS: a success between two published statuses (a cube
+        pushed through the goal) counts, and an episode's end is published at once."""
         now = time.monotonic()
+        task_every = self._task_every
         with self.lock:
-            self.physics.step(n)
-            self.total_steps += n
-            self.episode_steps += n
+            remaining = int(n)
+            while remaining > 0:
+                chunk = min(remaining, task_every - self.total_steps % task_every)
+                self.physics.step(chunk)
+                self.total_steps += chunk
+                self.episode_steps += chunk
+                remaining -= chunk
+                if self.total_steps % task_every == 0:
+                    ended = self._done or self._truncated
+                    self._update_task()
+                    if not ended and (self._done or self._truncated):
+                        self._publish_task_status()
             for stream in self._streams:
                 if now >= stream.next_wall:
                     # Keep the average rate (catch up one late period), never burst more.
                     stream.next_wall = max(stream.next_wall + stream.period, now - stream.period)
-                    stream.emit()
+                    stream.publish()
 
     def _update_task(self) -> None:
         task, physics = self.env.task, self.physics
@@ -301,6 +327,9 @@ class SimBridgeCore:
 
     def _emit_task_status(self) -> None:
         self._update_task()
+        self._publish_task_status()
+
+    def _publish_task_status(self) -> None:
         self.sink.task_status(self.sim_time, self.task_status())
 
     def emit_clock(self) -> None:

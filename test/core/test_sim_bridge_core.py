@@ -80,3 +80,25 @@ def test_time_limit_truncates_and_success_terminates():
     core.step(25)
     last = sink.statuses[-1]
     assert last.success and last.done and not last.truncated and last.reward > 0
+
+
+def test_faster_than_real_time_the_task_is_judged_on_sim_time_between_publishes():
+    # Statuses at 1 Hz: the wall-clock gate stays shut while the test steps (milliseconds).
+    core, sink = make_core(task_status_rate_hz=1.0)
+    published = -1
+    while published != len(sink.statuses):  # until the gate is shut for about a second
+        published = len(sink.statuses)
+        core.step_faster_than_real_time(1)
+    sink.statuses.clear()
+    physics, every = core.physics, core._task_every
+    core.step_faster_than_real_time(every - core.total_steps % every - 2)
+    cube = slice(physics.cube_qpos, physics.cube_qpos + 2)
+    physics.data.qpos[cube] = physics.goal()[:2]  # the cube passes through the goal...
+    physics.data.qvel[:] = 0.0
+    core.step_faster_than_real_time(3)  # ...across a task period's end...
+    physics.data.qpos[cube] = physics.goal()[:2] + 0.2  # ...and out again
+    core.step_faster_than_real_time(10)
+    assert core.task_status().done  # the episode ended with the success, and stays ended
+    assert [s.done and s.success for s in sink.statuses] == [True], (
+        "the success judged between two wall-gated statuses was not published at once"
+    )
