@@ -123,17 +123,22 @@ class LoopSession:
         rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
         executor = MultiThreadedExecutor(num_threads=3)
+        # The trial runner and the loop driver time everything on the wall clock, so they
+        # stay off /clock: every sim-time node here handles each /clock message in this
+        # executor, and that CPU (half a core for these two) is what the graph's nodes need
+        # to keep up when the sim runs faster than real time. The expert stamps its
+        # actions, so it follows sim time.
         trial = TrialRunnerNode(
             parameter_overrides=[
                 Parameter("task", value=self.config.task),
                 Parameter("timeout_s", value=float(self.config.episode_timeout_s)),
                 Parameter("keyboard", value=False),
-                Parameter("use_sim_time", value=True),
             ]
         )
-        sim_time = [Parameter("use_sim_time", value=True)]
-        driver = LoopDriverNode(parameter_overrides=sim_time)
-        self.expert = ExpertDriverNode(task=self.config.task, parameter_overrides=sim_time)
+        driver = LoopDriverNode()
+        self.expert = ExpertDriverNode(
+            task=self.config.task, parameter_overrides=[Parameter("use_sim_time", value=True)]
+        )
         for node in (trial, driver, self.expert):
             executor.add_node(node)
         spinner = threading.Thread(target=executor.spin, daemon=True)
