@@ -127,7 +127,8 @@ class LoopSession:
         # stay off /clock: every sim-time node here handles each /clock message in this
         # executor, and that CPU (half a core for these two) is what the graph's nodes need
         # to keep up when the sim runs faster than real time. The expert stamps its
-        # actions, so it follows sim time.
+        # actions, so it follows sim time; it exists only in runs that demonstrate (its
+        # /joint_states subscription alone costs a tenth of a core).
         trial = TrialRunnerNode(
             parameter_overrides=[
                 Parameter("task", value=self.config.task),
@@ -136,10 +137,13 @@ class LoopSession:
             ]
         )
         driver = LoopDriverNode()
-        self.expert = ExpertDriverNode(
-            task=self.config.task, parameter_overrides=[Parameter("use_sim_time", value=True)]
-        )
-        for node in (trial, driver, self.expert):
+        self.expert = None
+        if self.config.method == "bc" and self.config.expert_demos > 0:
+            self.expert = ExpertDriverNode(
+                task=self.config.task, parameter_overrides=[Parameter("use_sim_time", value=True)]
+            )
+        nodes = [node for node in (trial, driver, self.expert) if node is not None]
+        for node in nodes:
             executor.add_node(node)
         spinner = threading.Thread(target=executor.spin, daemon=True)
         spinner.start()
@@ -159,7 +163,7 @@ class LoopSession:
         finally:
             executor.shutdown()
             spinner.join(timeout=5.0)
-            for node in (trial, driver, self.expert):
+            for node in nodes:
                 node.destroy_node()
             rclpy.try_shutdown()
 
