@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from simreal_ros.config_schema import setting, validate
 
 METHODS = ("bc", "rl", "sgft")
-CRITIC_INITS = ("auto", "fresh", "checkpoint", "checkpoint_lora")
+CRITIC_INITS = ("auto", "fresh", "checkpoint", "checkpoint_lora", "sim_advantage")
 
 
 @dataclass
@@ -37,8 +37,9 @@ class LearnerConfig:
     )
     critic_init: str = setting(
         "auto",
-        "Critic start: fresh, the checkpoint's critics (H=inf only), or the checkpoint's "
-        "critics plus LoRA; auto = checkpoint for rl, fresh for sgft.",
+        "Critic start: fresh, the checkpoint's critics (H=inf only), the checkpoint's "
+        "critics plus LoRA, or (SGFT, any H) the sim advantage Q_sim - V_sim plus a "
+        "zero-initialised residual; auto = checkpoint for rl, sim_advantage for sgft.",
         choices=CRITIC_INITS,
     )
     # Optimisation.
@@ -75,10 +76,11 @@ class LearnerConfig:
         high=100.0,
     )
     anchor_weight: float = setting(
-        1.0,
-        "RL/SGFT: trust region to the sim policy. Weight of the squared distance between "
-        "the adapted and the base actor's deterministic actions, against the actor's Q "
-        "term divided by its spread over the batch (TD3+BC style); 0 turns it off.",
+        2.0,
+        "RL/SGFT: trust region to the sim policy. Weight w of the squared distance between "
+        "the adapted and the base actor's deterministic actions, against the actor's Q term "
+        "divided by the mean norm of its action-gradient: the action settles about "
+        "1 / (2 w) (normalised units) from the base where the critic keeps pulling; 0 = off.",
         low=0.0,
         high=1e6,
     )
@@ -197,6 +199,11 @@ class LearnerConfig:
                 "critic_init=checkpoint needs horizon=0 (infinite): the checkpoint's "
                 "critic has no horizon-indexed heads. Use critic_init=fresh or auto."
             )
+        if self.critic_init == "sim_advantage" and self.method != "sgft":
+            raise ValueError(
+                "critic_init=sim_advantage is SGFT's warm start (the critic learns the shaped "
+                "return, whose sim value is Q_sim - V_sim); use it with method=sgft."
+            )
         bad = [c for c in self.screen_conditions if c not in ("train", "shifted")]
         if bad:
             raise ValueError(f"screen_conditions {bad} unknown; use train and/or shifted.")
@@ -210,7 +217,9 @@ class LearnerConfig:
     def resolved_critic_init(self) -> str:
         if self.critic_init != "auto":
             return self.critic_init
-        return "checkpoint" if self.method == "rl" else "fresh"
+        if self.method == "rl":
+            return "checkpoint"
+        return "sim_advantage" if self.method == "sgft" else "fresh"
 
     @property
     def effective_learning_rate(self) -> float:

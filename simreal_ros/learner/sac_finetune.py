@@ -182,14 +182,15 @@ class ActorCriticFineTuner:
             "entropy": float(-log_prob.detach().mean()),
         }
         if self.base_actor is not None:
-            # Trust region to the sim policy (TD3+BC style): the Q term is divided by the
-            # spread of Q over the batch so that anchor_weight is free of the reward's scale
-            # and offset (TD3+BC's mean |Q| is near 0 for SGFT's centred shaped reward, which
-            # would inflate the Q term), and the deterministic action is pulled back to the
-            # base actor's. With a few hundred real transitions the critic's action-gradient
-            # is unreliable away from the data; unanchored, one round moved the action by
+            # Trust region to the sim policy. The Q term is divided by the mean norm of its
+            # action-gradient, so it pulls with unit strength whatever the reward's scale,
+            # offset or the critic's form; the anchor 2 * w * (pi(s) - pi_base(s)) balances
+            # it where the deterministic action is about 1 / (2 w) from the base actor's.
+            # With a few hundred real transitions the critic's action-gradient is
+            # unreliable away from the data; unanchored, one round moved the action by
             # about half its range.
-            q_scale = q.detach().std().clamp_min(1e-6)
+            (gradient,) = torch.autograd.grad(q.sum(), action, retain_graph=True)
+            q_scale = gradient.detach().norm(dim=-1).mean().clamp_min(1e-6)
             with torch.no_grad():
                 base_action = self.base_actor(batch.obs)
             drift = (self.actor(batch.obs) - base_action).pow(2).sum(-1).mean()

@@ -179,6 +179,74 @@ class HorizonCritic(nn.Module):
         return self.q1(x), self.q2(x)
 
 
+class SimAdvantageCritic(nn.Module):
+    """SGFT's horizon critic warm-started at the sim advantage: every head k starts at
+    scale * (Q_sim(s, a) - V_sim(s)), plus a trainable residual whose output layer starts
+    at zero.
+
+    Why that start: where V_sim is the value of the policy in the real system, the k-step
+    shaped return telescopes to sum_i gamma^i r_i + gamma^k V_sim(s_k) - V_sim(s), whose
+    expectation is Q_sim(s, a) - V_sim(s) for every k. So the first actor gradients are the
+    pretrained critic's (as in the RL fine-tuning warm start), and the residual learns
+    only the real system's correction; a fresh critic fitted on a few hundred real
+    transitions has an action-gradient that is mostly noise.
+
+    The sim parts are private frozen copies (requires_grad off); gradients still flow to
+    the action through Q_sim. ``mean_action(actor, obs)`` is the sim actor's deterministic
+    action, ``twin_q(critic, obs, action)`` gives (Q1, Q2), each (B,) or (B, 1).
+    """
+
+    def __init__(
+        self,
+        sim_actor: nn.Module,
+        sim_critic: nn.Module,
+        mean_action: Callable[[nn.Module, torch.Tensor], torch.Tensor],
+        twin_q: Callable[
+            [nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]
+        ],
+        obs_dim: int,
+        act_dim: int,
+        horizon: int | None,
+        scale: float,
+        hidden: tuple[int, ...] = (256, 256),
+    ) -> None:
+        super().__init__()
+        self.horizon = horizon
+        self.scale = float(scale)
+        self.sim_actor = copy.deepcopy(sim_actor).eval()
+        self.sim_critic = copy.deepcopy(sim_critic).eval()
+        for module in (self.sim_actor, self.sim_critic):
+            for p in module.parameters():
+                p.requires_grad_(False)
+        self._mean_action = mean_action
+        self._twin_q = twin_q
+        heads = 1 if horizon is None else horizon
+        self.residual1 = _mlp(obs_dim + act_dim, hidden, heads)
+        self.residual2 = _mlp(obs_dim + act_dim, hidden, heads)
+        for residual in (self.residual1, self.residual2):
+            nn.init.zeros_(residual[-1].weight)
+            nn.init.zeros_(residual[-1].bias)
+
+    def sim_advantage(
+        self, obs: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.no_grad():
+            m1, m2 = self._twin_q(self.sim_critic, obs, self._mean_action(self.sim_actor, obs))
+            v_sim = torch.minimum(m1.reshape(-1), m2.reshape(-1))
+        q1, q2 = self._twin_q(self.sim_critic, obs, action)
+        return (
+            self.scale * (q1.reshape(-1) - v_sim).unsqueeze(-1),
+            self.scale * (q2.reshape(-1) - v_sim).unsqueeze(-1),
+        )
+
+    def forward(
+        self, obs: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        a1, a2 = self.sim_advantage(obs, action)
+        x = torch.cat([obs, action], dim=-1)
+        return a1 + self.residual1(x), a2 + self.residual2(x)
+
+
 def _mlp(inputs: int, hidden: tuple[int, ...], outputs: int) -> nn.Sequential:
     layers: list[nn.Module] = []
     for width in hidden:

@@ -37,6 +37,7 @@ from simreal_ros.learner.sac_finetune import ActorCriticFineTuner, ColumnCritic
 from simreal_ros.learner.sgft import (
     FrozenSimValue,
     HorizonCritic,
+    SimAdvantageCritic,
     ValueExploitMonitor,
     fixed_reward_scale,
     shape_rewards,
@@ -323,6 +324,18 @@ class LearnerSession:
         init = self.config.resolved_critic_init
         if init == "fresh":
             return HorizonCritic(arch.obs_dim, arch.act_dim, horizon, arch.critic_hidden)
+        if init == "sim_advantage":
+            return SimAdvantageCritic(
+                self.checkpoint.model.actor,
+                self.checkpoint.model.critic,
+                actor_mean,
+                twin_q,
+                arch.obs_dim,
+                arch.act_dim,
+                horizon,
+                self.reward_scale,
+                arch.critic_hidden,
+            ).train()
         if horizon is not None:
             raise ValueError("a checkpoint critic has one head; it needs horizon 0 (infinite).")
         import copy

@@ -10,6 +10,7 @@ from simreal_ros.learner.replay import Transitions
 from simreal_ros.learner.sgft import (
     FrozenSimValue,
     HorizonCritic,
+    SimAdvantageCritic,
     ValueExploitMonitor,
     critic_targets,
     fixed_reward_scale,
@@ -186,3 +187,58 @@ def _chain(rewards, values, terminal_last, episode="e"):
         v_sim=values[:-1],
         v_sim_next=values[1:],
     )
+
+
+def test_sim_advantage_critic_starts_at_scale_times_q_sim_minus_v_sim():
+    torch.manual_seed(0)
+    model = ActorCritic(
+        Architecture(obs_dim=5, act_dim=2, actor_hidden=(16,), critic_hidden=(16,))
+    )
+    mean, twin = (lambda a, o: a(o)), (lambda c, o, a: c(o, a))
+    critic = SimAdvantageCritic(model.actor, model.critic, mean, twin, 5, 2, 3, 2.0, (8,))
+    obs, action = torch.randn(16, 5), torch.rand(16, 2) * 2 - 1
+    q1, q2 = critic(obs, action)
+    assert q1.shape == (16, 3) and q2.shape == (16, 3)
+    with torch.no_grad():
+        s1, s2 = model.critic(obs, action)
+        v = model.v_sim(obs)
+    for head in range(3):  # every head starts at the same sim advantage
+        torch.testing.assert_close(q1[:, head], 2.0 * (s1 - v))
+        torch.testing.assert_close(q2[:, head], 2.0 * (s2 - v))
+    # At the sim actor's own action the (pessimistic) advantage is zero.
+    m1, m2 = critic(obs, model.actor(obs).detach())
+    torch.testing.assert_close(torch.minimum(m1, m2), torch.zeros(16, 3), atol=1e-6, rtol=0)
+    # The action-gradient is Q_sim's (the RL warm start's), scaled.
+    a = action.clone().requires_grad_(True)
+    critic(obs, a)[0][:, -1].sum().backward()
+    b = action.clone().requires_grad_(True)
+    model.critic(obs, b)[0].sum().backward()
+    torch.testing.assert_close(a.grad, 2.0 * b.grad)
+
+
+def test_sim_advantage_critic_trains_only_its_residual():
+    torch.manual_seed(0)
+    model = ActorCritic(
+        Architecture(obs_dim=5, act_dim=2, actor_hidden=(16,), critic_hidden=(16,))
+    )
+    critic = SimAdvantageCritic(
+        model.actor, model.critic, lambda a, o: a(o), lambda c, o, a: c(o, a), 5, 2, 1, 1.0, (8,)
+    )
+    trainable = {n for n, p in critic.named_parameters() if p.requires_grad}
+    assert trainable and all(n.startswith("residual") for n in trainable)
+    sim_before = {k: v.clone() for k, v in critic.state_dict().items() if k.startswith("sim_")}
+    optimizer = torch.optim.Adam([p for p in critic.parameters() if p.requires_grad], lr=1e-2)
+    obs, action = torch.randn(64, 5), torch.rand(64, 2)
+    target = 0.5 * obs[:, :1] - 0.3 * action[:, 1:]  # a smooth real correction
+    first = None
+    for _ in range(200):
+        q1, q2 = critic(obs, action)
+        loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
+        first = float(loss) if first is None else first
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert float(loss) < 0.5 * first  # the residual fits the real correction
+    for key, value in critic.state_dict().items():
+        if key.startswith("sim_"):
+            torch.testing.assert_close(value, sim_before[key])
