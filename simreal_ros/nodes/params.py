@@ -6,7 +6,9 @@ import dataclasses
 from typing import Any
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.exceptions import InvalidParameterTypeException
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 
 from simreal_ros import config_schema
 
@@ -42,6 +44,17 @@ def _default_of(field: dataclasses.Field) -> Any:
     return field.default_factory()  # type: ignore[misc]
 
 
+def _widen_integer_override(node: Node, name: str, default: Any) -> None:
+    """An integer override of a float parameter (``rate:=2`` from the command line or YAML)
+    becomes the float it means; rclpy would refuse it as the wrong type at declaration."""
+    overrides = getattr(node, "_parameter_overrides", None)  # rclpy keeps them here
+    if not isinstance(default, float) or not isinstance(overrides, dict):
+        return
+    given = overrides.get(name)
+    if given is not None and given.type_ == Parameter.Type.INTEGER:
+        overrides[name] = Parameter(name, Parameter.Type.DOUBLE, float(given.value))
+
+
 def declare_config(node: Node, config_cls: type, prefix: str = "") -> Any:
     """Declare every field of ``config_cls`` and return the validated config.
 
@@ -52,7 +65,14 @@ def declare_config(node: Node, config_cls: type, prefix: str = "") -> Any:
     for field in dataclasses.fields(config_cls):
         default = _default_of(field)
         name = prefix + field.name
-        node.declare_parameter(name, default, _descriptor(field, default))
+        _widen_integer_override(node, name, default)
+        try:
+            node.declare_parameter(name, default, _descriptor(field, default))
+        except InvalidParameterTypeException as error:
+            raise ValueError(
+                f"parameter {name!r} of node {node.get_name()!r} must be a "
+                f"{type(default).__name__} (default {default!r}): {error}"
+            ) from None
         value = node.get_parameter(name).value
         if isinstance(default, list) and value is None:
             value = []
