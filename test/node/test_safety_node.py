@@ -102,6 +102,17 @@ class Bench:
                 self.send_action(action)
             spin_until(self.executor, lambda: False, 0.01)
 
+    def drive_until(self, condition, timeout: float, action=None) -> bool:
+        """Like ``drive``, but until ``condition()`` holds (a loaded machine may need long)."""
+        import time
+
+        end = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > end:
+                return False
+            self.drive(0.01, action=action)
+        return True
+
     def call(self, client) -> Trigger.Response:
         assert client.wait_for_service(timeout_sec=5.0)
         future = client.call_async(Trigger.Request())
@@ -228,8 +239,10 @@ def test_status_names_the_limit_and_refusals_hold(bench):
     ):
         bench.statuses.clear()
         bench.send_action(bad, names)
-        bench.drive(0.05, action=None)
-        assert any(i.limit == reason for s in bench.statuses for i in s.interventions), reason
+        refused = lambda r=reason: any(  # noqa: E731
+            i.limit == r for s in bench.statuses for i in s.interventions
+        )
+        assert bench.drive_until(refused, 10.0), reason
         assert bench.statuses[-1].state == SafetyStatus.STATE_HOLDING
         assert np.all(np.isfinite(bench.commands[-1]))
 
