@@ -3,7 +3,9 @@
 For each screened condition (train, shifted) the candidate and the running policy play
 the SAME seeds in sim. The candidate is promoted only if, in every condition,
   1. the Wilson 95% lower bound of its success rate clears ``ci_low_threshold``, and
-  2. its success rate is not below the running policy's by more than ``tolerance``.
+  2. its success rate is not below the reference's by more than ``tolerance``; the
+     reference is the running policy, or the base checkpoint where that screens better,
+     so that a chain of promotions cannot ratchet down a tolerance at a time.
 Otherwise it is rejected, and the reason carries the numbers. The evaluation itself is
 injected (``Evaluator``); ``policy_evaluator`` uses the policy package's parallel,
 spawned-worker evaluation.
@@ -131,8 +133,9 @@ def decide(
             )
         if not result.passed_tolerance:
             failures.append(
-                f"{condition}: success {rate:.2f} is worse than the running policy's "
-                f"{base_rate:.2f} by more than {tolerance:.2f} on the same seeds"
+                f"{condition}: success {rate:.2f} is worse than the reference policy's "
+                f"{base_rate:.2f} (the better of the running version and the base) by more "
+                f"than {tolerance:.2f} on the same seeds"
             )
     summary = "; ".join(
         f"{r.condition} {r.successes}/{r.episodes} (CI [{r.ci_low:.2f}, {r.ci_high:.2f}], "
@@ -165,19 +168,32 @@ def screen(
     profile: str = "",
     baseline_cache: dict[tuple, EvaluationSummary] | None = None,
 ) -> GateDecision:
-    """Evaluate candidate and running policy on the same seeds, then ``decide``.
+    """Evaluate candidate and reference policy on the same seeds, then ``decide``.
 
-    ``baseline_cache`` avoids re-screening the running policy every round: it is keyed by
-    (running adapter, condition, seeds) and the caller drops it on promotion.
+    The reference is the running policy or, where it screens better, the base checkpoint.
+    ``baseline_cache`` avoids re-screening them every round: it is keyed by (adapter,
+    condition, seeds).
     """
     candidate, baseline = {}, {}
+    cache = baseline_cache if baseline_cache is not None else {}
+
+    def reference(adapter: Path | None, condition: str) -> EvaluationSummary:
+        key = (str(adapter), condition, tuple(seeds))
+        if key not in cache:
+            cache[key] = evaluator(checkpoint_dir, adapter, condition, seeds)
+        return cache[key]
+
     for condition in conditions:
         candidate[condition] = evaluator(checkpoint_dir, candidate_adapter, condition, seeds)
-        key = (str(running_adapter), condition, tuple(seeds))
-        if baseline_cache is not None and key in baseline_cache:
-            baseline[condition] = baseline_cache[key]
-        else:
-            baseline[condition] = evaluator(checkpoint_dir, running_adapter, condition, seeds)
-            if baseline_cache is not None:
-                baseline_cache[key] = baseline[condition]
+        baseline[condition] = reference(running_adapter, condition)
+        if running_adapter is not None:
+            # The tolerance is against the better of the running version and the base, so
+            # that promotions cannot ratchet down a tolerance's worth at a time.
+            base = reference(None, condition)
+            if _rate(base) > _rate(baseline[condition]):
+                baseline[condition] = base
     return decide(candidate, baseline, ci_low_threshold, tolerance, profile, seeds)
+
+
+def _rate(summary: EvaluationSummary) -> float:
+    return summary.successes / summary.episodes if summary.episodes else 0.0

@@ -589,7 +589,8 @@ class LearnerSession:
             self.store.activate(candidate.version, "promoted")
             self.running_version = candidate.version
             self.running_state = lora.adapter_state(self.actor_peft)
-            self.baseline_cache.clear()
+            # The base's screening stays valid; the old running version's is not needed.
+            self.baseline_cache = {k: v for k, v in self.baseline_cache.items() if k[0] == "None"}
         else:
             # Continue from the running adapter, not from the rejected one.
             lora.set_adapter_weights(self.actor_peft, self.running_state)

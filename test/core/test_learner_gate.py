@@ -7,6 +7,8 @@ policy package's MuJoCo evaluation in test_learner_session.py.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -56,7 +58,7 @@ def test_rejects_a_candidate_worse_than_the_running_policy_beyond_tolerance():
         tolerance=0.1,
     )
     assert not decision.promoted
-    assert "shifted" in decision.reason and "worse than the running policy" in decision.reason
+    assert "shifted" in decision.reason and "worse than the reference policy" in decision.reason
     assert decision.results[0].passed and not decision.results[1].passed_tolerance
     # Within tolerance passes.
     assert decide({"train": summary(16)}, {"train": summary(17)}, 0.2, 0.1).promoted
@@ -158,3 +160,33 @@ def test_running_policy_is_screened_once_per_seed_set(toy):
         screen(evaluator, None, root / name, None, ["train"], [1, 2, 3], 0.0, 1.0,
                baseline_cache=cache)  # fmt: skip
     assert [c for c in evaluator.calls if c[0] is None] == [(None, "train")]
+
+
+def test_the_tolerance_is_against_the_base_too_so_promotions_cannot_ratchet_down(tmp_path):
+    # Sim success per policy on the screened seeds: each adapter a little worse than its
+    # parent, each within the tolerance of its parent, the second beyond it of the base.
+    rates = {None: 20, "v1": 18, "v2": 16}
+    calls = []
+
+    def evaluator(checkpoint_dir, adapter, condition, seeds):
+        name = None if adapter is None else Path(adapter).name
+        calls.append(name)
+        return summary(rates[name], len(seeds))
+
+    cache = {}
+    seeds = list(range(20))
+    first = screen(evaluator, None, tmp_path / "v1", None, ["train"], seeds, 0.3, 0.1,
+                   baseline_cache=cache)  # fmt: skip
+    assert first.promoted, first.reason
+    second = screen(evaluator, None, tmp_path / "v2", tmp_path / "v1", ["train"], seeds, 0.3,
+                    0.1, baseline_cache=cache)  # fmt: skip
+    assert not second.promoted
+    assert second.results[0].baseline_successes == 20  # the base, which screens better
+    assert "the better of the running version and the base" in second.reason
+    assert calls.count(None) == 1  # the base was screened once and cached
+    # Where the running version screens better than the base it is the reference.
+    rates["v1"] = 20
+    rates[None] = 15
+    third = screen(evaluator, None, tmp_path / "v2", tmp_path / "v1", ["train"], seeds, 0.3,
+                   0.1, baseline_cache={})  # fmt: skip
+    assert not third.promoted and third.results[0].baseline_successes == 20
