@@ -12,7 +12,6 @@ reparameterised tanh-Gaussian action and its log-probability.
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 
@@ -23,7 +22,7 @@ from torch import nn
 from simreal_ros.learner import lora
 from simreal_ros.learner.bc import bc_loss
 from simreal_ros.learner.replay import Batch, CoTrainingSampler, Transitions
-from simreal_ros.learner.sgft import actor_head, critic_targets
+from simreal_ros.learner.sgft import actor_head, critic_targets, frozen_copy
 
 
 class ColumnCritic(nn.Module):
@@ -87,15 +86,11 @@ class ActorCriticFineTuner:
         self.anchor_weight = anchor_weight
         self.base_actor = None
         if base_actor is not None and anchor_weight > 0:
-            self.base_actor = copy.deepcopy(base_actor).eval()
-            for p in self.base_actor.parameters():
-                p.requires_grad_(False)
+            self.base_actor = frozen_copy(base_actor)
         self.actor_peft = actor_peft
         self.actor = lora.inner(actor_peft)
         self.critic = critic
-        self.target_critic = copy.deepcopy(critic).eval()
-        for p in self.target_critic.parameters():
-            p.requires_grad_(False)
+        self.target_critic = frozen_copy(critic)  # moved only by Polyak averaging
         self.sampler = CoTrainingSampler(data, real_weight, sim_weight, sim_replay, seed=seed)
         self.extra_batches = extra_batches  # e.g. model rollouts: callable(n) -> Batch | None
         self.actor_params = [p for _, p in lora.trainable_parameters(actor_peft)]

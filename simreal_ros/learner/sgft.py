@@ -74,6 +74,14 @@ def fixed_reward_scale(
 
 
 # ---------------------------------------------------------------- frozen V_sim
+def frozen_copy(module: nn.Module) -> nn.Module:
+    """A private copy in eval mode with every weight's requires_grad off."""
+    copied = copy.deepcopy(module).eval()
+    for p in copied.parameters():
+        p.requires_grad_(False)
+    return copied
+
+
 class FrozenSimValue:
     """V_sim(s) from a private, frozen copy of the pretrained actor and critics.
 
@@ -97,11 +105,8 @@ class FrozenSimValue:
     ) -> None:
         if action_samples and sample_action is None:
             raise ValueError("action_samples > 0 needs a sample_action function.")
-        self._actor = copy.deepcopy(actor).eval()
-        self._critic = copy.deepcopy(critic).eval()
-        for module in (self._actor, self._critic):
-            for p in module.parameters():
-                p.requires_grad_(False)
+        self._actor = frozen_copy(actor)
+        self._critic = frozen_copy(critic)
         self._mean_action = mean_action
         self._sample_action = sample_action
         self._twin_q = twin_q
@@ -213,11 +218,8 @@ class SimAdvantageCritic(nn.Module):
         super().__init__()
         self.horizon = horizon
         self.scale = float(scale)
-        self.sim_actor = copy.deepcopy(sim_actor).eval()
-        self.sim_critic = copy.deepcopy(sim_critic).eval()
-        for module in (self.sim_actor, self.sim_critic):
-            for p in module.parameters():
-                p.requires_grad_(False)
+        self.sim_actor = frozen_copy(sim_actor)
+        self.sim_critic = frozen_copy(sim_critic)
         self._mean_action = mean_action
         self._twin_q = twin_q
         heads = 1 if horizon is None else horizon
