@@ -234,11 +234,11 @@ def test_sim_advantage_critic_trains_only_its_residual():
     for _ in range(200):
         q1, q2 = critic(obs, action)
         loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
-        first = float(loss) if first is None else first
+        first = float(loss.detach()) if first is None else first
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    assert float(loss) < 0.5 * first  # the residual fits the real correction
+    assert float(loss.detach()) < 0.5 * first  # the residual fits the real correction
     for key, value in critic.state_dict().items():
         if key.startswith("sim_"):
             torch.testing.assert_close(value, sim_before[key])

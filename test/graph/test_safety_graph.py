@@ -152,9 +152,9 @@ def test_killing_the_policy_holds_the_arm_and_limits_hold_in_physics(
     )
 
     def following() -> bool:
-        # The probe must also have matched the policy's publisher: the hold is measured from
-        # the policy's last action stamp.
-        if len(commands) < 3 or not statuses or len(action_stamps) < 3:
+        # The probe must also have matched the policy's and the bridge's publishers: the hold
+        # is measured from the policy's last action stamp, the rest from the joint states.
+        if len(commands) < 3 or not statuses or len(action_stamps) < 3 or len(states) < 3:
             return False
         velocity = (commands[-1][1] - commands[-2][1]) / PERIOD
         return (
@@ -197,6 +197,7 @@ def test_killing_the_policy_holds_the_arm_and_limits_hold_in_physics(
     # Held: the commands stopped changing and the physical arm came to rest.
     last = [c for _, c in commands[-10:]]
     np.testing.assert_allclose(last[-1], last[0], atol=1e-9)  # no longer moving
+    assert states and len(states[-1][1].velocity) >= 6, "no full /joint_states at the probe"
     arm_speed = np.abs(np.asarray(states[-1][1].velocity)[:6])
     assert arm_speed.max() < 0.05, f"the arm is still moving: {arm_speed}"
 

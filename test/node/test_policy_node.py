@@ -179,12 +179,18 @@ class SimClock:
     def last_sequence(self) -> int:
         return self.world.actions[-1].sequence if self.world.actions else -1
 
-    def advance_until(self, condition, max_ticks: int) -> bool:
-        for _ in range(max_ticks):
-            if condition():
-                return True
+    def advance_until(self, condition, timeout_s: float) -> bool:
+        """Tick until ``condition()``; the limit is wall time, because what ticks wait for
+        (an adapter merging on the worker thread) runs in wall time, and a quiet machine
+        ticks fast."""
+        import time
+
+        end = time.monotonic() + timeout_s
+        while not condition():
+            if time.monotonic() > end:
+                return False
             self.advance()
-        return condition()
+        return True
 
 
 def test_hot_swap_at_100_hz_misses_no_tick_and_rollback_returns(rclpy_context, executor, tmp_path):
@@ -225,7 +231,7 @@ def test_hot_swap_at_100_hz_misses_no_tick_and_rollback_returns(rclpy_context, e
     world.updates.publish(update)
     # Ticks continue while the adapter loads off the executor thread.
     ticks_before = len(world.actions)
-    assert clock.advance_until(lambda: world.actions[-1].policy_version == "a1", 1000)
+    assert clock.advance_until(lambda: world.actions[-1].policy_version == "a1", 60.0)
     print(f"swap after {len(world.actions) - ticks_before} ticks of loading")
     clock.advance(100)
 
