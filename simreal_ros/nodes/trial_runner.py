@@ -98,6 +98,8 @@ class TrialRunnerNode(Node):
             if not self._episode_id or (msg.episode_id and msg.episode_id != self._episode_id):
                 return
             end = self._end
+            if end.done or end.truncated:
+                return  # the episode is over: a later status must not change its result
             if msg.step != self._last_step:  # count each control step's reward once
                 self._last_step = msg.step
                 end.total_reward += msg.reward
