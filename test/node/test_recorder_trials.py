@@ -127,7 +127,6 @@ def running_graph(rclpy_context, tmp_path):
 def test_five_labelled_episodes_through_reset_record_and_task_status(running_graph):
     runner, _ = running_graph
     results = run_trials(runner, 5, "train", seeds=range(5), timeout_s=5.0, progress=False)
-    print([(r.outcome, r.steps, r.timed_out, r.note) for r in results])
     assert [r.error for r in results] == [""] * 5
     assert [r.outcome for r in results] == ["success", "failure", "success", "failure", "failure"]
     assert [r.steps for r in results[:4]] == [8] * 4
