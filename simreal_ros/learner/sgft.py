@@ -24,6 +24,10 @@ import numpy as np
 import torch
 from torch import nn
 
+# The sim actor's deterministic action, and the twin critics' (Q1, Q2) at (obs, action).
+MeanAction = Callable[[nn.Module, torch.Tensor], torch.Tensor]
+TwinQ = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
 
 # ---------------------------------------------------------------- shaping (numpy, exact)
 def shape_rewards(
@@ -95,10 +99,8 @@ class FrozenSimValue:
         self,
         actor: nn.Module,
         critic: nn.Module,
-        mean_action: Callable[[nn.Module, torch.Tensor], torch.Tensor],
-        twin_q: Callable[
-            [nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]
-        ],
+        mean_action: MeanAction,
+        twin_q: TwinQ,
         sample_action: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None,
         action_samples: int = 0,
         seed: int = 0,
@@ -205,10 +207,8 @@ class SimAdvantageCritic(nn.Module):
         self,
         sim_actor: nn.Module,
         sim_critic: nn.Module,
-        mean_action: Callable[[nn.Module, torch.Tensor], torch.Tensor],
-        twin_q: Callable[
-            [nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]
-        ],
+        mean_action: MeanAction,
+        twin_q: TwinQ,
         obs_dim: int,
         act_dim: int,
         horizon: int | None,
