@@ -165,6 +165,16 @@ class SafetyConfig:
         read_only=True,
         unit="m",
     )
+    workspace_slide_margin: float = setting(
+        0.001,
+        "A step that would leave the box first loses only its outward part, aiming this far "
+        "inside the face, so the tool slides along a face instead of sticking to it "
+        "(0: only scale the whole step back)",
+        low=0.0,
+        high=0.05,
+        read_only=True,
+        unit="m",
+    )
     workspace_bisection_steps: int = setting(
         8,
         "Bisection steps used to scale a step back to the workspace boundary",

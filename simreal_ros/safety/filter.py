@@ -571,7 +571,8 @@ class SafetyFilter:
         return limit, excess
 
     def _check_workspace(self, result: TickResult, out: list, v_out: list) -> tuple:
-        """Scale the step back toward braking until the tool's path stays inside
+        """Keep the tool's path inside: first drop the step's outward part (slide along
+        the face), then scale that back toward braking until the path is proved
         (bisection); returns the step's end and velocity.
 
         A step is acceptable when its whole path (the step and the braking that may follow
@@ -596,6 +597,21 @@ class SafetyFilter:
         lo, hi = limiter.bounds_without_jerk(physical_only=True)
         v_brake = np.clip(0.0, lo, hi).tolist()
         dt = self.dt
+        margin = self.config.workspace_slide_margin
+        if margin > 0.0 and current <= 0.0:
+            # Keep the motion along the face: only the outward part goes, within the
+            # limits a jerk-free step allows (the same box the braking below lives in).
+            slide = self.workspace.slide_step(q, [w * dt for w in v_out], margin)
+            lo_all, hi_all = limiter.bounds_without_jerk(physical_only=False)
+            v_slide = [
+                min(max(s * self._inv_dt, a), b)
+                for s, a, b in zip(slide, lo_all.tolist(), hi_all.tolist(), strict=True)
+            ]
+            end = [p + w * dt for p, w in zip(q, v_slide, strict=True)]
+            if not self._path_violation(q, end, v_slide)[0]:
+                self._add(result, limit, "", excess, 0.0, excess)
+                return end, v_slide
+            v_out = v_slide  # not proved as it is: scale the slide back instead
 
         def trial(scale: float) -> tuple[list, list, str, float]:
             v_step = [b + scale * (w - b) for w, b in zip(v_out, v_brake, strict=True)]

@@ -44,7 +44,7 @@ class Workspace:
             raise ValueError(f"workspace check: robot model {path} does not exist.")
         self.model = mujoco.MjModel.from_xml_path(str(path))
         self.data = mujoco.MjData(self.model)  # private copy, never shared
-        addresses = []
+        addresses, dofs = [], []
         for name in joint_names:
             joint_id = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, name)
             if joint_id < 0:
@@ -53,11 +53,15 @@ class Workspace:
                     "description's joint names must match the MJCF."
                 )
             addresses.append(int(self.model.jnt_qposadr[joint_id]))
+            dofs.append(int(self.model.jnt_dofadr[joint_id]))
         self._qpos_address = np.asarray(addresses, dtype=np.intp)
+        self._dof_address = np.asarray(dofs, dtype=np.intp)
         site_id = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, site)
         if site_id < 0:
             raise ValueError(f"workspace check: site {site!r} is not in the robot model {path}.")
         self.site = site
+        self._site_id = site_id
+        self._jacp = np.zeros((3, self.model.nv))
         self._site_xpos = self.data.site_xpos[site_id]  # a view, refreshed by mj_kinematics
         self.lower = tuple(float(x) for x in lower)
         self.upper = tuple(float(x) for x in upper)
@@ -160,6 +164,46 @@ class Workspace:
                 depth = min(x - box[0], box[3] - x, y - box[1], box[4] - y, z - box[2], box[5] - z)
                 return "keep_out", depth
         return "", 0.0
+
+    def slide_step(self, q: Sequence[float], step: Sequence[float], margin: float) -> list:
+        """The joint step nearest ``step`` whose tool motion, to first order, stays
+        ``margin`` inside every face of the box it would otherwise cross.
+
+        It removes only the part of the motion that heads out of the box, so a tool pushed
+        against a face (the table) slides along it instead of stopping. Keep-out boxes get
+        no sliding: the arm stops at them rather than being steered around them by joints
+        the policy did not move. It is a proposal: the caller proves its path like any
+        other step.
+        """
+        mujoco, model, data = self._mujoco, self.model, self.data
+        data.qpos.put(self._qpos_address, q)
+        mujoco.mj_kinematics(model, data)
+        mujoco.mj_comPos(model, data)
+        mujoco.mj_jacSite(model, data, self._jacp, None, self._site_id)
+        jacobian = self._jacp[:, self._dof_address]  # tool metres per joint unit, 3 x n
+        point = np.array(self._site_xpos)
+        lo, hi = self.lower, self.upper
+        step = np.array(step, dtype=float)
+        for _ in range(3):  # a few passes settle a corner where two faces act
+            moved = False
+            end = point + jacobian @ step
+            rows = []  # (inward sign, axis, least inward tool motion along that axis)
+            for axis in range(3):
+                if end[axis] < lo[axis] + margin:
+                    rows.append((1.0, axis, lo[axis] + margin - point[axis]))
+                elif end[axis] > hi[axis] - margin:
+                    rows.append((-1.0, axis, point[axis] - (hi[axis] - margin)))
+            for sign, axis, need in rows:
+                gradient = sign * jacobian[axis]
+                motion = float(gradient @ step)
+                if motion < need:
+                    norm = float(gradient @ gradient)
+                    if norm > 1e-12:
+                        step += ((need - motion) / norm) * gradient
+                        moved = True
+            if not moved:
+                break
+        return step.tolist()
 
     def clearance(self, q) -> tuple[float, str]:
         """Signed distance of the tool from the nearest limit, and that limit's name.

@@ -243,6 +243,49 @@ def test_workspace_box_stops_the_tool_at_the_boundary():
     assert any(i.limit == "workspace" for _, r in results for i in r.interventions)
 
 
+def _press_and_pan(slide_margin: float) -> tuple[np.ndarray, list, float]:
+    """Command the tool down through a floor 1 cm under it while the shoulder pans."""
+    home = np.asarray(ROBOT.home_position, dtype=float)
+    probe = SafetyFilter.from_description(ROBOT, SafetyConfig())
+    home_tool = probe.workspace.ee_position(home).copy()
+    floor = home_tool[2] - 0.01
+    lower = list(ROBOT.workspace_lower)
+    lower[2] = floor
+    f = SafetyFilter.from_description(
+        ROBOT,
+        SafetyConfig(
+            command_timeout=0.1, workspace_lower=lower, workspace_slide_margin=slide_margin
+        ),
+    )
+    down = np.zeros_like(home)  # the joint direction that lowers the tool fastest
+    for j in range(6):
+        bumped = home.copy()
+        bumped[j] += 1e-4
+        down[j] = -(f.workspace.ee_position(bumped)[2] - home_tool[2]) / 1e-4
+    target = home + 0.15 * down / np.linalg.norm(down)
+    target[0] += 0.4  # and pan
+    clock = Clock()
+    f.submit_state(home, clock.t, clock.t)
+    outs = [step(f, clock, target)[0] for _ in range(150)]
+    return target, outs, floor, f
+
+
+def test_a_tool_pressed_against_a_face_slides_along_it():
+    target, outs, floor, f = _press_and_pan(slide_margin=0.001)
+    tools = np.array([f.workspace.ee_position(out).copy() for out in outs])
+    assert tools[:, 2].min() >= floor  # never through the floor at a tick
+    assert tools[-1, 2] < floor + 0.005  # it did press down to it
+    assert f.counts["workspace"] > 0
+    # The pan, which the floor does not resist, still gets where it was sent.
+    assert abs(outs[-1][0] - target[0]) < 0.02, outs[-1][0] - target[0]
+    # Without sliding the whole step is scaled back and the pan stalls at the floor.
+    _, stuck, _, _ = _press_and_pan(slide_margin=0.0)
+    assert abs(stuck[-1][0] - target[0]) > 0.1
+    travelled = np.linalg.norm(tools[-1, :2] - tools[0, :2])
+    stuck_tool = f.workspace.ee_position(stuck[-1])
+    assert travelled > 2.0 * np.linalg.norm(stuck_tool[:2] - tools[0, :2])
+
+
 def test_keep_out_box_is_not_entered():
     home_ee = np.array([0.45, 0.0, 0.2])
     box = [0.30, -0.3, 0.0, 0.40, 0.3, 0.5]  # a wall between home and the base
