@@ -26,6 +26,11 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--safety-filter",
+        action="store_true",
+        help="run every command through the safety filter at its own rate, as the graph does",
+    )
     parser.add_argument("--json", default=None, help="also write the result (with episodes)")
     parser.add_argument(
         "--record",
@@ -48,14 +53,18 @@ def run(args) -> int:
         condition=args.condition,
         seeds=range(args.first_seed, args.first_seed + args.episodes),
         workers=args.workers,
+        safety_filter=args.safety_filter,
     )
     label = " (simulated stand-in for the arm)" if args.profile == "real_twin" else ""
     print(result.summary() + label)
     if args.record:
         from simreal_ros.policy.checkpoint import read_metadata, update_metadata
 
-        if args.adapter:
-            raise ValueError("--record stores base checkpoint results; drop --adapter.")
+        if args.adapter or args.safety_filter:
+            raise ValueError(
+                "--record stores the base checkpoint's own results; drop --adapter and "
+                "--safety-filter."
+            )
         evaluation = dict(read_metadata(args.checkpoint).get("evaluation") or {})
         entry = result.to_dict()
         entry["seeds"] = [args.first_seed, args.first_seed + args.episodes - 1]

@@ -151,6 +151,11 @@ class LearnerConfig:
         choices=("nominal", "randomized", "real_twin"),
     )
     screen_workers: int = setting(2, "Parallel spawned screening workers.", low=1, high=256)
+    screen_safety_filter: bool = setting(
+        True,
+        "Screen behind the safety filter, as the graph runs the policy: a candidate that "
+        "leans on the filter's limits is judged by what the arm would do.",
+    )
     screen_first_seed: int = setting(
         100000,
         "First screening seed (candidate and running policy share seeds).",

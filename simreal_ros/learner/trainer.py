@@ -630,6 +630,7 @@ def policy_evaluator(config: LearnerConfig) -> Evaluator:
             condition=condition,
             seeds=list(seeds),
             workers=config.screen_workers,
+            safety_filter=config.screen_safety_filter,
         )
         return summary_from_evaluation(result)
 

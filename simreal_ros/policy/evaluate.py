@@ -142,7 +142,11 @@ def run_episode(env, policy, seed: int, condition: str) -> EpisodeRecord:
 
 
 def _worker(
-    source: PolicySource, profile: str, condition: str, seeds: list[int]
+    source: PolicySource,
+    profile: str,
+    condition: str,
+    seeds: list[int],
+    safety_filter: bool = False,
 ) -> tuple[str, str, list[EpisodeRecord]]:
     import torch
 
@@ -152,7 +156,11 @@ def _worker(
     policy = build_policy(source)
     spec = policy.converter.spec
     env = ArmTaskEnv(
-        task=spec.task, profile=profile, condition=condition, control_rate_hz=spec.control_rate_hz
+        task=spec.task,
+        profile=profile,
+        condition=condition,
+        control_rate_hz=spec.control_rate_hz,
+        safety_filter=safety_filter,
     )
     try:
         records = [run_episode(env, policy, seed, condition) for seed in seeds]
@@ -167,11 +175,14 @@ def evaluate_policy(
     condition: str = "train",
     seeds: Sequence[int] | int = 100,
     workers: int = 1,
+    safety_filter: bool = False,
 ) -> EvaluationResult:
     """Run one episode per seed; success rate with a Wilson 95% CI, return and length.
 
     ``policy``: a checkpoint directory or a ``PolicySource``. ``seeds``: a list of seeds,
     or a count N meaning seeds 0..N-1. ``workers`` > 1 uses spawned processes.
+    ``safety_filter`` puts the safety filter between the policy and the arm, as the
+    graph does.
     """
     if profile not in PROFILES:
         raise ValueError(f"profile {profile!r}: use one of {', '.join(PROFILES)}.")
@@ -184,12 +195,15 @@ def evaluate_policy(
     workers = max(1, min(int(workers), len(seed_list)))
     start = time.perf_counter()
     if workers == 1:
-        task, version, records = _worker(source, profile, condition, seed_list)
+        task, version, records = _worker(source, profile, condition, seed_list, safety_filter)
     else:
         chunks = [seed_list[i::workers] for i in range(workers)]
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            futures = [pool.submit(_worker, source, profile, condition, c) for c in chunks]
+            futures = [
+                pool.submit(_worker, source, profile, condition, c, safety_filter)
+                for c in chunks
+            ]
             results = [f.result() for f in futures]
         task, version = results[0][0], results[0][1]
         by_seed = {r.seed: r for _, _, rs in results for r in rs}

@@ -38,6 +38,7 @@ class ArmTaskEnv(gym.Env):
         terminate_on_success: bool = True,
         render_mode: str | None = None,
         camera: str = "front",
+        safety_filter: bool = False,
     ) -> None:
         super().__init__()
         self.core = TaskEnvironment(
@@ -49,6 +50,7 @@ class ArmTaskEnv(gym.Env):
                 episode_seconds=episode_seconds,
                 reward=reward,
                 terminate_on_success=terminate_on_success,
+                safety_filter=safety_filter,
             )
         )
         robot = self.core.robot

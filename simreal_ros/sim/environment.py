@@ -38,6 +38,11 @@ class EnvironmentConfig:
     episode_seconds: float = setting(6.0, "time limit of an episode", low=0.1, high=600.0)
     reward: str = setting("dense", "reward returned by step", choices=("dense", "sparse"))
     terminate_on_success: bool = setting(True, "end the episode as soon as the task succeeds")
+    safety_filter: bool = setting(
+        False,
+        "pass every command through the safety filter at the filter's own rate, with its "
+        "default limits, as the graph does between the policy and the arm",
+    )
 
     def __post_init__(self) -> None:
         config_schema.validate(self)
@@ -74,6 +79,24 @@ class TaskEnvironment:
         self.seed: int | None = None
         self.step_index = 0
         self.dynamics: dict[str, float] = dict(self.physics.nominal_dynamics)
+        self.safety = None  # the filter of the running episode, when configured
+        self.safety_interventions = 0  # in the running episode
+        if self.config.safety_filter:
+            from simreal_ros.safety import SafetyConfig
+
+            self._safety_config = SafetyConfig()
+            ticks = self._safety_config.control_rate / self.config.control_rate_hz
+            self._filter_ticks = round(ticks)
+            self._filter_substeps = self.substeps // max(1, self._filter_ticks)
+            if (
+                abs(ticks - self._filter_ticks) > 1e-9
+                or self._filter_ticks * self._filter_substeps != self.substeps
+            ):
+                raise ValueError(
+                    f"safety_filter: the filter's {self._safety_config.control_rate:g} Hz is "
+                    f"not a whole multiple of the {self.config.control_rate_hz:g} Hz control "
+                    f"rate over {self.substeps} physics steps; choose rates that divide."
+                )
 
     # ----------------------------------------------------------------- episodes
     def reset(self, seed: int | None = None, condition: str | None = None) -> dict:
@@ -97,6 +120,14 @@ class TaskEnvironment:
             self.physics, np.random.default_rng(task_seed), self.condition
         )
         self.step_index = 0
+        if self.config.safety_filter:
+            from simreal_ros.safety import SafetyFilter
+
+            self.safety = SafetyFilter.from_description(self.robot, self._safety_config)
+            self._safety_clock = 0.0
+            self.safety_interventions = 0
+            now = self._safety_clock
+            self.safety.submit_state(self.physics.measured_joint_positions(), now, now)
         return self.observation()
 
     def apply_dynamics(self, rng: np.random.Generator | None = None) -> None:
@@ -129,8 +160,11 @@ class TaskEnvironment:
     def step(self, command) -> TimeStep:
         """Apply one command (7 absolute joint targets) and advance one control period."""
         physics = self.physics
-        physics.set_command(command)
-        physics.step(self.substeps)
+        if self.safety is None:
+            physics.set_command(command)
+            physics.step(self.substeps)
+        else:
+            self._filtered_step(command)
         self.step_index += 1
         success = self.task.success(physics)
         failure = self.task.failure(physics)
@@ -150,8 +184,25 @@ class TaskEnvironment:
                 "condition": self.condition,
                 "seed": self.seed,
                 "profile": self.profile.name,
+                "safety_interventions": self.safety_interventions,
             },
         )
+
+    def _filtered_step(self, command) -> None:
+        """One control period with the safety filter between the command and the arm."""
+        physics, safety = self.physics, self.safety
+        dt = 1.0 / self._safety_config.control_rate
+        now = self._safety_clock
+        safety.submit_command(np.asarray(command, dtype=float), now, now)
+        for _ in range(self._filter_ticks):
+            safety.submit_state(physics.measured_joint_positions(), now, now)
+            result = safety.tick(now)
+            if result is not None:
+                physics.set_command(result.command)
+                self.safety_interventions += len(result.interventions)
+            physics.step(self._filter_substeps)
+            now += dt
+        self._safety_clock = now
 
     def observation(self) -> dict[str, np.ndarray]:
         """What the arm's topics carry: /joint_states, /object/pose and the task's goal."""

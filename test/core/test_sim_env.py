@@ -95,3 +95,30 @@ def test_rgb_array_render_shows_the_scene():
         env.close()
     assert frame.shape == (240, 320, 3) and frame.dtype == np.uint8
     assert frame.std() > 1.0
+
+
+def test_the_safety_filter_can_sit_between_command_and_arm_as_in_the_graph():
+    plain = TaskEnvironment(EnvironmentConfig(task="push"))
+    filtered = TaskEnvironment(EnvironmentConfig(task="push", safety_filter=True))
+    start = plain.reset(seed=3)["joint_position"]
+    assert np.array_equal(filtered.reset(seed=3)["joint_position"], start)
+    jump = start.copy()
+    jump[0] += 0.5  # far more than one control period allows
+    direct = plain.step(jump)
+    limited = filtered.step(jump)
+    moved_direct = direct.observation["joint_position"][0] - start[0]
+    moved_limited = limited.observation["joint_position"][0] - start[0]
+    assert limited.info["safety_interventions"] > 0
+    assert 0.0 < moved_limited < 0.5 * moved_direct
+    # The filter's acceleration limit bounds the commanded speed after one period (5 ticks).
+    limit = filtered.safety.limits.acceleration[0]
+    assert filtered.safety.commanded_velocity[0] <= limit * 0.05 + 1e-9
+    # A fresh episode starts a fresh filter (no carried-over motion or counts).
+    filtered.reset(seed=3)
+    assert filtered.safety_interventions == 0
+    assert np.allclose(filtered.safety.commanded_velocity, 0.0)
+
+
+def test_a_safety_filter_rate_that_does_not_divide_the_control_period_is_refused():
+    with pytest.raises(ValueError, match="whole multiple"):
+        TaskEnvironment(EnvironmentConfig(task="push", control_rate_hz=30.0, safety_filter=True))
