@@ -201,8 +201,7 @@ def evaluate_policy(
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             futures = [
-                pool.submit(_worker, source, profile, condition, c, safety_filter)
-                for c in chunks
+                pool.submit(_worker, source, profile, condition, c, safety_filter) for c in chunks
             ]
             results = [f.result() for f in futures]
         task, version = results[0][0], results[0][1]
