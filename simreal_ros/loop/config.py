@@ -15,7 +15,7 @@ class LoopConfig:
     checkpoint: str = setting("", "base checkpoint directory (empty: the shipped one)")
     method: str = setting("sgft", "fine-tuning method of the learner", choices=METHODS)
     horizon: int = setting(1, "SGFT horizon H (0 = infinite: plain shaping)", low=0, high=64)
-    rounds: int = setting(2, "fine-tuning rounds after the zero-shot round 0", low=0, high=100)
+    rounds: int = setting(3, "fine-tuning rounds after the zero-shot round 0", low=0, high=100)
     eval_episodes: int = setting(
         8, "stand-in evaluation episodes per condition and round", low=1, high=1000
     )
@@ -33,6 +33,14 @@ class LoopConfig:
     )
     real_time_factor: float = setting(
         1.0, "sim speed against the wall clock; nodes follow /clock", low=0.1, high=50.0
+    )
+    joint_state_rate_hz: float = setting(
+        100.0,
+        "/joint_states rate of the stand-in's sim bridge (the policy acts at 20 Hz and the "
+        "safety filter at 100 Hz; 500 Hz costs a 2-core machine half its CPU in subscribers)",
+        low=10.0,
+        high=2000.0,
+        unit="Hz",
     )
     episode_timeout_s: float = setting(
         20.0, "wall-clock limit per episode", low=1.0, high=3600.0, unit="s"

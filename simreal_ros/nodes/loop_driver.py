@@ -14,7 +14,7 @@ from typing import Any
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
 from rclpy.node import Node
-from std_srvs.srv import Trigger
+from std_srvs.srv import SetBool, Trigger
 
 from simreal_ros.msg import EpisodeEvent, PolicyAction, PolicyUpdate, SafetyStatus
 from simreal_ros.nodes import qos
@@ -57,6 +57,7 @@ class LoopDriverNode(Node):
         self._interventions = 0
         self._train_now = self.create_client(Trigger, "/learner/train_now")
         self._policy_state = self.create_client(ChangeState, "/policy/change_state")
+        self._sim_pause = self.create_client(SetBool, "/sim_bridge/pause")
         self.create_subscription(
             PolicyUpdate, "/learner/policy_update", self._on_update, qos.LATCHED
         )
@@ -151,6 +152,20 @@ class LoopDriverNode(Node):
                     return self._updates[-1]
             self._sleep(0.2)
         raise TimeoutError(f"the learner gave no decision within {timeout_s:.0f} s.")
+
+    def pause_sim(self, paused: bool, timeout_s: float = 5.0) -> bool:
+        """Pause or resume the stand-in's physics (the sim bridge's ~/pause); False if
+        the bridge did not do it. Paused, the bridge publishes nothing and the nodes on
+        /clock wait, so a learner round gets the CPU the idle graph would otherwise use."""
+        if not self._sim_pause.wait_for_service(timeout_sec=timeout_s):
+            return False
+        future = self._sim_pause.call_async(SetBool.Request(data=paused))
+        deadline = time.monotonic() + timeout_s
+        while not future.done():
+            if time.monotonic() > deadline:
+                return False
+            self._sleep(0.02)
+        return bool(future.result().success)
 
     def set_policy_active(self, active: bool, timeout_s: float = 10.0) -> None:
         """Activate or deactivate the policy node (lifecycle), e.g. around demonstrations."""

@@ -45,6 +45,7 @@ def graph_overrides(config: LoopConfig, run: RunDirectory, checkpoint: str) -> d
             "task": config.task,
             "profile": config.stand_in_profile,
             "real_time_factor": config.real_time_factor,
+            "joint_state_rate_hz": config.joint_state_rate_hz,
         },
         "policy": {"checkpoint": checkpoint, "task": config.task},
         "recorder": {"data_dir": str(run.bags)},
@@ -226,7 +227,14 @@ class LoopSession:
                 episodes += self._demonstrations(trial, driver, index, plan.expert_demos)
                 record.collected["expert_demos"] = plan.expert_demos
             self.say(f"round {index}: learner training ({self.config.method})")
-            record.update = driver.train_round(self.config.round_timeout_s)
+            # The stand-in rests while the learner works, as an arm would between trials;
+            # its 500 Hz topics would otherwise take most of a 2-core machine.
+            paused = driver.pause_sim(True)
+            try:
+                record.update = driver.train_round(self.config.round_timeout_s)
+            finally:
+                if paused and not driver.pause_sim(False):
+                    self.say("the sim bridge did not resume after the learner round")
             if record.update.get("promoted"):
                 self._running_update = record.update
                 version = record.update["version"]
