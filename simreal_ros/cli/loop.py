@@ -58,6 +58,13 @@ def run(args) -> int:
                 f"round 0 ({first.policy_version}) -> {b.rate:.0%} [{b.ci_low:.0%}, "
                 f"{b.ci_high:.0%}] at round {last.index} ({last.policy_version})"
             )
+        a, b = first.check_score(condition), last.check_score(condition)
+        if a and b:
+            print(
+                f"[simreal loop] {condition}, off-ROS check ({b.episodes} stand-in episodes "
+                f"behind the filter, same seeds): {a.rate:.0%} [{a.ci_low:.0%}, "
+                f"{a.ci_high:.0%}] -> {b.rate:.0%} [{b.ci_low:.0%}, {b.ci_high:.0%}]"
+            )
     if first.policy_version == last.policy_version:
         print(
             "[simreal loop] no candidate was promoted: the difference between rounds is "

@@ -56,5 +56,13 @@ class LoopConfig:
     )  # fmt: skip
     screen_seeds: int = setting(20, "sim screening episodes per condition", low=1, high=10000)
     screen_workers: int = setting(2, "parallel screening workers", low=1, high=64)
+    check_episodes: int = setting(
+        50,
+        "per round and condition: off-ROS stand-in episodes behind the safety filter on the "
+        "same seeds every round, a low-noise check beside the graph's few trials (0: off; "
+        "there is no such check on a physical arm)",
+        low=0,
+        high=10000,
+    )
     seed: int = setting(0, "seed of the run (episode seeds derive from it)", low=0, high=2**31)
     domain_id: int = setting(-1, "ROS_DOMAIN_ID for the graph (-1: inherit)", low=-1, high=101)

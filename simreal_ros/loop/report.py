@@ -48,6 +48,24 @@ def _success_plot(summary: LoopSummary):
                 color=colour,
                 alpha=0.2,
             )
+            checks = [
+                (record.index, record.check_score(condition))
+                for record in summary.completed_rounds()
+                if record.check_score(condition) is not None
+            ]
+            if checks:
+                axes.errorbar(
+                    [index + 0.05 for index, _ in checks],
+                    [c.rate for _, c in checks],
+                    yerr=[
+                        [c.rate - c.ci_low for _, c in checks],
+                        [c.ci_high - c.rate for _, c in checks],
+                    ],
+                    fmt="s--",
+                    color=colour,
+                    capsize=3,
+                    label=f"{condition}, off-ROS check ({checks[0][1].episodes} seeds)",
+                )
         axes.set_ylim(0, 1)
         axes.set_xlabel("round (0 = zero-shot)")
         axes.set_ylabel("success on the stand-in")
@@ -116,6 +134,13 @@ def render_report(summary: LoopSummary) -> str:
                 if score
                 else "-"
             )
+        for condition in CONDITIONS:
+            score = record.check_score(condition)
+            cells.append(
+                f"{score.successes}/{score.episodes} ({score.ci_low:.0%}..{score.ci_high:.0%})"
+                if score
+                else "-"
+            )
         cells += [
             ", ".join(f"{k} {v}" for k, v in record.collected.items()) or "-",
             str(record.real_episodes_total),
@@ -157,15 +182,20 @@ img {{ margin: 4px; border: 1px solid #eee; }}
 <h1>Fine-tuning loop: {html.escape(summary.run_id)}</h1>
 <p class="note">The arm in this run is the <b>real_twin stand-in</b>: a simulated arm with a
 fixed, hidden dynamics gap, driven through the full ROS 2 graph exactly as a physical arm
-would be. It is not a physical robot.</p>
+would be. It is not a physical robot. Solid lines: the graph's trials (fresh seeds every
+round). Dashed: the off-ROS check, the running policy on the stand-in behind the safety
+filter, the same seeds every round and never trained on (a check a physical arm cannot
+give).</p>
 <h2>Plots</h2>{plots}
 <h2>Rounds</h2>{
         _table(
             [
                 "round",
                 "policy",
-                "train",
-                "shifted",
+                "train (graph)",
+                "shifted (graph)",
+                "train (off-ROS check)",
+                "shifted (off-ROS check)",
                 "collected",
                 "episodes used",
                 "stand-in minutes",

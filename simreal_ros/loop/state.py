@@ -47,6 +47,8 @@ class RoundRecord:
     collected: dict[str, int] = dataclasses.field(default_factory=dict)
     update: dict[str, Any] = dataclasses.field(default_factory=dict)
     evaluation: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # Off-ROS episodes on the stand-in, same seeds every round (ConditionScore dicts).
+    check: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     diagnosis: dict[str, Any] = dataclasses.field(default_factory=dict)
     safety_interventions: int = 0
     real_episodes_total: int = 0
@@ -57,6 +59,12 @@ class RoundRecord:
 
     def score(self, condition: str) -> ConditionScore | None:
         for item in self.evaluation:
+            if item["condition"] == condition:
+                return ConditionScore(**item)
+        return None
+
+    def check_score(self, condition: str) -> ConditionScore | None:
+        for item in self.check:
             if item["condition"] == condition:
                 return ConditionScore(**item)
         return None

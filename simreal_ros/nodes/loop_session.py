@@ -263,6 +263,7 @@ class LoopSession:
             for r in episodes
         ]
         record.diagnosis = self._diagnose(record, scores)
+        record.check = self._check(index, driver)
         record.safety_interventions = driver.safety_interventions - interventions_before
         used = previous.real_episodes_total if previous else 0
         seconds = previous.stand_in_seconds_total if previous else 0.0
@@ -277,6 +278,42 @@ class LoopSession:
 
         rate = float(read_metadata(self.checkpoint).get("spec", {}).get("control_rate_hz", 20.0))
         return 1.0 / rate
+
+    def _check(self, index: int, driver) -> list[dict[str, Any]]:
+        """The running version off ROS on the stand-in, behind the safety filter, on the
+        same seeds every round (never recorded, so never trained on)."""
+        count = self.config.check_episodes
+        if count <= 0:
+            return []
+        from simreal_ros.policy.evaluate import PolicySource, evaluate_policy
+
+        update = self._running_update
+        source = PolicySource(
+            self.checkpoint,
+            adapter_dir=update.get("adapter_path") or None,
+            adapter_sha256=update.get("checksum") or None,
+        )
+        seeds = [self.config.seed * 1_000_003 + 900_000 + k for k in range(count)]
+        scores = []
+        paused = driver.pause_sim(True)  # the graph waits; the check gets the CPU
+        try:
+            for condition in CONDITIONS:
+                result = evaluate_policy(
+                    source,
+                    profile=self.config.stand_in_profile,
+                    condition=condition,
+                    seeds=seeds,
+                    workers=self.config.screen_workers,
+                    safety_filter=True,
+                )
+                outcomes = [r.success for r in result.records]
+                scores.append(dataclasses.asdict(ConditionScore.of(condition, outcomes)))
+        except (ValueError, RuntimeError, OSError) as error:
+            self.say(f"round {index}: off-ROS check failed: {error}")
+        finally:
+            if paused and not driver.pause_sim(False):
+                self.say("the sim bridge did not resume after the off-ROS check")
+        return scores
 
     def _diagnose(self, record: RoundRecord, scores: list[ConditionScore]) -> dict[str, Any]:
         """Diagnose the running version from the round's recorded evaluation episodes."""
@@ -309,6 +346,12 @@ class LoopSession:
                     f"{condition} {score.successes}/{score.episodes} "
                     f"[{score.ci_low:.0%}, {score.ci_high:.0%}]"
                 )
+        checks = [record.check_score(condition) for condition in CONDITIONS]
+        if all(checks):
+            parts.append(
+                "off-ROS check "
+                + ", ".join(f"{c.condition} {c.successes}/{c.episodes}" for c in checks)
+            )
         if record.update:
             decision = "promoted" if record.update.get("promoted") else "rejected"
             parts.append(f"{record.update.get('version', '?')} {decision}")

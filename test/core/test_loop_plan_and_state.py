@@ -38,10 +38,17 @@ def test_collection_follows_the_failures(train_ok, shifted_ok, expected_shifted)
 def test_summary_round_trips_and_refuses_other_versions(tmp_path):
     run = RunDirectory(tmp_path, "r1")
     run.create({"task": "push"})
-    record = RoundRecord(0, evaluation=[vars(score("train", 3, 4))], complete=True)
+    record = RoundRecord(
+        0,
+        evaluation=[vars(score("train", 3, 4))],
+        check=[vars(score("shifted", 21, 50))],
+        complete=True,
+    )
     run.save_summary(LoopSummary("r1", {"task": "push"}, rounds=[record]))
     loaded = run.load_summary()
     assert loaded.completed_rounds()[0].score("train").successes == 3
+    assert loaded.completed_rounds()[0].check_score("shifted").successes == 21
+    assert loaded.completed_rounds()[0].check_score("train") is None
     data = json.loads(run.summary_file.read_text())
     data["version"] = 99
     run.summary_file.write_text(json.dumps(data))
@@ -82,6 +89,10 @@ def test_report_is_self_contained_html_with_plots_and_tables(tmp_path):
                     ],
                     "losses": [1.0, 0.5, 0.2],
                 },
+                check=[
+                    vars(score("train", 40 + index, 50)),
+                    vars(score("shifted", 23 + 7 * index, 50)),
+                ],
                 diagnosis={"label": "over_specialization", "summary": "train 5/8, shifted 3/8"},
                 real_episodes_total=16 * (index + 1),
                 complete=True,
@@ -94,4 +105,5 @@ def test_report_is_self_contained_html_with_plots_and_tables(tmp_path):
     assert text.count("data:image/png;base64,") == 4
     assert "real_twin stand-in" in text
     assert "over_specialization" in text and "promoted" in text
+    assert "30/50 (" in text and "off-ROS check" in text  # round 1's shifted check
     assert "http" not in text.replace("http-equiv", "")  # nothing fetched when opened offline

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.graph, pytest.mark.slow, pytest.mark.timeout(900)]
 ARGS = [
     "--task", "reach", "--rounds", "1", "--eval-episodes", "2", "--collect-episodes", "2",
     "--updates-per-round", "10", "--screen-seeds", "2", "--real-time-factor", "1.5",
-    "--sim-episodes", "2",
+    "--sim-episodes", "2", "--check-episodes", "2",
 ]  # fmt: skip
 
 
@@ -85,6 +85,7 @@ def test_loop_runs_rounds_through_the_graph_and_resumes_after_sigterm(tmp_path):
     assert round1["update"]["version"] and round1["update"]["screening"]
     assert round1["real_episodes_total"] > round0["real_episodes_total"]
     assert round1["diagnosis"]["label"]
+    assert [c["episodes"] for c in round1["check"]] == [2, 2]  # the off-ROS check ran
     bags = [p for p in (run / "bags").iterdir() if p.is_dir()]
     assert len(bags) >= round1["real_episodes_total"]
     assert (run / "models" / round1["update"]["version"]).is_dir()
