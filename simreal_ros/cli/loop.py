@@ -51,20 +51,22 @@ def run(args) -> int:
     print(f"[simreal loop] {len(rounds)} round(s) done; report: {run_dir.report_file}")
     first, last = rounds[0], rounds[-1]
     for condition in ("train", "shifted"):
-        a, b = first.score(condition), last.score(condition)
-        if a and b:
-            print(
-                f"[simreal loop] {condition}: {a.rate:.0%} [{a.ci_low:.0%}, {a.ci_high:.0%}] at "
-                f"round 0 ({first.policy_version}) -> {b.rate:.0%} [{b.ci_low:.0%}, "
-                f"{b.ci_high:.0%}] at round {last.index} ({last.policy_version})"
-            )
-        a, b = first.check_score(condition), last.check_score(condition)
-        if a and b:
-            print(
-                f"[simreal loop] {condition}, off-ROS check ({b.episodes} stand-in episodes "
-                f"behind the filter, same seeds): {a.rate:.0%} [{a.ci_low:.0%}, "
-                f"{a.ci_high:.0%}] -> {b.rate:.0%} [{b.ci_low:.0%}, {b.ci_high:.0%}]"
-            )
+        measures = (
+            ("graph trials", first.score(condition), last.score(condition)),
+            (
+                "off-ROS check (stand-in behind the filter, same seeds)",
+                first.check_score(condition),
+                last.check_score(condition),
+            ),
+        )
+        for label, a, b in measures:
+            if a and b:
+                print(
+                    f"[simreal loop] {condition}, {label}: {a.successes}/{a.episodes} "
+                    f"[{a.ci_low:.0%}, {a.ci_high:.0%}] at round 0 ({first.policy_version}) "
+                    f"-> {b.successes}/{b.episodes} [{b.ci_low:.0%}, {b.ci_high:.0%}] at "
+                    f"round {last.index} ({last.policy_version})"
+                )
     if first.policy_version == last.policy_version:
         print(
             "[simreal loop] no candidate was promoted: the difference between rounds is "
