@@ -60,7 +60,13 @@ def graph(profile: str, overrides: dict[str, dict[str, Any]] | None = None) -> l
     # sim time, and the sim may run faster or slower than the wall clock.
     clock = {"use_sim_time": True} if profile == "sim" else {}
     nodes += [
-        _node("safety", "filters every command between the policy and the arm", **clock),
+        _node(
+            "safety",
+            "filters every command between the policy and the arm",
+            # The simulated arm jumps to each episode's start pose; a physical one does not.
+            **clock,
+            **({"allow_resync": True} if profile == "sim" else {}),
+        ),
         _node(
             "policy",
             "runs the torch policy at the control rate; hot-swaps adapters",

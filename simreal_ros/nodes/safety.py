@@ -62,6 +62,7 @@ class SafetyNode(Node):
         )
         self.create_service(Trigger, "~/estop", self._on_estop)
         self.create_service(Trigger, "~/reset", self._on_reset)
+        self.create_service(Trigger, "~/resync", self._on_resync)
         self._status_period = 1.0 / self.config.status_rate
         self._last_status = -float("inf")
         self._last_result_state = HOLDING
@@ -131,6 +132,12 @@ class SafetyNode(Node):
             self.get_logger().warning(message)
         response.success = ok
         response.message = message
+        return response
+
+    def _on_resync(self, request, response):
+        response.success, response.message = self.filter.resync()
+        if not response.success:
+            self.get_logger().warning(response.message)
         return response
 
     # ------------------------------------------------------------- tick

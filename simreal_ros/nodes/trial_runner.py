@@ -19,7 +19,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
-from std_srvs.srv import SetBool
+from std_srvs.srv import SetBool, Trigger
 
 from simreal_ros.episodes.metadata import new_episode_id, normalize_failure_mode
 from simreal_ros.msg import PolicyAction, TaskStatus
@@ -49,6 +49,11 @@ class TrialRunnerNode(Node):
             GetDynamics, cfg.dynamics_service, callback_group=group
         )
         self._pause = self.create_client(SetBool, cfg.pause_service, callback_group=group)
+        self._resync = (
+            self.create_client(Trigger, cfg.resync_service, callback_group=group)
+            if cfg.resync_service
+            else None
+        )
         self._start = self.create_client(StartEpisode, cfg.start_service, callback_group=group)
         self._stop = self.create_client(StopEpisode, cfg.stop_service, callback_group=group)
         self.create_subscription(
@@ -164,6 +169,22 @@ class TrialRunnerNode(Node):
             return
         self._paused = paused and answer.success
 
+    def _resync_safety(self) -> None:
+        """The sim arm jumped to a new start pose: the safety filter starts from it."""
+        if self._resync is None:
+            return
+        try:
+            answer = self._call(self._resync, Trigger.Request(), "safety resync", 2.0)
+        except TimeoutError:
+            self._resync = None  # a graph without the safety node (or an older one)
+            self.get_logger().warning(
+                f"{self.config.resync_service} not available: the safety filter (if any) "
+                "starts each episode from the previous episode's last command"
+            )
+            return
+        if not answer.success:
+            self.get_logger().warning(answer.message)
+
     def reset(self, seed: int, condition: str, episode_id: str) -> str:
         # Our own id, set before the reset, so the first /task/status of the episode counts.
         episode_id = episode_id or new_episode_id(self.config.profile)
@@ -181,6 +202,7 @@ class TrialRunnerNode(Node):
         if not answer.success:
             self._set_paused(False)
             raise RuntimeError(f"sim bridge refused the reset: {answer.message}")
+        self._resync_safety()
         if answer.episode_id and answer.episode_id != episode_id:
             with self._cond:
                 self._episode_id = answer.episode_id

@@ -130,6 +130,13 @@ class SafetyConfig:
         "whose clock differs from this node's)",
         read_only=True,
     )
+    allow_resync: bool = setting(
+        False,
+        "Honour ~/resync: restart the commanded trajectory at rest at the next measured "
+        "state. Only for a simulated arm, which jumps to a new start pose on an episode "
+        "reset; on a physical arm it would be an instant stop, so it is refused there",
+        read_only=True,
+    )
     workspace_check: bool = setting(
         True,
         "Keep the tool centre point inside the workspace box and out of the keep-out boxes "

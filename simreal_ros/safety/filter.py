@@ -367,6 +367,21 @@ class SafetyFilter:
         self._estop = False
         return True, "e-stop reset; following fresh policy actions again."
 
+    def resync(self) -> tuple[bool, str]:
+        """After a simulated arm jumped to a new start pose (an episode reset): restart the
+        commanded trajectory at rest at the next measured state and hold there until the
+        next command. Without it the filter would keep commanding the old episode's pose
+        and speed, dragging the arm from its new start. Refused unless ``allow_resync``."""
+        if not self.config.allow_resync:
+            return False, (
+                "resync refused: allow_resync is false. It is for simulated arms that jump "
+                "to a new pose on reset; a physical arm is brought to its start through "
+                "this filter instead."
+            )
+        self._have_state = False
+        self._have_command = False
+        return True, "resynced: holding at the next measured state until the next command."
+
     @property
     def estop_latched(self) -> bool:
         return self._estop

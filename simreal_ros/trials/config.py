@@ -34,6 +34,11 @@ class TrialRunnerConfig:
         "SetBool pause service: paused from before the reset until recording has started, "
         "so no step of an episode goes unrecorded (skipped when the bridge has none)",
     )
+    resync_service: str = setting(
+        "/safety/resync",
+        "Trigger service of the safety filter, called after each sim reset so the filter "
+        "starts from the new pose (empty: none)",
+    )
     dynamics_service: str = setting(
         "/sim_bridge/get_dynamics", "GetDynamics service (profile label)"
     )

@@ -24,13 +24,14 @@ def test_real_profile_differs_from_sim_only_by_the_sim_bridge():
             other.module,
             other.remappings,
         )
-        # Only the data-source label and the clock may differ between the profiles.
+        # Only the data-source label, the clock and the resync after a sim reset (the
+        # simulated arm jumps to each start pose) may differ between the profiles.
         differing = {
             key
             for key in {**node.parameters, **other.parameters}
             if node.parameters.get(key) != other.parameters.get(key)
         }
-        assert differing <= {"source", "use_sim_time"}, (name, differing)
+        assert differing <= {"source", "use_sim_time", "allow_resync"}, (name, differing)
         assert other.parameters.get("use_sim_time") is True
         assert "use_sim_time" not in node.parameters
 
@@ -78,3 +79,10 @@ def test_launch_files_are_thin_readings_of_the_description():
         text = (ROOT / "launch" / f"{profile}.launch.py").read_text()
         compile(text, f"{profile}.launch.py", "exec")
         assert f'launch_description("{profile}")' in text
+
+
+def test_only_the_simulated_arm_lets_the_safety_filter_resync():
+    sim = {node.name: node for node in description.graph("sim")}
+    real = {node.name: node for node in description.graph("real")}
+    assert sim["safety"].parameters.get("allow_resync") is True
+    assert "allow_resync" not in real["safety"].parameters

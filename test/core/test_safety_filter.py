@@ -406,3 +406,24 @@ def test_default_limits_come_from_the_description_with_margin():
     np.testing.assert_allclose(limits.velocity, np.asarray(ROBOT.velocity_limit) * 0.5)
     assert limits.upper[1] == pytest.approx(-0.02)
     assert limits.lower[-1] == 0.0  # the gripper closes fully
+
+
+def test_resync_restarts_from_a_simulated_arm_s_new_pose_and_is_refused_otherwise():
+    f, clock = started(allow_resync=False)
+    ok, message = f.resync()
+    assert not ok and "allow_resync" in message
+    f, clock = started(allow_resync=True)
+    for _ in range(30):  # moving fast toward +0.8 on joint a
+        step(f, clock, np.array([0.8, 0.0, 0.0]))
+    assert f.commanded_velocity[0] > 0.5
+    assert f.resync()[0]
+    # The sim reset the arm to a new start pose; the next state anchors the filter there.
+    now = clock.advance()
+    start = np.array([-0.3, 0.2, 0.1])
+    f.submit_state(start, now, now)
+    result = f.tick(now)
+    assert np.array_equal(result.command, start)  # held at the new pose, not dragged away
+    assert result.state == HOLDING  # no command since the resync
+    assert np.allclose(f.commanded_velocity, 0.0)
+    out, result = step(f, clock, start)  # the first command after the reset: stay
+    assert result.state == PASS and np.array_equal(out, start)
