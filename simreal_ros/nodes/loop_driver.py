@@ -160,12 +160,16 @@ class LoopDriverNode(Node):
         if not self._sim_pause.wait_for_service(timeout_sec=timeout_s):
             return False
         future = self._sim_pause.call_async(SetBool.Request(data=paused))
+        return self._answered(future, timeout_s) and bool(future.result().success)
+
+    def _answered(self, future, timeout_s: float) -> bool:
+        """Wait (spinning elsewhere) until a service call is answered; False on timeout."""
         deadline = time.monotonic() + timeout_s
         while not future.done():
             if time.monotonic() > deadline:
                 return False
             self._sleep(0.02)
-        return bool(future.result().success)
+        return True
 
     def set_policy_active(self, active: bool, timeout_s: float = 10.0) -> None:
         """Activate or deactivate the policy node (lifecycle), e.g. around demonstrations."""
@@ -176,11 +180,8 @@ class LoopDriverNode(Node):
         if not self._policy_state.wait_for_service(timeout_sec=timeout_s):
             raise TimeoutError("no /policy/change_state service: is the policy node running?")
         future = self._policy_state.call_async(request)
-        deadline = time.monotonic() + timeout_s
-        while not future.done():
-            if time.monotonic() > deadline:
-                raise TimeoutError("the policy node did not answer /policy/change_state.")
-            self._sleep(0.02)
+        if not self._answered(future, timeout_s):
+            raise TimeoutError("the policy node did not answer /policy/change_state.")
         if not future.result().success:
             state = "activate" if active else "deactivate"
             raise RuntimeError(f"the policy node refused to {state}.")
