@@ -135,7 +135,7 @@ class SafetyNode(Node):
         return response
 
     def _on_resync(self, request, response):
-        response.success, response.message = self.filter.resync()
+        response.success, response.message = self.filter.resync(self._now())
         if not response.success:
             self.get_logger().warning(response.message)
         return response

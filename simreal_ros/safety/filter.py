@@ -133,6 +133,7 @@ class SafetyFilter:
         self._state_refused = False
         self._command_stamp = -math.inf
         self._state_stamp = -math.inf
+        self._resync_after = -math.inf
         self._estop = False
         self._policy_version = ""
         self._pending: list[Intervention] = []
@@ -323,6 +324,8 @@ class SafetyFilter:
         self._state_stamp = stamp
         self.state_watchdog.feed(stamp if self.config.check_stamps else now)
         if not self._have_state:
+            if (stamp if self.config.check_stamps else now) <= self._resync_after:
+                return None  # sent before the resync (the old pose): not a start to anchor at
             # The commanded trajectory starts at rest where the arm is.
             self._have_state = True
             self._ql = list(self._measured_list)
@@ -367,7 +370,7 @@ class SafetyFilter:
         self._estop = False
         return True, "e-stop reset; following fresh policy actions again."
 
-    def resync(self) -> tuple[bool, str]:
+    def resync(self, now: float) -> tuple[bool, str]:
         """After a simulated arm jumped to a new start pose (an episode reset): restart the
         commanded trajectory at rest at the next measured state and hold there until the
         next command. Without it the filter would keep commanding the old episode's pose
@@ -380,6 +383,9 @@ class SafetyFilter:
             )
         self._have_state = False
         self._have_command = False
+        # Joint states still queued from before the reset carry the old pose; anchor only
+        # at one stamped a control period after now.
+        self._resync_after = now + self.dt
         return True, "resynced: holding at the next measured state until the next command."
 
     @property

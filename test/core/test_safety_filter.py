@@ -410,15 +410,20 @@ def test_default_limits_come_from_the_description_with_margin():
 
 def test_resync_restarts_from_a_simulated_arm_s_new_pose_and_is_refused_otherwise():
     f, clock = started(allow_resync=False)
-    ok, message = f.resync()
+    ok, message = f.resync(clock.t)
     assert not ok and "allow_resync" in message
     f, clock = started(allow_resync=True)
     for _ in range(30):  # moving fast toward +0.8 on joint a
         step(f, clock, np.array([0.8, 0.0, 0.0]))
     assert f.commanded_velocity[0] > 0.5
-    assert f.resync()[0]
+    old_pose = f.commanded_position.copy()
+    assert f.resync(clock.t)[0]
+    # A joint state still queued from before the reset (the old pose) is not a start.
+    f.submit_state(old_pose, clock.t, clock.t)
+    assert f.tick(clock.t) is None
     # The sim reset the arm to a new start pose; the next state anchors the filter there.
-    now = clock.advance()
+    now = clock.advance() + DT
+    clock.t = now
     start = np.array([-0.3, 0.2, 0.1])
     f.submit_state(start, now, now)
     result = f.tick(now)
