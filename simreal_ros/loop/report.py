@@ -127,15 +127,9 @@ def render_report(summary: LoopSummary) -> str:
     rounds_rows = []
     for record in records:
         cells = [str(record.index), record.policy_version]
-        for condition in CONDITIONS:
-            score = record.score(condition)
-            cells.append(
-                f"{score.successes}/{score.episodes} ({score.ci_low:.0%}..{score.ci_high:.0%})"
-                if score
-                else "-"
-            )
-        for condition in CONDITIONS:
-            score = record.check_score(condition)
+        scores = [record.score(c) for c in CONDITIONS]
+        scores += [record.check_score(c) for c in CONDITIONS]
+        for score in scores:
             cells.append(
                 f"{score.successes}/{score.episodes} ({score.ci_low:.0%}..{score.ci_high:.0%})"
                 if score

@@ -58,16 +58,17 @@ class RoundRecord:
     complete: bool = False
 
     def score(self, condition: str) -> ConditionScore | None:
-        for item in self.evaluation:
-            if item["condition"] == condition:
-                return ConditionScore(**item)
-        return None
+        return _find_score(self.evaluation, condition)
 
     def check_score(self, condition: str) -> ConditionScore | None:
-        for item in self.check:
-            if item["condition"] == condition:
-                return ConditionScore(**item)
-        return None
+        return _find_score(self.check, condition)
+
+
+def _find_score(items: list[dict[str, Any]], condition: str) -> ConditionScore | None:
+    for item in items:
+        if item["condition"] == condition:
+            return ConditionScore(**item)
+    return None
 
 
 @dataclasses.dataclass

@@ -279,20 +279,26 @@ class LoopSession:
         rate = float(read_metadata(self.checkpoint).get("spec", {}).get("control_rate_hz", 20.0))
         return 1.0 / rate
 
+    def _running_source(self):
+        """The running version as the evaluation code loads it (base + promoted adapter)."""
+        from simreal_ros.policy.evaluate import PolicySource
+
+        update = self._running_update
+        return PolicySource(
+            self.checkpoint,
+            adapter_dir=update.get("adapter_path") or None,
+            adapter_sha256=update.get("checksum") or None,
+        )
+
     def _check(self, index: int, driver) -> list[dict[str, Any]]:
         """The running version off ROS on the stand-in, behind the safety filter, on the
         same seeds every round (never recorded, so never trained on)."""
         count = self.config.check_episodes
         if count <= 0:
             return []
-        from simreal_ros.policy.evaluate import PolicySource, evaluate_policy
+        from simreal_ros.policy.evaluate import evaluate_policy
 
-        update = self._running_update
-        source = PolicySource(
-            self.checkpoint,
-            adapter_dir=update.get("adapter_path") or None,
-            adapter_sha256=update.get("checksum") or None,
-        )
+        source = self._running_source()
         seeds = [self.config.seed * 1_000_003 + 900_000 + k for k in range(count)]
         scores = []
         paused = driver.pause_sim(True)  # the graph waits; the check gets the CPU
@@ -318,14 +324,9 @@ class LoopSession:
     def _diagnose(self, record: RoundRecord, scores: list[ConditionScore]) -> dict[str, Any]:
         """Diagnose the running version from the round's recorded evaluation episodes."""
         from simreal_ros.loop.diagnose_round import diagnose_round
-        from simreal_ros.policy.evaluate import PolicySource, build_policy
+        from simreal_ros.policy.evaluate import build_policy
 
-        update = self._running_update
-        source = PolicySource(
-            self.checkpoint,
-            adapter_dir=update.get("adapter_path") or None,
-            adapter_sha256=update.get("checksum") or None,
-        )
+        source = self._running_source()
         evaluation = [e for e in record.episodes if e["evaluation"]]
         try:
             return diagnose_round(
