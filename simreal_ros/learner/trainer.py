@@ -27,12 +27,12 @@ import numpy as np
 import torch
 
 from simreal_ros.learner import lora
-from simreal_ros.learner.bc import BehaviourCloning, bc_loss
+from simreal_ros.learner.bc import BehaviourCloning
 from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.ewc import ElasticWeightConsolidation
 from simreal_ros.learner.gate import EvaluationSummary, Evaluator, GateDecision
 from simreal_ros.learner.gate import screen as gate_screen
-from simreal_ros.learner.replay import REAL_SOURCES, Transitions, batch_from
+from simreal_ros.learner.replay import REAL_SOURCES, Transitions
 from simreal_ros.learner.sac_finetune import ActorCriticFineTuner, ColumnCritic
 from simreal_ros.learner.sgft import (
     FrozenSimValue,
@@ -359,14 +359,11 @@ class LearnerSession:
             return None
         rng = np.random.default_rng(self.config.seed)
         rows = rng.choice(len(sim), min(self.config.ewc_fisher_samples, len(sim)), replace=False)
-        actor = lora.inner(self.actor_peft)
-
-        def loss_on(i: int) -> torch.Tensor:
-            index = rows[i : i + 1]
-            return bc_loss(actor, batch_from(sim, index, np.zeros(1, bool)))
-
         return ElasticWeightConsolidation(
-            lora.trainable_parameters(self.actor_peft), loss_on, len(rows), self.config.ewc_weight
+            lora.trainable_parameters(self.actor_peft),
+            lora.inner(self.actor_peft).distribution,
+            torch.as_tensor(sim.obs[rows], dtype=torch.float32),
+            self.config.ewc_weight,
         )
 
     @property

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from simreal_ros.learner import lora
-from simreal_ros.learner.bc import BehaviourCloning, bc_loss
-from simreal_ros.learner.ewc import ElasticWeightConsolidation
-from simreal_ros.learner.replay import CoTrainingSampler, Transitions, batch_from
+from simreal_ros.learner.bc import BehaviourCloning
+from simreal_ros.learner.ewc import ElasticWeightConsolidation, gaussian_policy_fisher
+from simreal_ros.learner.replay import CoTrainingSampler, Transitions
 from simreal_ros.policy.model import Actor, Architecture
 
 EWC_WEIGHT = 500.0
@@ -88,11 +89,10 @@ def _drift_after_finetuning(use_ewc: bool) -> float:
     peft_actor = lora.wrap(actor, rank=4, alpha=8)
     ewc = None
     if use_ewc:
-        inner = lora.inner(peft_actor)
         ewc = ElasticWeightConsolidation(
             lora.trainable_parameters(peft_actor),
-            lambda i: bc_loss(inner, batch_from(sim, np.arange(i * 8, i * 8 + 8), np.zeros(8))),
-            samples=32,
+            lora.inner(peft_actor).distribution,
+            torch.as_tensor(sim.obs[:64]),
             weight=EWC_WEIGHT,
         )
     trainer = BehaviourCloning(
@@ -105,7 +105,56 @@ def _drift_after_finetuning(use_ewc: bool) -> float:
 
 
 def test_ewc_reduces_drift_on_sim_data():
+    # The sim actions are the actor's own, so a loss-gradient (empirical) Fisher would be
+    # exactly zero here and EWC a no-op; the policy's Fisher is not.
     without = _drift_after_finetuning(use_ewc=False)
     with_ewc = _drift_after_finetuning(use_ewc=True)
     assert without > 0.01, "the real data should pull the actor away from sim"
     assert with_ewc < 0.5 * without, (with_ewc, without)
+
+
+def test_fisher_is_nonzero_and_finite_at_the_policys_own_actions():
+    """On a checkpoint-sized actor with fresh LoRA (B = 0), where every BC residual is 0."""
+    torch.manual_seed(0)
+    actor = Actor(Architecture(obs_dim=36, act_dim=7))
+    peft_actor = lora.wrap(actor, rank=8, alpha=16)
+    obs = torch.as_tensor(np.random.default_rng(0).normal(size=(16, 36)).astype(np.float32))
+    with torch.no_grad():
+        own = actor(obs)
+        assert torch.equal(lora.inner(peft_actor)(obs), own), "fresh LoRA must not move it"
+    ewc = ElasticWeightConsolidation(
+        lora.trainable_parameters(peft_actor),
+        lora.inner(peft_actor).distribution,
+        obs,
+        weight=1.0,
+        normalize=False,
+    )
+    values = torch.cat([f.reshape(-1) for f in ewc.fisher.values()])
+    assert bool(torch.isfinite(values).all())
+    # LoRA's B factors carry the Fisher at B = 0 (A's gradient is zero there by design).
+    b_fisher = [f for n, f in ewc.fisher.items() if "lora_B" in n]
+    assert b_fisher and all(float(f.sum()) > 0 for f in b_fisher)
+    assert float(ewc.penalty().detach()) == 0.0  # at the anchor
+
+
+def test_fisher_matches_the_gaussian_formula_on_a_linear_policy():
+    """Mean = W x: F_W[j, i] = E[x_i^2] / sigma_j^2 exactly, plus nothing from log_std."""
+    w = nn.Parameter(torch.tensor([[0.5, -1.0], [2.0, 0.0]]))
+    log_std = torch.log(torch.tensor([0.5, 2.0]))
+    obs = torch.tensor([[1.0, 2.0], [3.0, -1.0]])
+    fisher = gaussian_policy_fisher(
+        [("w", w)], lambda x: (x @ w.T, log_std.expand(len(x), 2)), obs
+    )["w"]
+    expected = (obs**2).mean(0)[None, :] / torch.exp(2 * log_std)[:, None]
+    torch.testing.assert_close(fisher, expected, rtol=1e-6, atol=0.0)
+
+
+def test_ewc_refuses_parameters_that_do_not_move_the_policy():
+    unused = nn.Parameter(torch.ones(3))
+    with pytest.raises(ValueError, match="Fisher has mean 0"):
+        ElasticWeightConsolidation(
+            [("unused", unused)],
+            lambda x: (torch.zeros(len(x), 2), torch.zeros(len(x), 2)),
+            torch.ones(4, 2),
+            weight=1.0,
+        )
