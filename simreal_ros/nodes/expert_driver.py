@@ -50,6 +50,8 @@ class ExpertDriverNode(Node):
         self.create_timer(1.0 / rate_hz, self._on_tick)
 
     def _on_state(self, msg: JointState) -> None:
+        if set(msg.name) != self._index.keys():
+            return  # not exactly this arm's joints: never act on them
         position = np.empty(len(self._index))
         velocity = np.zeros(len(self._index))
         try:

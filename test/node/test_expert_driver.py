@@ -47,7 +47,17 @@ def test_expert_acts_on_the_graph_state_only_when_enabled(rclpy_context, executo
     commanded_tool = expert.expert.tool_position(command)
     assert commanded_tool[0] > tool[0] + 1e-3
 
-    # Joint states of another arm are ignored, never acted on.
-    foreign = JointState(name=["a", "b"], position=[0.0, 0.0])
-    expert._on_state(foreign)
-    assert expert._position is not None and len(expert._position) == len(robot.joint_names)
+    # Joint states of another arm, or of only part of this one, are ignored, never acted on.
+    before = expert._position.copy()
+    names = list(robot.joint_names)
+    for foreign in (
+        JointState(name=["a", "b"], position=[1.0, 1.0]),
+        JointState(name=names[:1], position=[1.0]),
+        JointState(name=[*names, "extra"], position=[1.0] * (len(names) + 1)),
+        JointState(name=names, position=[1.0] * (len(names) - 1)),
+    ):
+        expert._on_state(foreign)
+        assert np.array_equal(expert._position, before), foreign.name
+    # The same arm's joints in another order are taken, mapped by name.
+    expert._on_state(JointState(name=names[::-1], position=list(range(len(names)))[::-1]))
+    assert np.array_equal(expert._position, np.arange(len(names), dtype=float))
