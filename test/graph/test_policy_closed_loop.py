@@ -29,11 +29,9 @@ def _have(module: str) -> bool:
 
 @pytest.fixture
 def closed_loop():
-    if not _have("simreal_ros.nodes.sim_bridge"):
-        pytest.skip("simreal_ros.nodes.sim_bridge is missing: no sim to close the loop with")
+    assert _have("simreal_ros.nodes.sim_bridge"), "simreal_ros.nodes.sim_bridge is missing"
     checkpoint = shipped_checkpoint("reach")
-    if not (checkpoint / "policy.json").is_file():
-        pytest.skip(f"no shipped reach checkpoint at {checkpoint}")
+    assert (checkpoint / "policy.json").is_file(), f"no shipped reach checkpoint at {checkpoint}"
     env = graph_environment()
     processes = []
     try:
