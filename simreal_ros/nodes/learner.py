@@ -80,7 +80,6 @@ class LearnerNode(Node):
         self.create_subscription(EpisodeEvent, "/episodes/recorded", self._on_episode, qos.STATUS)
         self.create_service(Trigger, "~/train_now", self._on_train_now)
         self.create_timer(1.0, self._publish_diagnostics)
-        self.published: list[PolicyUpdate] = []
         self._log_handler = _RosLogHandler(self)
         core_log = logging.getLogger("simreal_ros.learner")
         core_log.setLevel(logging.INFO)
@@ -142,7 +141,6 @@ class LearnerNode(Node):
 
     def _publish(self, msg: PolicyUpdate) -> None:
         msg.header.stamp = self.get_clock().now().to_msg()
-        self.published.append(msg)
         self._update_pub.publish(msg)
 
     def _publish_diagnostics(self) -> None:

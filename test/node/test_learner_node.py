@@ -78,9 +78,11 @@ def test_episodes_trigger_a_round_and_the_decision_is_published_latched(
         lambda m: diagnostics.extend([m] if m.status[0].name.startswith("learner") else []),
         qos.STATUS,
     )  # fmt: skip
+    updates: list[PolicyUpdate] = []
+    probe.create_subscription(PolicyUpdate, "/learner/policy_update", updates.append, qos.LATCHED)
     announce(executor, probe, episodes_dir, metas)
-    assert spin_until(executor, lambda: node.published, timeout=120), node.learner.status()
-    update = node.published[-1]
+    assert spin_until(executor, lambda: updates, timeout=120), node.learner.status()
+    update = updates[-1]
     assert update.version == "v0001" and update.method == "bc"
     assert update.promoted is (ci_low == 0.0), update.reason
     assert len(update.screening) == 1 and update.screening[0].episodes == 2
@@ -111,11 +113,16 @@ def test_restart_announces_the_running_version(rclpy_context, executor, tmp_path
     probe = rclpy.create_node("probe2", context=rclpy_context)
     executor.add_node(first)
     executor.add_node(probe)
+    updates: list[PolicyUpdate] = []
+    probe.create_subscription(PolicyUpdate, "/learner/policy_update", updates.append, qos.LATCHED)
     announce(executor, probe, episodes_dir, metas)
-    assert spin_until(executor, lambda: first.published, timeout=120)
+    assert spin_until(executor, lambda: updates, timeout=120)
+    assert [u.version for u in updates] == ["v0001"] and updates[0].promoted
     executor.remove_node(first)
     first.destroy_node()
     second = make_node(rclpy_context, checkpoint_dir, tmp_path / "models")
     executor.add_node(second)
-    assert second.published and second.published[0].version == "v0001"
-    assert "start-up" in second.published[0].reason and second.published[0].promoted
+    # The restarted learner latches the running version for whoever joins.
+    assert spin_until(executor, lambda: len(updates) >= 2, timeout=10)
+    assert updates[1].version == "v0001" and updates[1].promoted
+    assert "start-up" in updates[1].reason
