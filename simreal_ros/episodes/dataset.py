@@ -262,6 +262,35 @@ def _stream_messages(bag_dir: Path, wanted: set[str], store) -> Iterator[tuple[s
         )
 
 
+COMMAND_TOPIC = "/forward_position_controller/commands"
+
+
+def start_command_gap(
+    bag_dir: Path, controller_joints: Sequence[str], checked: Sequence[str] | None = None
+) -> float:
+    """How far (rad) an episode's first arm command is from its first measured joint state.
+
+    Commands are in ``controller_joints`` order; ``checked`` (default: all of them) are the
+    joints compared, by name. A reset that the safety filter resynced to starts at ~0; a
+    filter still on the previous episode's trajectory starts far away.
+    """
+    checked = list(controller_joints if checked is None else checked)
+    first: dict[str, dict[str, float]] = {}
+    for topic, _, message in iter_bag_messages(bag_dir, [COMMAND_TOPIC, "/joint_states"]):
+        if topic in first:
+            continue
+        if topic == COMMAND_TOPIC:
+            first[topic] = dict(zip(controller_joints, message.data, strict=True))
+        else:
+            first[topic] = dict(zip(message.name, message.position, strict=True))
+        if len(first) == 2:
+            break
+    if len(first) < 2:
+        raise ValueError(f"{bag_dir}: no {COMMAND_TOPIC} or no /joint_states recorded.")
+    command, state = first[COMMAND_TOPIC], first["/joint_states"]
+    return max(abs(command[name] - state[name]) for name in checked)
+
+
 def read_metadata(bag_dir: Path) -> EpisodeMetadata | None:
     """The episode's metadata: from metadata.yaml's custom_data, else the newest record in
     the MCAP itself (an unclosed bag carries what was known at start)."""

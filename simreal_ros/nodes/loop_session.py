@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 import rclpy
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from rclpy.signals import SignalHandlerOptions
 
@@ -123,7 +123,7 @@ class LoopSession:
         # `finally` (rclpy's own handlers would only shut the context down under us).
         rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-        executor = MultiThreadedExecutor(num_threads=3)
+        executor = SingleThreadedExecutor()  # why one thread: trial_runner.SpinningNode
         # The trial runner and the loop driver time everything on the wall clock, so they
         # stay off /clock: every sim-time node here handles each /clock message in this
         # executor, and that CPU (half a core for these two) is what the graph's nodes need

@@ -23,6 +23,7 @@ from simreal_ros.nodes.params import declare_config
 from simreal_ros.nodes.runtime import run_node
 from simreal_ros.robot.description import load_robot_description
 from simreal_ros.safety import ALL_REASONS, ESTOP, HOLDING, STATE_NAMES, SafetyConfig, SafetyFilter
+from simreal_ros.srv import Resync
 
 COMMAND_TOPIC = "/forward_position_controller/commands"
 TRAJECTORY_TOPIC = "/joint_trajectory_controller/joint_trajectory"
@@ -62,7 +63,7 @@ class SafetyNode(Node):
         )
         self.create_service(Trigger, "~/estop", self._on_estop)
         self.create_service(Trigger, "~/reset", self._on_reset)
-        self.create_service(Trigger, "~/resync", self._on_resync)
+        self.create_service(Resync, "~/resync", self._on_resync)
         self._status_period = 1.0 / self.config.status_rate
         self._last_status = -float("inf")
         self._last_result_state = HOLDING
@@ -135,7 +136,10 @@ class SafetyNode(Node):
         return response
 
     def _on_resync(self, request, response):
-        response.success, response.message = self.filter.resync(self._now())
+        after = _seconds(request.after)
+        response.success, response.message = self.filter.resync(
+            self._now(), after if after > 0.0 else None
+        )
         if not response.success:
             self.get_logger().warning(response.message)
         return response

@@ -245,6 +245,7 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
         except ValueError as error:
             response.success, response.message = False, str(error)
             return response
+        _stamp(self.core.episode_start_time, response.stamp)
         response.success = True
         response.message = f"episode {response.episode_id} ({self.core.env.condition})"
         return response

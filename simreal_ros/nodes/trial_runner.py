@@ -17,15 +17,15 @@ import time
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.callback_groups import ReentrantCallbackGroup
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
-from std_srvs.srv import SetBool, Trigger
+from std_srvs.srv import SetBool
 
 from simreal_ros.episodes.metadata import new_episode_id, normalize_failure_mode
 from simreal_ros.msg import PolicyAction, TaskStatus
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.params import declare_config
-from simreal_ros.srv import GetDynamics, ResetEpisode, StartEpisode, StopEpisode
+from simreal_ros.srv import GetDynamics, ResetEpisode, Resync, StartEpisode, StopEpisode
 from simreal_ros.trials.config import TrialRunnerConfig
 from simreal_ros.trials.runner import (
     EpisodeResult,
@@ -50,7 +50,7 @@ class TrialRunnerNode(Node):
         )
         self._pause = self.create_client(SetBool, cfg.pause_service, callback_group=group)
         self._resync = (
-            self.create_client(Trigger, cfg.resync_service, callback_group=group)
+            self.create_client(Resync, cfg.resync_service, callback_group=group)
             if cfg.resync_service
             else None
         )
@@ -78,6 +78,7 @@ class TrialRunnerNode(Node):
         self._source, self._dyn_profile = cfg.source, ""
         self._dynamics_available = True
         self._pause_available = cfg.profile == "sim"
+        self._services_seen: set[str] = set()
         self._paused = False
         self.results: list[EpisodeResult] = []
 
@@ -97,6 +98,18 @@ class TrialRunnerNode(Node):
             client.remove_pending_request(future)
             raise TimeoutError(f"{what} service {client.srv_name} did not answer in {timeout} s.")
         return future.result()
+
+    def _call_optional(self, client, request, what: str):
+        """Call a service the graph may lack; TimeoutError when it is not there.
+
+        Until a service has answered once, the wait is the whole ``service_timeout_s``: a
+        process that joins a running graph takes seconds to discover it, and a short wait
+        would wrongly conclude the service is missing for the rest of the run.
+        """
+        timeout = None if client.srv_name not in self._services_seen else 2.0
+        answer = self._call(client, request, what, timeout)
+        self._services_seen.add(client.srv_name)
+        return answer
 
     def _on_status(self, msg: TaskStatus) -> None:
         with self._cond:
@@ -148,7 +161,7 @@ class TrialRunnerNode(Node):
         profile = ""
         if self._dynamics_available:
             try:
-                answer = self._call(self._dynamics, GetDynamics.Request(), "get_dynamics", 2.0)
+                answer = self._call_optional(self._dynamics, GetDynamics.Request(), "get_dynamics")
                 profile = answer.profile
             except TimeoutError:
                 self._dynamics_available = False  # an older bridge: label by config only
@@ -159,7 +172,7 @@ class TrialRunnerNode(Node):
         if not self._pause_available:
             return
         try:
-            answer = self._call(self._pause, SetBool.Request(data=paused), "pause", 2.0)
+            answer = self._call_optional(self._pause, SetBool.Request(data=paused), "pause")
         except TimeoutError:
             self._pause_available = False  # a bridge without pause: record from the reset on
             self.get_logger().warning(
@@ -169,12 +182,13 @@ class TrialRunnerNode(Node):
             return
         self._paused = paused and answer.success
 
-    def _resync_safety(self) -> None:
-        """The sim arm jumped to a new start pose: the safety filter starts from it."""
+    def _resync_safety(self, reset_stamp) -> None:
+        """The sim arm jumped to a new start pose: the safety filter starts from it, and
+        refuses what was measured or computed at or before the reset's stamp."""
         if self._resync is None:
             return
         try:
-            answer = self._call(self._resync, Trigger.Request(), "safety resync", 2.0)
+            answer = self._call_optional(self._resync, Resync.Request(after=reset_stamp), "resync")
         except TimeoutError:
             self._resync = None  # a graph without the safety node (or an older one)
             self.get_logger().warning(
@@ -202,11 +216,16 @@ class TrialRunnerNode(Node):
         if not answer.success:
             self._set_paused(False)
             raise RuntimeError(f"sim bridge refused the reset: {answer.message}")
-        self._resync_safety()
+        self._resync_safety(answer.stamp)
         if answer.episode_id and answer.episode_id != episode_id:
             with self._cond:
                 self._episode_id = answer.episode_id
         return answer.episode_id or episode_id
+
+    @property
+    def recording(self) -> bool:
+        """Whether an episode is being recorded now (also on /diagnostics)."""
+        return self._recording
 
     def start_recording(self, episode_id: str, condition: str, seed: int) -> str:
         request = StartEpisode.Request(
@@ -343,11 +362,17 @@ def _enter_pressed() -> bool:
 
 
 class SpinningNode:
-    """A node spun by a MultiThreadedExecutor in a background thread (for blocking callers)."""
+    """A node spun in a background thread, so the caller's thread may block on it.
+
+    One executor thread, never rclpy's MultiThreadedExecutor: that one's wait thread wakes
+    with nothing ready (its workers took what woke it) and rebuilds the wait set in Python
+    each time. The busy loop holds the GIL and delays every callback in the process, and
+    the node's callbacks never block, so one thread serves them all.
+    """
 
     def __init__(self, node: Node) -> None:
         self.node = node
-        self.executor = MultiThreadedExecutor(num_threads=2, context=node.context)
+        self.executor = SingleThreadedExecutor(context=node.context)
         self.executor.add_node(node)
         self._thread = threading.Thread(target=self.executor.spin, daemon=True)
         self._thread.start()

@@ -23,7 +23,14 @@ MOTION_LIMITS = (
     "workspace",
     "keep_out",
 )
-COMMAND_REFUSALS = ("non_finite", "wrong_size", "joint_order", "stale_command", "out_of_order")
+COMMAND_REFUSALS = (
+    "non_finite",
+    "wrong_size",
+    "joint_order",
+    "stale_command",
+    "out_of_order",
+    "before_resync",
+)
 STATE_REFUSALS = (
     "state_non_finite",
     "state_wrong_size",

@@ -232,6 +232,11 @@ class SafetyFilter:
             for i, x in enumerate(target):
                 if x - x != 0.0:
                     return self._refuse("non_finite", self.names[i], x, _NAN, 0.0)
+        if (stamp if self.config.check_stamps else now) <= self._resync_after:
+            # Computed from the old episode's state: it would drag the arm back there.
+            return self._refuse(
+                "before_resync", "", stamp, self._resync_after, self._resync_after - stamp
+            )
         if self.config.check_stamps:
             timeout = self.config.command_timeout
             if not math.isfinite(stamp) or stamp <= 0.0:
@@ -318,14 +323,14 @@ class SafetyFilter:
         if refusal is not None:
             self._state_refused = True
             return refusal
+        if (stamp if self.config.check_stamps else now) <= self._resync_after:
+            return None  # measured before the resync (the old pose): neither state nor anchor
         self._state_refused = False
         self._measured[:] = self._state_buffer
         self._measured_list = self._state_buffer.tolist()
         self._state_stamp = stamp
         self.state_watchdog.feed(stamp if self.config.check_stamps else now)
         if not self._have_state:
-            if (stamp if self.config.check_stamps else now) <= self._resync_after:
-                return None  # sent before the resync (the old pose): not a start to anchor at
             # The commanded trajectory starts at rest where the arm is.
             self._have_state = True
             self._ql = list(self._measured_list)
@@ -370,11 +375,16 @@ class SafetyFilter:
         self._estop = False
         return True, "e-stop reset; following fresh policy actions again."
 
-    def resync(self, now: float) -> tuple[bool, str]:
+    def resync(self, now: float, after: float | None = None) -> tuple[bool, str]:
         """After a simulated arm jumped to a new start pose (an episode reset): restart the
         commanded trajectory at rest at the next measured state and hold there until the
         next command. Without it the filter would keep commanding the old episode's pose
-        and speed, dragging the arm from its new start. Refused unless ``allow_resync``."""
+        and speed, dragging the arm from its new start. Refused unless ``allow_resync``.
+
+        States and commands stamped at or before ``after`` (the reset's own stamp) belong
+        to the old episode and are refused, however late they arrive. Without ``after``,
+        one control period past ``now`` stands in for it, which a lagging clock defeats.
+        """
         if not self.config.allow_resync:
             return False, (
                 "resync refused: allow_resync is false. It is for simulated arms that jump "
@@ -383,9 +393,7 @@ class SafetyFilter:
             )
         self._have_state = False
         self._have_command = False
-        # Joint states still queued from before the reset carry the old pose; anchor only
-        # at one stamped a control period after now.
-        self._resync_after = now + self.dt
+        self._resync_after = now + self.dt if after is None else float(after)
         return True, "resynced: holding at the next measured state until the next command."
 
     @property

@@ -199,6 +199,11 @@ class SimBridgeCore:
     def sim_time(self) -> float:
         return self._time_offset + self.physics.time
 
+    @property
+    def episode_start_time(self) -> float:
+        """Sim time of the last reset: the new episode's messages are stamped at or after it."""
+        return self._time_offset
+
     def reset(self, seed: int | None = None, condition: str = "", episode_id: str = "") -> str:
         """Start a new episode; returns its id. Raises ValueError on a bad condition."""
         seed = self.config.seed if seed is None else int(seed)

@@ -36,8 +36,8 @@ class TrialRunnerConfig:
     )
     resync_service: str = setting(
         "/safety/resync",
-        "Trigger service of the safety filter, called after each sim reset so the filter "
-        "starts from the new pose (empty: none)",
+        "Resync service of the safety filter, called after each sim reset with the reset's "
+        "stamp, so the filter starts from the new pose (empty: none)",
     )
     dynamics_service: str = setting(
         "/sim_bridge/get_dynamics", "GetDynamics service (profile label)"

@@ -432,3 +432,41 @@ def test_resync_restarts_from_a_simulated_arm_s_new_pose_and_is_refused_otherwis
     assert np.allclose(f.commanded_velocity, 0.0)
     out, result = step(f, clock, start)  # the first command after the reset: stay
     assert result.state == PASS and np.array_equal(out, start)
+
+
+def test_a_stamped_resync_refuses_the_old_episode_even_when_the_filter_s_clock_lags():
+    """The race the reset's stamp closes: old states and actions arrive after the resync,
+    stamped after the filter's (lagging) clock but before the reset itself."""
+    f, clock = started(allow_resync=True, command_timeout=1.0, state_timeout=1.0)
+    for _ in range(30):
+        step(f, clock, np.array([0.8, 0.0, 0.0]))
+    old_pose = f.commanded_position.copy()
+    lagging_now = clock.t
+    reset_stamp = lagging_now + 5 * DT  # the sim ran on; this node's /clock is behind
+    assert f.resync(lagging_now, after=reset_stamp)[0]
+    late = lagging_now + 3 * DT  # after the filter's now + dt, before the reset
+    assert f.submit_state(old_pose, late, lagging_now) is None
+    assert f.tick(lagging_now) is None, "an old-pose state anchored the filter"
+    refusal = f.submit_command(old_pose, reset_stamp, lagging_now)  # stamped at the reset
+    assert refusal is not None and refusal.limit == "before_resync"
+    start = np.array([-0.3, 0.2, 0.1])
+    now = reset_stamp + DT
+    assert f.submit_state(start, now, now) is None
+    result = f.tick(now)
+    assert np.array_equal(result.command, start) and result.state == HOLDING
+    # An action computed from the new episode's state is followed again.
+    assert f.submit_command(start, now, now) is None
+    assert f.tick(now + DT).state == PASS
+
+
+def test_without_the_reset_stamp_a_lagging_clock_lets_the_old_pose_anchor():
+    """Why the stamp is needed: the fallback guard (now + one period) is beaten by lag."""
+    f, clock = started(allow_resync=True, command_timeout=1.0, state_timeout=1.0)
+    for _ in range(30):
+        step(f, clock, np.array([0.8, 0.0, 0.0]))
+    old_pose = f.commanded_position.copy()
+    lagging_now = clock.t
+    assert f.resync(lagging_now)[0]
+    f.submit_state(old_pose, lagging_now + 3 * DT, lagging_now)
+    result = f.tick(lagging_now)
+    assert result is not None and np.array_equal(result.command, old_pose)

@@ -11,7 +11,9 @@ import time
 
 import pytest
 
+from simreal_ros.episodes.dataset import start_command_gap
 from simreal_ros.graph.processes import NodeProcess, graph_environment
+from simreal_ros.robot.description import load_robot_description
 
 pytestmark = [pytest.mark.graph, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -91,3 +93,9 @@ def test_loop_runs_rounds_through_the_graph_and_resumes_after_sigterm(tmp_path):
     assert (run / "models" / round1["update"]["version"]).is_dir()
     report = (run / "report.html").read_text()
     assert "real_twin stand-in" in report and report.count("data:image/png") == 4
+    # Every episode starts where the sim reset put the arm: the safety filter resynced at
+    # the reset's stamp instead of commanding the previous episode's pose.
+    robot = load_robot_description()
+    for bag in bags:
+        gap = start_command_gap(bag, robot.joint_names, robot.arm_joint_names)
+        assert gap < 0.05, f"{bag.name}: first command {gap:.3f} rad from the start pose"

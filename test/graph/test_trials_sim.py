@@ -1,4 +1,4 @@
-"""`simreal trials` in the sim graph: sim_bridge, recorder and the trial runner as separate
+"""`simreal trials` in the sim graph: sim_bridge, safety, recorder and the trial runner as separate
 processes over DDS; 5 labelled episodes, each a closed bag whose outcome matches."""
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ from simreal_ros.nodes import qos
 
 pytestmark = pytest.mark.graph
 
-HAVE_BRIDGE = importlib.util.find_spec("simreal_ros.nodes.sim_bridge") is not None
 
-
-@pytest.mark.skipif(not HAVE_BRIDGE, reason="simreal_ros.nodes.sim_bridge is not in the tree")
 def test_trials_cli_runs_five_labelled_recorded_episodes(tmp_path, rclpy_context, executor):
+    assert importlib.util.find_spec("simreal_ros.nodes.sim_bridge"), "sim_bridge is missing"
     from simreal_ros.robot.description import load_robot_description
 
     robot = load_robot_description()
@@ -47,10 +45,19 @@ def test_trials_cli_runs_five_labelled_recorded_episodes(tmp_path, rclpy_context
         ),
         env,
     )
+    # The sim graph's safety filter, so each reset resyncs it (as `simreal up` runs it).
+    safety = NodeProcess(
+        "safety",
+        python_module_argv(
+            "simreal_ros.nodes.safety", ["-p", "use_sim_time:=true", "-p", "allow_resync:=true"]
+        ),
+        env,
+    )
     trials = None
     try:
         assert bridge.wait_for_output("active: episode", 60.0), bridge.output()
         assert recorder.wait_for_output("recorder ready", 30.0), recorder.output()
+        assert safety.wait_for_output("safety", 30.0), safety.output()
         # A stand-in for the policy: hold the home position, one action per 20 Hz tick,
         # stamped with the observation it answers (so the dataset can align it).
         node = rclpy.create_node("stand_in_policy", context=rclpy_context)
@@ -80,6 +87,9 @@ def test_trials_cli_runs_five_labelled_recorded_episodes(tmp_path, rclpy_context
         assert spin_until(executor, lambda: trials.returncode is not None, 150.0), trials.output()
         assert trials.returncode == 0, trials.output()
         assert "successes" in trials.output()
+        # Every optional service of the sim graph was found, however late discovery was.
+        assert "not available" not in trials.output(), trials.output()
+        assert "resync refused" not in trials.output(), trials.output()
         results = json.loads(out.read_text())
         assert len(results) == 5
         for r in results:
@@ -98,6 +108,6 @@ def test_trials_cli_runs_five_labelled_recorded_episodes(tmp_path, rclpy_context
         assert [r["seed"] for r in results] == [3, 4, 5, 6, 7]
         print("\n" + trials.output()[-600:])
     finally:
-        for process in (trials, recorder, bridge):
+        for process in (trials, safety, recorder, bridge):
             if process is not None:
                 process.stop()

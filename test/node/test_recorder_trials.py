@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
 import rclpy
 import yaml
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 from simreal_ros.msg import PolicyAction, TaskStatus
-from simreal_ros.srv import ResetEpisode, StopEpisode
+from simreal_ros.srv import ResetEpisode, Resync, StopEpisode
 from std_srvs.srv import SetBool
 
 from simreal_ros.episodes.dataset import read_episode
@@ -40,6 +41,11 @@ class FakeBridge:
         self.paused = False
         self.node.create_service(ResetEpisode, "~/reset", self.on_reset)
         self.node.create_service(SetBool, "~/pause", self.on_pause)
+        # The safety filter's resync, on a node of its own as in the graph.
+        self.safety = rclpy.create_node("safety", context=context)
+        self.safety.create_service(Resync, "~/resync", self.on_resync)
+        self.reset_stamps: list[tuple[int, int]] = []
+        self.resyncs: list[tuple[int, int]] = []
         self.node.create_timer(0.01, self.tick)
         self.lock = threading.Lock()
 
@@ -48,6 +54,13 @@ class FakeBridge:
             self.episode_id = request.episode_id or f"fake-{request.seed}"
             self.seed, self.step = request.seed, 0
         response.success, response.episode_id = True, self.episode_id
+        response.stamp.sec, response.stamp.nanosec = request.seed + 1, 0
+        self.reset_stamps.append((response.stamp.sec, response.stamp.nanosec))
+        return response
+
+    def on_resync(self, request, response):
+        self.resyncs.append((request.after.sec, request.after.nanosec))
+        response.success, response.message = True, "resynced"
         return response
 
     def on_pause(self, request, response):
@@ -102,8 +115,9 @@ def running_graph(rclpy_context, tmp_path):
             Parameter("dynamics_service", value="/nobody/get_dynamics"),
         ],
     )
-    executor = MultiThreadedExecutor(num_threads=3, context=rclpy_context)
-    for node in (recorder, bridge.node, runner):
+    # One thread, as the nodes run (see trial_runner.SpinningNode for why).
+    executor = SingleThreadedExecutor(context=rclpy_context)
+    for node in (recorder, bridge.node, bridge.safety, runner):
         executor.add_node(node)
     thread = threading.Thread(target=executor.spin, daemon=True)
     thread.start()
@@ -111,23 +125,28 @@ def running_graph(rclpy_context, tmp_path):
     matched = threading.Event()
     pubs = (bridge.status, bridge.takeover, bridge.joints, bridge.action)
     wanted = (2, 2, 1, 1)
-    for _ in range(1000):
-        if all(p.get_subscription_count() >= n for p, n in zip(pubs, wanted, strict=True)):
-            break
-        matched.wait(0.01)
     try:
-        yield runner, executor
+        for _ in range(1000):
+            if all(p.get_subscription_count() >= n for p, n in zip(pubs, wanted, strict=True)):
+                break
+            matched.wait(0.01)
+        else:
+            raise AssertionError("the recorder and runner never matched the bridge's publishers")
+        yield runner, executor, bridge
     finally:
         executor.shutdown()
         thread.join(timeout=5.0)
-        for node in (runner, bridge.node, recorder):
+        for node in (runner, bridge.safety, bridge.node, recorder):
             node.destroy_node()
 
 
 def test_five_labelled_episodes_through_reset_record_and_task_status(running_graph):
-    runner, _ = running_graph
-    results = run_trials(runner, 5, "train", seeds=range(5), timeout_s=5.0, progress=False)
+    runner, _, bridge = running_graph
+    # Each episode runs 8 steps at 100 Hz (80 ms); 1.5 s only fails if callbacks are starved.
+    results = run_trials(runner, 5, "train", seeds=range(5), timeout_s=1.5, progress=False)
     assert [r.error for r in results] == [""] * 5
+    # After every reset the safety filter was resynced at the stamp that reset returned.
+    assert bridge.resyncs == bridge.reset_stamps and len(bridge.resyncs) == 5
     assert [r.outcome for r in results] == ["success", "failure", "success", "failure", "failure"]
     assert [r.steps for r in results[:4]] == [8] * 4
     assert results[4].timed_out  # seed 4: the fake bridge never says done
@@ -146,7 +165,7 @@ def test_five_labelled_episodes_through_reset_record_and_task_status(running_gra
 
 
 def test_operator_label_service_ends_the_running_episode(running_graph, rclpy_context):
-    runner, executor = running_graph
+    runner, executor, _ = running_graph
     caller = rclpy.create_node("operator", context=rclpy_context)
     executor.add_node(caller)
     client = caller.create_client(StopEpisode, "/trial_runner/label")
@@ -155,7 +174,9 @@ def test_operator_label_service_ends_the_running_episode(running_graph, rclpy_co
     def label_soon():
         assert client.wait_for_service(timeout_sec=5.0)
         # Wait until the episode is recording, then label it as an operator would.
-        while not runner._recording:
+        deadline = time.monotonic() + 10.0
+        while not runner.recording:
+            assert time.monotonic() < deadline, "the episode never started recording"
             threading.Event().wait(0.01)
         request = StopEpisode.Request(
             outcome="failure", failure_mode="action convention mismatch", note="joints swapped"
