@@ -20,7 +20,10 @@ def wilson_interval(successes: int, trials: int, z: float = 1.959964) -> tuple[f
     centre = (rate + z * z / (2 * trials)) / denominator
     half_width = z * math.sqrt(rate * (1 - rate) / trials + z * z / (4 * trials * trials))
     half_width /= denominator
-    return max(0.0, centre - half_width), min(1.0, centre + half_width)
+    # The ends are exact: rounding must neither exclude the observed rate nor leave [0, 1].
+    low = 0.0 if successes == 0 else min(max(0.0, centre - half_width), rate)
+    high = 1.0 if successes == trials else max(min(1.0, centre + half_width), rate)
+    return low, high
 
 
 def percentile(values, q: float) -> float:

@@ -97,13 +97,13 @@ def test_sgft_from_the_sim_advantage_improves_the_real_return(actor, real_data, 
         actor_learning_rate=1e-3, critic_learning_rate=3e-3, batch_size=64,
         sim_replay=False, entropy_alpha=0.01, seed=0, base_actor=actor, anchor_weight=ANCHOR,
     )  # fmt: skip
-    tuner.train(1000)
+    # More updates than from a fresh critic: the toy's gap is in the dynamics, so the sim's
+    # action ranking it starts from is wrong by construction and the residual has to undo
+    # it first; the return dips on the way, so judge it past the dip.
+    tuner.train(2000)
     v_sim.check_frozen()
     before, after = real_return(actor), real_return(lora.inner(model))
-    # Slower than from a fresh critic: the toy's gap is in the dynamics, so the sim's action
-    # ranking it starts from is wrong by construction and the residual has to undo it
-    # (measured: +0.042 for H=1, +0.047 for H=3 after 1000 updates).
-    assert after > before + 0.03, (horizon, before, after)
+    assert after > before + MIN_GAIN, (horizon, before, after)
 
 
 def test_sgft_with_short_model_rollouts_learns_the_dynamics_and_improves(actor, real_data):
