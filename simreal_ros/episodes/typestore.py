@@ -8,25 +8,21 @@ match what rclpy computes for the same files.
 from __future__ import annotations
 
 import functools
-import os
 import re
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from simreal_ros import resources
 
 if TYPE_CHECKING:
     from rosbags.typesys.store import Typestore
 
 PACKAGE = "simreal_ros"
-_CHECKOUT_MSG_DIR = Path(__file__).resolve().parents[2] / "msg"
 
 
 def _msg_dirs() -> list[Path]:
-    candidates = [_CHECKOUT_MSG_DIR]
-    prefixes = [p for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p]
-    prefixes.append(sys.prefix)
-    candidates += [Path(p) / "share" / PACKAGE / "msg" for p in prefixes]
-    return [d for d in candidates if d.is_dir() and any(d.glob("*.msg"))]
+    directory = resources.data_path("msg")
+    return [directory] if directory.is_dir() and any(directory.glob("*.msg")) else []
 
 
 @functools.cache
@@ -40,8 +36,8 @@ def project_typestore() -> Typestore:
     dirs = _msg_dirs()
     if not dirs:
         raise FileNotFoundError(
-            "simreal_ros message definitions (msg/*.msg) not found in the checkout or under "
-            "AMENT_PREFIX_PATH/share/simreal_ros/msg; run `make setup` or set AMENT_PREFIX_PATH."
+            f"simreal_ros message definitions (msg/*.msg) not found in "
+            f"{resources.data_path('msg')}; reinstall the package (colcon build)."
         )
     types = {}
     for path in sorted(dirs[0].glob("*.msg")):

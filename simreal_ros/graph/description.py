@@ -13,6 +13,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from simreal_ros import resources
+
 PROFILES = ("sim", "real")
 
 # Source labels carried into every recorded episode. The `real_twin` dynamics profile of
@@ -107,12 +109,7 @@ def select(nodes: list[NodeSpec], names: list[str] | None) -> list[NodeSpec]:
 
 def config_directory() -> Path:
     """config/ of a source checkout, else the installed share/simreal_ros/config."""
-    checkout = Path(__file__).resolve().parents[2] / "config"
-    if checkout.is_dir():
-        return checkout
-    from ament_index_python.packages import get_package_share_directory
-
-    return Path(get_package_share_directory("simreal_ros")) / "config"
+    return resources.data_path("config")
 
 
 def parameter_file_paths(node: NodeSpec, profile: str) -> list[Path]:

@@ -18,8 +18,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from simreal_ros import resources
+
 FASTDDS_PROFILE = Path(__file__).with_name("fastdds_profile.xml")
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+# The source checkout these modules run from; None when they run from an install.
+PACKAGE_ROOT = resources.checkout_root()
 
 
 def graph_environment(
@@ -38,7 +41,7 @@ def graph_environment(
     if domain_id is not None:
         env["ROS_DOMAIN_ID"] = str(domain_id)
     # A source checkout runs its Python code from the checkout.
-    if (PACKAGE_ROOT / "simreal_ros" / "__init__.py").exists():
+    if PACKAGE_ROOT is not None:
         paths = [str(PACKAGE_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(":") if p]
         env["PYTHONPATH"] = ":".join(dict.fromkeys(paths))
     return env

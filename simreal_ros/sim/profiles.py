@@ -17,24 +17,23 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from simreal_ros import resources
+
 PROFILE_NAMES = ("nominal", "randomized", "real_twin")
-_SOURCE_PROFILES = Path(__file__).resolve().parents[2] / "config" / "profiles"
 
 
 def profiles_dir() -> Path:
-    """Where the profile YAMLs are: $SIMREAL_PROFILES_DIR, the checkout, or the install."""
+    """Where the profile YAMLs are: $SIMREAL_PROFILES_DIR, else config/profiles of the
+    checkout or the install (``resources.data_root``)."""
     override = os.environ.get("SIMREAL_PROFILES_DIR")
     if override:
         return Path(override)
-    if _SOURCE_PROFILES.is_dir():
-        return _SOURCE_PROFILES
-    for prefix in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep):
-        candidate = Path(prefix) / "share" / "simreal_ros" / "config" / "profiles"
-        if candidate.is_dir():
-            return candidate
+    directory = resources.data_path("config", "profiles")
+    if directory.is_dir():
+        return directory
     raise FileNotFoundError(
-        "dynamics profiles not found: set SIMREAL_PROFILES_DIR to the config/profiles "
-        "folder of simreal_ros, or run from a source checkout or an installed workspace."
+        f"dynamics profiles not found in {directory}: set SIMREAL_PROFILES_DIR to the "
+        "config/profiles folder of simreal_ros, or reinstall the package."
     )
 
 
