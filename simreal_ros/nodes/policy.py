@@ -9,6 +9,11 @@ Transitions
     deactivate  stop the timer (nothing is published)
     cleanup     drop subscriptions and free the model
 
+Start-up runs numpy only: the base is read with safetensors' numpy backend, and torch and
+peft (seconds of imports) load with the first adapter: at configure when `adapter_store`
+holds adapters, else with the first update, on the loader thread, where their imports hold
+the GIL for up to ~0.25 s at a time and so delay ticks once (bench/policy_startup.py --swap).
+
 Hot swap: a promoted /learner/policy_update is loaded on a worker thread (checksum,
 conventions, peft merge into a copy of the base, numpy weights); the control tick reads
 one reference per tick, so the new version takes over between two ticks. A failed load
@@ -59,7 +64,7 @@ class PolicyNode(AutostartLifecycleNode):
         self.robot = load_robot_description()
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy-loader")
         self._lock = threading.Lock()  # guards the version tables, not the control path
-        self._checkpoint: ckpt.PolicyCheckpoint | None = None
+        self._checkpoint: ckpt.NumpyCheckpoint | None = None
         self._policy: DeployedPolicy | None = None  # swapped atomically between ticks
         self._cache: collections.OrderedDict[str, DeployedPolicy] = collections.OrderedDict()
         self._adapters: dict[str, tuple[str, str]] = {}  # version -> (adapter dir, sha256)
@@ -116,8 +121,8 @@ class PolicyNode(AutostartLifecycleNode):
         directory = self._checkpoint_dir()
         rate = self.config.control_rate_hz or None
         try:
-            checkpoint = ckpt.load_checkpoint(
-                directory, description=self.robot, control_rate_hz=rate, with_critic=False
+            checkpoint = ckpt.load_numpy_checkpoint(
+                directory, description=self.robot, control_rate_hz=rate
             )
             base = deploy_base(checkpoint)
         except (ValueError, OSError) as error:
@@ -131,9 +136,8 @@ class PolicyNode(AutostartLifecycleNode):
             self._cache[base.version] = base
             self._history = [base.version]
         self._policy = base
-        # Before any tick runs: import peft (~2 s of Python that would hold the GIL against
-        # the control timer if done later in a thread) and merge the adapters kept on disk.
-        _import_peft()
+        # Before any tick runs: merge the adapters kept on disk (torch and peft are imported
+        # here, not later in a thread against the control timer, when there are any).
         self._preload_store()
         self._action_pub = self.create_publisher(PolicyAction, "/policy/action", qos.COMMAND)
         self._subscriptions_ = [
@@ -490,10 +494,6 @@ class PolicyNode(AutostartLifecycleNode):
         array.header.stamp = self.get_clock().now().to_msg()
         array.status = [status]
         self._diag_pub.publish(array)
-
-
-def _import_peft() -> None:
-    import peft  # noqa: F401
 
 
 def _rejected(directory: Path) -> bool:

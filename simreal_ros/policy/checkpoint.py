@@ -12,6 +12,8 @@ A checkpoint is a directory::
 Loading checks the checksums before parsing any weights, reads only safetensors (never
 pickle), checks tensor names and shapes against the architecture, and, given the robot
 description, refuses a conventions mismatch with a message naming the field.
+``load_numpy_checkpoint`` does the same checks and reads the actor with safetensors' numpy
+backend: it never imports torch (about a second), which only a merge or training needs.
 
 LoRA adapters (peft format: ``adapter_config.json`` + ``adapter_model.safetensors``, plus
 our ``simreal_adapter.json`` naming the base version and spec fingerprint) are applied with
@@ -26,15 +28,21 @@ import json
 import os
 import shutil
 import tempfile
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import torch
-from safetensors.torch import load_file, save_file
+import numpy as np
 
+from simreal_ros import resources
 from simreal_ros.policy.checksum import sha256_file
-from simreal_ros.policy.model import ActorCritic, Architecture
 from simreal_ros.policy.spec import PolicySpec, validate_against_robot
+
+if TYPE_CHECKING:  # torch is imported where weights become torch tensors, not here
+    import torch
+
+    from simreal_ros.policy.model import ActorCritic, Architecture
 
 FORMAT = "simreal_ros.policy/1"
 METADATA_FILE = "policy.json"
@@ -43,8 +51,6 @@ CRITIC_FILE = "critic.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_METADATA = "simreal_adapter.json"
-# Shipped base checkpoints, one per task.
-SHIPPED_DIR = Path(__file__).resolve().parents[2] / "checkpoints"
 
 
 class CheckpointError(ValueError):
@@ -63,8 +69,57 @@ class PolicyCheckpoint:
     metadata: dict[str, Any]
 
 
+@dataclasses.dataclass
+class NumpyCheckpoint:
+    """A base checkpoint's actor as numpy arrays, checked like ``load_checkpoint``.
+
+    What the policy node runs: no torch until an adapter is merged into it, when
+    ``torch_checkpoint()`` builds the torch model from these same (already verified) arrays.
+    """
+
+    path: Path
+    version: str
+    parent_version: str | None
+    spec: PolicySpec
+    gamma: float
+    actor_state: dict[str, np.ndarray]  # model.Actor's state_dict names, float32
+    metadata: dict[str, Any]
+    _torch: PolicyCheckpoint | None = dataclasses.field(
+        default=None, init=False, repr=False, compare=False
+    )
+    _lock: threading.Lock = dataclasses.field(
+        default_factory=threading.Lock, init=False, repr=False, compare=False
+    )
+
+    def torch_checkpoint(self) -> PolicyCheckpoint:
+        """The same base as a ``PolicyCheckpoint`` with a torch model (built once)."""
+        with self._lock:
+            if self._torch is None:
+                import torch
+
+                from simreal_ros.policy.model import ActorCritic, Architecture
+
+                arch = Architecture.from_dict(self.metadata["architecture"])
+                model = ActorCritic(arch)
+                state = {k: torch.from_numpy(np.array(v)) for k, v in self.actor_state.items()}
+                _load_state(model.actor, state, ACTOR_FILE)
+                model.eval()
+                self._torch = PolicyCheckpoint(
+                    path=self.path,
+                    version=self.version,
+                    parent_version=self.parent_version,
+                    spec=self.spec,
+                    arch=arch,
+                    gamma=self.gamma,
+                    model=model,
+                    metadata=self.metadata,
+                )
+            return self._torch
+
+
 def shipped_checkpoint(task: str) -> Path:
-    return SHIPPED_DIR / task
+    """The base checkpoint shipped for ``task`` (checkout or installed share directory)."""
+    return resources.data_path("checkpoints", task)
 
 
 def save_checkpoint(
@@ -80,6 +135,8 @@ def save_checkpoint(
     extra: dict[str, Any] | None = None,
 ) -> Path:
     """Write a checkpoint atomically (a temporary directory renamed into place)."""
+    from safetensors.torch import save_file
+
     directory = Path(directory)
     if model.arch.obs_dim != spec.obs_dim or model.arch.act_dim != spec.act_dim:
         raise ValueError(
@@ -164,6 +221,21 @@ def verified_tensors(
     path: Path, expected_sha256: str | None, what: str
 ) -> dict[str, torch.Tensor]:
     """Load a safetensors file after checking its SHA-256 (refuses other formats)."""
+    from safetensors.torch import load_file
+
+    return _verified_safetensors(path, expected_sha256, what, load_file)
+
+
+def verified_arrays(path: Path, expected_sha256: str | None, what: str) -> dict[str, np.ndarray]:
+    """``verified_tensors`` with safetensors' numpy backend: the same checks, no torch."""
+    from safetensors.numpy import load_file
+
+    return _verified_safetensors(path, expected_sha256, what, load_file)
+
+
+def _verified_safetensors(
+    path: Path, expected_sha256: str | None, what: str, load_file: Callable[[str], dict]
+) -> dict:
     if path.suffix != ".safetensors":
         raise CheckpointError(f"{what}: {path.name} is not a .safetensors file; refusing to load.")
     if not path.is_file():
@@ -183,8 +255,7 @@ def verified_tensors(
         ) from error
 
 
-def _load_state(module: torch.nn.Module, state: dict[str, torch.Tensor], what: str) -> None:
-    expected = module.state_dict()
+def _check_shapes(expected: Mapping[str, tuple[int, ...]], state: Mapping, what: str) -> None:
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
@@ -193,12 +264,40 @@ def _load_state(module: torch.nn.Module, state: dict[str, torch.Tensor], what: s
             f"(missing {missing[:4]}, unexpected {unexpected[:4]})."
         )
     for name, tensor in state.items():
-        if tuple(tensor.shape) != tuple(expected[name].shape):
+        if tuple(tensor.shape) != tuple(expected[name]):
             raise CheckpointError(
                 f"architecture: {what} tensor {name} has shape {tuple(tensor.shape)}, the "
-                f"architecture needs {tuple(expected[name].shape)}."
+                f"architecture needs {tuple(expected[name])}."
             )
+
+
+def _load_state(module: torch.nn.Module, state: dict[str, torch.Tensor], what: str) -> None:
+    import torch
+
+    expected = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+    _check_shapes(expected, state, what)
     module.load_state_dict({k: v.to(torch.float32) for k, v in state.items()})
+
+
+def actor_shapes(architecture: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Tensor names and shapes of ``model.Actor``'s state_dict for a recorded architecture
+    (``policy.json``'s dict), without building the module: what the numpy loader checks.
+
+    Refuses what ``Architecture.from_dict`` refuses (KeyError, TypeError, ValueError).
+    """
+    if architecture.get("activation", "relu") != "relu":
+        raise ValueError(f"architecture.activation = {architecture['activation']!r}; only relu.")
+    obs_dim, act_dim = int(architecture["obs_dim"]), int(architecture["act_dim"])
+    hidden = {k: [int(h) for h in architecture[k]] for k in ("actor_hidden", "critic_hidden")}
+    sizes = [obs_dim, *hidden["actor_hidden"]]
+    shapes: dict[str, tuple[int, ...]] = {}
+    for i in range(len(sizes) - 1):  # trunk: Linear, ReLU, Linear, ReLU, ...
+        shapes[f"trunk.{2 * i}.weight"] = (sizes[i + 1], sizes[i])
+        shapes[f"trunk.{2 * i}.bias"] = (sizes[i + 1],)
+    for head in ("mean_head", "log_std_head"):
+        shapes[f"{head}.weight"] = (act_dim, sizes[-1])
+        shapes[f"{head}.bias"] = (act_dim,)
+    return shapes
 
 
 def load_checkpoint(
@@ -209,21 +308,95 @@ def load_checkpoint(
     joint_units: Any = None,
 ) -> PolicyCheckpoint:
     """Load and validate a checkpoint; with ``description``, check it fits that robot."""
+    from simreal_ros.policy.model import ActorCritic, Architecture
+
     directory = Path(directory)
+    header = _validated_metadata(directory, description, control_rate_hz, joint_units)
+    arch = Architecture.from_dict(header.metadata["architecture"])  # validated above
+    model = ActorCritic(arch)
+    for name in (ACTOR_FILE, CRITIC_FILE) if with_critic else (ACTOR_FILE,):
+        state = verified_tensors(directory / name, header.sha256(name), name)
+        _load_state(model.actor if name == ACTOR_FILE else model.critic, state, name)
+    model.eval()
+    return PolicyCheckpoint(
+        path=directory,
+        version=header.version,
+        parent_version=header.metadata.get("parent_version"),
+        spec=header.spec,
+        arch=arch,
+        gamma=header.gamma,
+        model=model,
+        metadata=header.metadata,
+    )
+
+
+def load_numpy_checkpoint(
+    directory: str | Path,
+    description: Any = None,
+    control_rate_hz: float | None = None,
+    joint_units: Any = None,
+) -> NumpyCheckpoint:
+    """``load_checkpoint(..., with_critic=False)`` without torch: the actor as numpy arrays.
+
+    Same checks (metadata, dims, fingerprint, conventions against ``description``,
+    checksum, tensor names and shapes), weights read with ``safetensors.numpy``.
+    """
+    directory = Path(directory)
+    header = _validated_metadata(directory, description, control_rate_hz, joint_units)
+    state = verified_arrays(directory / ACTOR_FILE, header.sha256(ACTOR_FILE), ACTOR_FILE)
+    _check_shapes(header.actor_shapes, state, ACTOR_FILE)
+    return NumpyCheckpoint(
+        path=directory,
+        version=header.version,
+        parent_version=header.metadata.get("parent_version"),
+        spec=header.spec,
+        gamma=header.gamma,
+        # What load_state_dict into the float32 torch actor would keep.
+        actor_state={k: np.asarray(v, dtype=np.float32) for k, v in state.items()},
+        metadata=header.metadata,
+    )
+
+
+class _Header(NamedTuple):
+    metadata: dict[str, Any]
+    spec: PolicySpec
+    version: str
+    gamma: float
+    files: dict[str, str]
+    actor_shapes: dict[str, tuple[int, ...]]
+
+    def sha256(self, name: str) -> str:
+        if name not in self.files:
+            raise CheckpointError(f"files: policy.json records no checksum for {name}.")
+        return self.files[name]
+
+
+def _validated_metadata(
+    directory: Path, description: Any, control_rate_hz: float | None, joint_units: Any
+) -> _Header:
+    """policy.json read and checked (fields, dims, fingerprint, conventions); no weights."""
     metadata = read_metadata(directory)
     try:
         spec = PolicySpec.from_dict(metadata["spec"])
-        arch = Architecture.from_dict(metadata["architecture"])
-        files = dict(metadata["files"])
-        version = str(metadata["version"])
-        gamma = float(metadata["gamma"])
+        architecture = metadata["architecture"]
+        # Refuses what Architecture.from_dict refuses, without importing torch.
+        shapes = actor_shapes(architecture)
+        obs_dim, act_dim = int(architecture["obs_dim"]), int(architecture["act_dim"])
+        header = _Header(
+            metadata,
+            spec,
+            version=str(metadata["version"]),
+            gamma=float(metadata["gamma"]),
+            files=dict(metadata["files"]),
+            actor_shapes=shapes,
+        )
     except KeyError as error:
         raise CheckpointError(f"{directory / METADATA_FILE} lacks field {error}.") from error
     except (TypeError, ValueError) as error:
         raise CheckpointError(f"{directory / METADATA_FILE}: {error}") from error
-    if arch.obs_dim != spec.obs_dim or arch.act_dim != spec.act_dim:
+    if obs_dim != spec.obs_dim or act_dim != spec.act_dim:
         raise CheckpointError(
-            f"architecture: dims ({arch.obs_dim}, {arch.act_dim}) disagree with the spec's "
+            f"architecture: dims ({obs_dim}, {act_dim}) disagree with the spec's "
             f"observation layout and joints ({spec.obs_dim}, {spec.act_dim})."
         )
     if metadata.get("spec_fingerprint") not in (None, spec.fingerprint()):
@@ -233,23 +406,7 @@ def load_checkpoint(
             validate_against_robot(spec, description, control_rate_hz, joint_units=joint_units)
         except ValueError as error:
             raise CheckpointError(f"{directory}: {error}") from error
-    model = ActorCritic(arch)
-    for name in (ACTOR_FILE, CRITIC_FILE) if with_critic else (ACTOR_FILE,):
-        if name not in files:
-            raise CheckpointError(f"files: policy.json records no checksum for {name}.")
-        state = verified_tensors(directory / name, files[name], name)
-        _load_state(model.actor if name == ACTOR_FILE else model.critic, state, name)
-    model.eval()
-    return PolicyCheckpoint(
-        path=directory,
-        version=version,
-        parent_version=metadata.get("parent_version"),
-        spec=spec,
-        arch=arch,
-        gamma=gamma,
-        model=model,
-        metadata=metadata,
-    )
+    return header
 
 
 # --- LoRA adapters (peft format) ---------------------------------------------------------
@@ -287,14 +444,19 @@ def write_adapter_metadata(
 
 
 def apply_adapter(
-    base: PolicyCheckpoint, adapter_dir: str | Path, expected_sha256: str | None = None
+    base: PolicyCheckpoint | NumpyCheckpoint,
+    adapter_dir: str | Path,
+    expected_sha256: str | None = None,
 ) -> torch.nn.Module:
     """Base actor + peft LoRA adapter -> a merged plain ``Actor`` (the base is not touched).
 
     Checks: the adapter files exist and are safetensors; the weights' SHA-256 equals
     ``expected_sha256`` (or the one recorded in simreal_adapter.json); the adapter was
     trained on this base's conventions (spec fingerprint) and targets existing layers.
+    Imports torch and peft (seconds, the first time).
     """
+    import torch
+
     adapter_dir = Path(adapter_dir)
     if not adapter_dir.is_dir():
         raise CheckpointError(f"adapter {adapter_dir} is not a directory.")
@@ -321,6 +483,8 @@ def apply_adapter(
         raise CheckpointError(f"{config_path} is not valid JSON: {error}") from error
     if config.get("peft_type", "LORA") != "LORA":
         raise CheckpointError(f"peft_type: {config.get('peft_type')!r}; only LORA adapters.")
+    if isinstance(base, NumpyCheckpoint):
+        base = base.torch_checkpoint()
     targets = config.get("target_modules") or []
     targets = [targets] if isinstance(targets, str) else list(targets)
     layer_names = {
@@ -381,6 +545,9 @@ def make_untrained_checkpoint(
     version: str = "untrained",
 ) -> Path:
     """A randomly initialised checkpoint with correct conventions (tests and benchmarks)."""
+    import torch
+
+    from simreal_ros.policy.model import ActorCritic, Architecture
     from simreal_ros.policy.spec import default_spec
 
     torch.manual_seed(seed)

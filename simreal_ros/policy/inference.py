@@ -2,7 +2,8 @@
 
 A small MLP in numpy costs a few microseconds and no torch dispatch; ``DeployedPolicy``
 objects are immutable once built, so the node swaps versions by replacing one reference
-between ticks.
+between ticks. A base deployed from a ``NumpyCheckpoint`` never imports torch; merging an
+adapter does (peft).
 """
 
 from __future__ import annotations
@@ -10,29 +11,53 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from simreal_ros.policy.checkpoint import (
     ADAPTER_WEIGHTS,
+    NumpyCheckpoint,
     PolicyCheckpoint,
     apply_adapter,
     sha256_file,
 )
 from simreal_ros.policy.spec import SpecConverter
 
+if TYPE_CHECKING:
+    import torch
+
 
 class NumpyActor:
     """The deterministic actor (ReLU trunk, tanh(mean_head)) in float64 numpy."""
 
     def __init__(self, actor: torch.nn.Module) -> None:
+        import torch
+
         layers = [m for m in actor.trunk if isinstance(m, torch.nn.Linear)]
         self.weights = [layer.weight.detach().double().numpy().T.copy() for layer in layers]
         self.biases = [layer.bias.detach().double().numpy().copy() for layer in layers]
         self.head_w = actor.mean_head.weight.detach().double().numpy().T.copy()
         self.head_b = actor.mean_head.bias.detach().double().numpy().copy()
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, np.ndarray]) -> NumpyActor:
+        """From an actor's state_dict as numpy arrays (``NumpyCheckpoint.actor_state``)."""
+        trunk = sorted(
+            int(name.split(".")[1])
+            for name in state
+            if name.startswith("trunk.") and name.endswith(".weight")
+        )
+
+        def f64(name: str) -> np.ndarray:
+            return np.asarray(state[name], dtype=np.float64)
+
+        actor = cls.__new__(cls)
+        actor.weights = [f64(f"trunk.{i}.weight").T.copy() for i in trunk]
+        actor.biases = [f64(f"trunk.{i}.bias").copy() for i in trunk]
+        actor.head_w = f64("mean_head.weight").T.copy()
+        actor.head_b = f64("mean_head.bias").copy()
+        return actor
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         x = obs
@@ -61,17 +86,23 @@ class DeployedPolicy:
         return self.converter.command_from_action(action, obs["joint_position"])
 
 
-def deploy_base(checkpoint: PolicyCheckpoint, forward_kinematics=None) -> DeployedPolicy:
+def deploy_base(
+    checkpoint: PolicyCheckpoint | NumpyCheckpoint, forward_kinematics=None
+) -> DeployedPolicy:
+    if isinstance(checkpoint, NumpyCheckpoint):
+        actor = NumpyActor.from_state(checkpoint.actor_state)
+    else:
+        actor = NumpyActor(checkpoint.model.actor)
     return DeployedPolicy(
         version=checkpoint.version,
         converter=SpecConverter(checkpoint.spec, forward_kinematics),
-        actor=NumpyActor(checkpoint.model.actor),
+        actor=actor,
         source=str(checkpoint.path),
     )
 
 
 def deploy_adapter(
-    checkpoint: PolicyCheckpoint,
+    checkpoint: PolicyCheckpoint | NumpyCheckpoint,
     adapter_dir: str | Path,
     version: str,
     expected_sha256: str | None = None,
@@ -99,10 +130,12 @@ class TorchPolicy:
         self.converter = converter
         self.version = version
 
-    @torch.no_grad()
     def act(self, obs: Mapping[str, Any]) -> np.ndarray:
+        import torch
+
         normalized = torch.as_tensor(
             self.converter.normalized_observation(obs), dtype=torch.float32
         )
-        action = self.actor(normalized).numpy().astype(np.float64)
+        with torch.no_grad():
+            action = self.actor(normalized).numpy().astype(np.float64)
         return self.converter.command_from_action(action, obs["joint_position"])

@@ -1,0 +1,129 @@
+"""The torch-free load path the policy node starts with: same checks, same numbers."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from simreal_ros.policy import checkpoint as ckpt
+from simreal_ros.policy.inference import deploy_adapter, deploy_base
+from simreal_ros.policy.model import ACTOR_LORA_TARGETS, Actor, Architecture
+from simreal_ros.robot.description import load_robot_description
+
+ROOT = Path(__file__).resolve().parents[2]
+ROBOT = load_robot_description()
+
+
+@pytest.fixture
+def saved(tmp_path):
+    return ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, control_rate_hz=20.0)
+
+
+def observation(rng: np.random.Generator) -> dict:
+    return {
+        "joint_position": np.asarray(ROBOT.home_position, dtype=float) + rng.normal(0, 0.05, 7),
+        "joint_velocity": rng.normal(0, 0.1, 7),
+        "object_position": np.array([0.55, 0.05, 0.025]),
+        "object_orientation": np.array([1.0, 0.0, 0.0, 0.0]),
+        "goal_position": np.array([0.6, -0.1, 0.025]),
+    }
+
+
+@pytest.mark.parametrize("hidden", [(64, 64), (32,), (16, 24, 8)])
+def test_actor_shapes_are_the_torch_actors_state_dict(hidden):
+    arch = Architecture(36, 7, hidden, (8, 8))
+    expected = {k: tuple(v.shape) for k, v in Actor(arch).state_dict().items()}
+    assert ckpt.actor_shapes(arch.to_dict()) == expected
+
+
+@pytest.mark.parametrize("task", ["reach", "push"])
+def test_numpy_load_acts_exactly_like_the_torch_load(task):
+    directory = ckpt.shipped_checkpoint(task)
+    numpy_base = ckpt.load_numpy_checkpoint(directory, description=ROBOT)
+    torch_base = ckpt.load_checkpoint(directory, description=ROBOT, with_critic=False)
+    assert (numpy_base.version, numpy_base.spec) == (torch_base.version, torch_base.spec)
+    a, b = deploy_base(numpy_base), deploy_base(torch_base)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        obs = observation(rng)
+        np.testing.assert_array_equal(a.act(obs), b.act(obs))
+    # The torch model built later for a merge holds the same weights.
+    rebuilt = numpy_base.torch_checkpoint()
+    assert rebuilt is numpy_base.torch_checkpoint()
+    for name, tensor in torch_base.model.actor.state_dict().items():
+        assert torch.equal(rebuilt.model.actor.state_dict()[name], tensor), name
+
+
+def test_numpy_load_refuses_what_the_torch_load_refuses(saved):
+    with pytest.raises(ckpt.CheckpointError, match="control_rate_hz"):
+        ckpt.load_numpy_checkpoint(saved, description=ROBOT, control_rate_hz=100.0)
+    meta = json.loads((saved / ckpt.METADATA_FILE).read_text())
+    meta["architecture"]["actor_hidden"] = [32, 64]
+    (saved / ckpt.METADATA_FILE).write_text(json.dumps(meta))
+    for load in (ckpt.load_checkpoint, ckpt.load_numpy_checkpoint):
+        with pytest.raises(ckpt.CheckpointError, match=r"architecture: actor\.safetensors tensor"):
+            load(saved)
+    meta["architecture"]["activation"] = "tanh"
+    (saved / ckpt.METADATA_FILE).write_text(json.dumps(meta))
+    with pytest.raises(ckpt.CheckpointError, match="only relu"):
+        ckpt.load_numpy_checkpoint(saved)
+    del meta["architecture"]["critic_hidden"]
+    meta["architecture"]["activation"] = "relu"
+    (saved / ckpt.METADATA_FILE).write_text(json.dumps(meta))
+    with pytest.raises(ckpt.CheckpointError, match="lacks field 'critic_hidden'"):
+        ckpt.load_numpy_checkpoint(saved)
+
+
+def test_numpy_load_checks_the_checksum_before_parsing(saved):
+    with (saved / ckpt.ACTOR_FILE).open("r+b") as f:
+        f.seek(-4, 2)
+        f.write(b"\0\0\0\0")
+    with pytest.raises(ckpt.CheckpointError, match="checksum"):
+        ckpt.load_numpy_checkpoint(saved)
+
+
+def test_an_adapter_merges_into_a_numpy_base_as_into_a_torch_base(saved, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    base = ckpt.load_checkpoint(saved, with_critic=False)
+    torch.manual_seed(5)
+    peft_actor = get_peft_model(
+        copy.deepcopy(base.model.actor),
+        LoraConfig(r=2, lora_alpha=4, target_modules=list(ACTOR_LORA_TARGETS)),
+    )
+    with torch.no_grad():
+        for name, parameter in peft_actor.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0.0, 0.3)
+    peft_actor.save_pretrained(str(tmp_path / "a1"))
+    ckpt.write_adapter_metadata(tmp_path / "a1", base, "a1", base.version)
+    from_numpy = deploy_adapter(ckpt.load_numpy_checkpoint(saved), tmp_path / "a1", "a1")
+    from_torch = deploy_adapter(base, tmp_path / "a1", "a1")
+    obs = observation(np.random.default_rng(1))
+    np.testing.assert_array_equal(from_numpy.act(obs), from_torch.act(obs))
+    assert not np.allclose(from_numpy.act(obs), deploy_base(base).act(obs))
+
+
+def test_loading_and_running_the_numpy_base_never_imports_torch():
+    script = (
+        "import sys\n"
+        "from simreal_ros.policy import checkpoint as ckpt\n"
+        "from simreal_ros.policy.inference import deploy_base\n"
+        "from simreal_ros.robot.description import load_robot_description\n"
+        "robot = load_robot_description()\n"
+        "base = ckpt.load_numpy_checkpoint(ckpt.shipped_checkpoint('push'), description=robot)\n"
+        "policy = deploy_base(base)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'peft')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
