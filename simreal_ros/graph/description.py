@@ -42,10 +42,60 @@ def _node(name: str, description: str, lifecycle: bool = False, **parameters: An
         executable=name,
         module=f"simreal_ros.nodes.{name}",
         parameter_files=(f"{name}.yaml",),
-        parameters={"autostart": True, **parameters} if lifecycle else dict(parameters),
+        parameters=dict(parameters),
         lifecycle=lifecycle,
         description=description,
     )
+
+
+# Launch argument -> (node, parameter, description). Each is declared once here; its
+# default is the node's own (its typed config), so no default is written twice.
+LAUNCH_ARGUMENTS = {
+    "sim": [
+        ("task", "sim_bridge", "task", "task in the sim: push or reach"),
+        (
+            "dynamics_profile",
+            "sim_bridge",
+            "profile",
+            "sim dynamics: nominal, randomized, or real_twin (the stand-in for the arm)",
+        ),
+    ],
+    "common": [
+        ("checkpoint", "policy", "checkpoint", "policy checkpoint directory (empty: shipped)"),
+        ("data_dir", "recorder", "data_dir", "where episode bags are written"),
+        (
+            "autostart",
+            "lifecycle_manager",
+            "autostart",
+            "configure and activate the lifecycle nodes in order at start-up (false: call "
+            "/lifecycle_manager/startup when ready)",
+        ),
+    ],
+}
+
+
+def _config_class(node: str):
+    from simreal_ros.episodes.config import RecorderConfig
+    from simreal_ros.graph.bringup import LifecycleManagerConfig
+    from simreal_ros.policy.config import PolicyNodeConfig
+    from simreal_ros.sim.bridge import SimBridgeConfig
+
+    return {
+        "sim_bridge": SimBridgeConfig,
+        "policy": PolicyNodeConfig,
+        "recorder": RecorderConfig,
+        "lifecycle_manager": LifecycleManagerConfig,
+    }[node]
+
+
+def launch_argument_default(node: NodeSpec, parameter: str) -> str:
+    """A launch argument's default: what the graph sets, else the node config's default."""
+    if parameter in node.parameters:
+        value = node.parameters[parameter]
+    else:
+        fields = dataclasses.fields(_config_class(node.name))
+        value = next(f for f in fields if f.name == parameter).default
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def graph(profile: str, overrides: dict[str, dict[str, Any]] | None = None) -> list[NodeSpec]:
@@ -65,6 +115,7 @@ def graph(profile: str, overrides: dict[str, dict[str, Any]] | None = None) -> l
         _node(
             "safety",
             "filters every command between the policy and the arm",
+            True,
             # The simulated arm jumps to each episode's start pose; a physical one does not.
             **clock,
             **({"allow_resync": True} if profile == "sim" else {}),
@@ -80,6 +131,15 @@ def graph(profile: str, overrides: dict[str, dict[str, Any]] | None = None) -> l
             "learner", "fine-tunes LoRA adapters from recorded episodes; screens in sim", **clock
         ),
     ]
+    # Last: it brings the lifecycle nodes up in order once their services appear.
+    nodes.append(
+        _node(
+            "lifecycle_manager",
+            "configures and activates the lifecycle nodes in order (autostart)",
+            node_names=[node.name for node in nodes if node.lifecycle],
+            autostart=True,
+        )
+    )
     overrides = overrides or {}
     unknown = sorted(set(overrides) - {node.name for node in nodes})
     if unknown:
@@ -94,7 +154,11 @@ def graph(profile: str, overrides: dict[str, dict[str, Any]] | None = None) -> l
 
 
 def select(nodes: list[NodeSpec], names: list[str] | None) -> list[NodeSpec]:
-    """Keep only the named nodes (in graph order); refuse names the graph does not have."""
+    """Keep only the named nodes (in graph order); refuse names the graph does not have.
+
+    The lifecycle manager, when kept, manages only the kept lifecycle nodes; without it,
+    each kept lifecycle node autostarts.
+    """
     if not names:
         return nodes
     known = {node.name for node in nodes}
@@ -104,7 +168,22 @@ def select(nodes: list[NodeSpec], names: list[str] | None) -> list[NodeSpec]:
             f"no node named {', '.join(missing)} in this graph; its nodes are: "
             f"{', '.join(sorted(known))}."
         )
-    return [node for node in nodes if node.name in names]
+    kept = [node for node in nodes if node.name in names]
+    lifecycle = [node.name for node in kept if node.lifecycle]
+    if "lifecycle_manager" not in names:
+        # Without the manager, each lifecycle node brings itself up.
+        return [
+            dataclasses.replace(node, parameters={**node.parameters, "autostart": True})
+            if node.lifecycle
+            else node
+            for node in kept
+        ]
+    return [
+        dataclasses.replace(node, parameters={**node.parameters, "node_names": lifecycle})
+        if node.name == "lifecycle_manager"
+        else node
+        for node in kept
+    ]
 
 
 def config_directory() -> Path:

@@ -11,28 +11,15 @@ from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription
 from launch.conditions import IfCondition
 from launch.launch_description_sources import AnyLaunchDescriptionSource
 from launch.substitutions import LaunchConfiguration, PythonExpression
-from launch_ros.actions import Node
+from launch_ros.actions import LifecycleNode, Node
 from launch_ros.parameter_descriptions import ParameterValue
 
-from simreal_ros.graph.description import graph, parameter_file_paths
-
-# Launch argument -> (node, parameter, default, description). Each is declared once here.
-LAUNCH_ARGUMENTS = {
-    "sim": [
-        ("task", "sim_bridge", "task", "push", "task in the sim: push or reach"),
-        (
-            "dynamics_profile",
-            "sim_bridge",
-            "profile",
-            "nominal",
-            "sim dynamics: nominal, randomized, or real_twin (the stand-in for the arm)",
-        ),
-    ],
-    "common": [
-        ("checkpoint", "policy", "checkpoint", "", "policy checkpoint directory (empty: shipped)"),
-        ("data_dir", "recorder", "data_dir", "data/episodes", "where episode bags are written"),
-    ],
-}
+from simreal_ros.graph.description import (
+    LAUNCH_ARGUMENTS,
+    graph,
+    launch_argument_default,
+    parameter_file_paths,
+)
 
 
 def launch_description(profile: str) -> LaunchDescription:
@@ -44,7 +31,9 @@ def launch_description(profile: str) -> LaunchDescription:
         ),
     ]
     arguments = LAUNCH_ARGUMENTS["common"] + LAUNCH_ARGUMENTS.get(profile, [])
-    for name, _node, _parameter, default, description in arguments:
+    specs = {spec.name: spec for spec in graph(profile)}
+    for name, node, parameter, description in arguments:
+        default = launch_argument_default(specs[node], parameter)
         actions.append(DeclareLaunchArgument(name, default_value=default, description=description))
     if profile == "real":
         actions.append(
@@ -71,13 +60,17 @@ def launch_description(profile: str) -> LaunchDescription:
             inline["use_sim_time"] = ParameterValue(
                 LaunchConfiguration("use_sim_time"), value_type=bool
             )
-        for name, node, parameter, _default, _description in arguments:
+        for name, node, parameter, _description in arguments:
             if node == spec.name:
-                inline[parameter] = LaunchConfiguration(name)
+                value = LaunchConfiguration(name)
+                is_bool = isinstance(spec.parameters.get(parameter), bool)
+                inline[parameter] = ParameterValue(value, value_type=bool) if is_bool else value
         parameters.append(inline)
+        node_class = LifecycleNode if spec.lifecycle else Node
         actions.append(
-            Node(
+            node_class(
                 package="simreal_ros",
+                namespace="",
                 executable=spec.executable,
                 name=spec.name,
                 parameters=parameters,

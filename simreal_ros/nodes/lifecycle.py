@@ -1,8 +1,9 @@
-"""The lifecycle shape the graph's lifecycle nodes (sim_bridge, policy) share.
+"""The lifecycle shape the graph's lifecycle nodes (sim_bridge, safety, policy) share.
 
-Both may configure and activate themselves at start-up (the ``autostart`` parameter the
-graph runner sets), and undo their transitions the same way: deactivate stops what
-activate started, cleanup and shutdown free what configure made.
+In the graph the lifecycle manager brings them up in order; run alone, each may configure
+and activate itself (its ``autostart`` parameter). They undo their transitions the same
+way: deactivate stops what activate started, cleanup and shutdown free what configure made.
+Every hook hands on to rclpy's own, so lifecycle publishers follow the node's state.
 """
 
 from __future__ import annotations
@@ -24,15 +25,15 @@ class AutostartLifecycleNode(LifecycleNode):
 
     def on_deactivate(self, state: State) -> TransitionCallbackReturn:
         self._halt()
-        return TransitionCallbackReturn.SUCCESS
+        return super().on_deactivate(state)
 
     def on_cleanup(self, state: State) -> TransitionCallbackReturn:
         self._release()
-        return TransitionCallbackReturn.SUCCESS
+        return super().on_cleanup(state)
 
     def on_shutdown(self, state: State) -> TransitionCallbackReturn:
         self._release()
-        return TransitionCallbackReturn.SUCCESS
+        return super().on_shutdown(state)
 
     def _halt(self) -> None:
         raise NotImplementedError

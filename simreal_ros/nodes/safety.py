@@ -10,8 +10,11 @@ is logged and the arm is held, never sent the raw request, and the node keeps ru
 
 from __future__ import annotations
 
+import time
+
+import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.node import Node
+from rclpy.lifecycle import State, TransitionCallbackReturn
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
@@ -19,6 +22,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from simreal_ros.msg import PolicyAction, SafetyIntervention, SafetyStatus
 from simreal_ros.nodes import qos
+from simreal_ros.nodes.lifecycle import AutostartLifecycleNode
 from simreal_ros.nodes.params import declare_config
 from simreal_ros.nodes.runtime import run_node
 from simreal_ros.robot.description import load_robot_description
@@ -35,26 +39,25 @@ def _seconds(stamp) -> float:
     return stamp.sec + stamp.nanosec * 1e-9
 
 
-class SafetyNode(Node):
-    """ROS adapter of ``SafetyFilter``."""
+class SafetyNode(AutostartLifecycleNode):
+    """ROS adapter of ``SafetyFilter``, as a lifecycle node.
+
+    configure builds the filter and the arm-facing lifecycle publishers; activate starts
+    the control tick; deactivate brakes the arm to rest within the limits, then stops the
+    output, so the arm's controller holds the last command. Status and diagnostics keep
+    flowing in every state, so monitors see an inactive filter as such.
+    """
 
     def __init__(self, *, description=None, **node_kwargs) -> None:
         super().__init__("safety", **node_kwargs)
         self.config: SafetyConfig = declare_config(self, SafetyConfig)
         self.description = description if description is not None else load_robot_description()
+        # Built here so a bad configuration is refused at start; rebuilt on configure.
         self.filter = SafetyFilter.from_description(self.description, self.config)
-        names = list(self.filter.names)
         self._command_msg = Float64MultiArray()
-        self._command_pub = self.create_publisher(Float64MultiArray, COMMAND_TOPIC, qos.COMMAND)
+        self._command_pub = None
         self._trajectory_pub = None
-        if self.config.output_trajectory:
-            self._trajectory_pub = self.create_publisher(
-                JointTrajectory, TRAJECTORY_TOPIC, qos.COMMAND
-            )
-            self._trajectory_msg = JointTrajectory(joint_names=names)
-            point = JointTrajectoryPoint()
-            point.time_from_start.nanosec = int(self.config.dt * 1e9)
-            self._trajectory_msg.points = [point]
+        self._tick_timer = None
         self._status_pub = self.create_publisher(SafetyStatus, "/safety/status", qos.STATUS)
         self._diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.STATUS)
         self.create_subscription(PolicyAction, "/policy/action", self._on_action, qos.COMMAND)
@@ -72,14 +75,80 @@ class SafetyNode(Node):
         # filter steps run to make up for timer periods that never fired.
         self._step_time: float | None = None
         self.catch_up_steps = 0
-        self.create_timer(self.config.dt, self._on_tick)
+        self.last_brake_steps = 0  # commands the last deactivation published while braking
         self.create_timer(1.0 / self.config.diagnostics_rate, self._publish_diagnostics)
+        self.autostart(self.config.autostart)
+
+    # ------------------------------------------------------------- lifecycle
+
+    def on_configure(self, state: State) -> TransitionCallbackReturn:
+        estop = self.filter.estop_latched  # a latched e-stop survives a reconfigure
+        self.filter = SafetyFilter.from_description(self.description, self.config)
+        if estop:
+            self.filter.engage_estop("e-stop latched before configure")
+        names = list(self.filter.names)
+        self._command_pub = self.create_lifecycle_publisher(
+            Float64MultiArray, COMMAND_TOPIC, qos.COMMAND
+        )
+        if self.config.output_trajectory:
+            self._trajectory_pub = self.create_lifecycle_publisher(
+                JointTrajectory, TRAJECTORY_TOPIC, qos.COMMAND
+            )
+            self._trajectory_msg = JointTrajectory(joint_names=names)
+            point = JointTrajectoryPoint()
+            point.time_from_start.nanosec = int(self.config.dt * 1e9)
+            self._trajectory_msg.points = [point]
         self.get_logger().info(
             f"safety filter on {len(names)} joints at {self.config.control_rate:g} Hz; "
             f"command_timeout {self.config.command_timeout:g} s, state_timeout "
             f"{self.config.state_timeout:g} s, workspace check "
             f"{'on' if self.filter.workspace is not None else 'off'}"
         )
+        return super().on_configure(state)
+
+    def on_activate(self, state: State) -> TransitionCallbackReturn:
+        # Follow only actions that arrive from now on, never one kept from before.
+        self.filter.hold_until_next_command()
+        self._step_time = None
+        self._tick_timer = self.create_timer(self.config.dt, self._on_tick)
+        self.get_logger().info("active: filtering /policy/action to the arm")
+        return super().on_activate(state)
+
+    def _halt(self) -> None:
+        """Undo activate: brake to rest through the filter, then stop ticking."""
+        if self._tick_timer is None:
+            return
+        self.destroy_timer(self._tick_timer)
+        self._tick_timer = None
+        self.last_brake_steps = self._brake_to_rest()
+        self.get_logger().info(
+            f"inactive: braked to rest in {self.last_brake_steps} steps; output stopped"
+        )
+
+    def _brake_to_rest(self) -> int:
+        """Publish the filter's braking path at the control period until the commanded
+        velocity is zero (or ``brake_timeout``). This callback blocks the executor for
+        that long on purpose: no input may change the stop."""
+        f = self.filter
+        f.hold_until_next_command()
+        limit = max(1, int(self.config.brake_timeout / self.config.dt))
+        for step in range(1, limit + 1):
+            result = f.tick(self._now())
+            if result is None:
+                return 0  # no joint state ever: nothing was commanded
+            self._report(result, self._now())
+            self._publish_command(result.command)
+            if step == limit or not np.any(f.commanded_velocity):
+                return step
+            time.sleep(self.config.dt)
+        return limit
+
+    def _release(self) -> None:
+        self._halt()
+        for publisher in (self._command_pub, self._trajectory_pub):
+            if publisher is not None:
+                self.destroy_lifecycle_publisher(publisher)
+        self._command_pub = self._trajectory_pub = None
 
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
@@ -87,6 +156,8 @@ class SafetyNode(Node):
     # ------------------------------------------------------------- inputs
 
     def _on_action(self, msg: PolicyAction) -> None:
+        if self._tick_timer is None:
+            return  # inactive: an action now is never followed later
         try:
             refusal = self.filter.submit_command(
                 msg.values,
@@ -179,13 +250,16 @@ class SafetyNode(Node):
                     return  # no joint state yet: nothing safe to command
                 self._report(result, now)
             # Only the newest step's command goes out: the arm follows the latest target.
-            self._command_msg.data = result.command.tolist()
-            self._command_pub.publish(self._command_msg)
-            if self._trajectory_pub is not None:
-                self._trajectory_msg.points[0].positions = self._command_msg.data
-                self._trajectory_pub.publish(self._trajectory_msg)
+            self._publish_command(result.command)
         except Exception as error:
             self._node_error("control tick", error)
+
+    def _publish_command(self, command) -> None:
+        self._command_msg.data = command.tolist()
+        self._command_pub.publish(self._command_msg)
+        if self._trajectory_pub is not None:
+            self._trajectory_msg.points[0].positions = self._command_msg.data
+            self._trajectory_pub.publish(self._trajectory_msg)
 
     def _report(self, result, now: float) -> None:
         """Log and publish what one filter step did (every step's changes are reported)."""
@@ -239,6 +313,15 @@ class SafetyNode(Node):
             status.name = "safety: filter"
             status.hardware_id = self.description.name
             state = self._last_result_state
+            if self._tick_timer is None:
+                status.level = DiagnosticStatus.WARN
+                status.message = (
+                    "unconfigured" if self._command_pub is None else "inactive: output stopped"
+                )
+                array = DiagnosticArray(status=[status])
+                array.header.stamp = self.get_clock().now().to_msg()
+                self._diagnostics_pub.publish(array)
+                return
             if f.estop_latched:
                 status.level, status.message = DiagnosticStatus.ERROR, "e-stop latched"
             elif not f.has_state:
@@ -259,6 +342,7 @@ class SafetyNode(Node):
                 ("node_errors", self.node_errors),
                 ("ticks", f.ticks),
                 ("catch_up_steps", self.catch_up_steps),
+                ("last_brake_steps", self.last_brake_steps),
                 ("interventions_total", sum(f.counts.values())),
             ]
             values += [(f"interventions_{reason}", f.counts[reason]) for reason in ALL_REASONS]

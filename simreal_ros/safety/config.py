@@ -46,6 +46,20 @@ ALL_REASONS = MOTION_LIMITS + COMMAND_REFUSALS + STATE_REFUSALS + OTHER_REASONS
 class SafetyConfig:
     """Settings of the safety filter and the safety node."""
 
+    autostart: bool = setting(
+        False,
+        "Configure and activate at start-up (the graph's lifecycle manager does it there)",
+        read_only=True,
+    )
+    brake_timeout: float = setting(
+        2.0,
+        "On deactivation, brake to rest within the limits for at most this long before "
+        "the command output stops (the arm's controller then holds the last command)",
+        low=0.0,
+        high=30.0,
+        read_only=True,
+        unit="s",
+    )
     control_rate: float = setting(
         100.0,
         "Rate of the command published to the arm; also the dt of every limit",

@@ -396,6 +396,11 @@ class SafetyFilter:
         self._resync_after = now + self.dt if after is None else float(after)
         return True, "resynced: holding at the next measured state until the next command."
 
+    def hold_until_next_command(self) -> None:
+        """Brake to rest and hold there until a command newer than this call is accepted
+        (the node is being deactivated, or is becoming active again)."""
+        self._have_command = False
+
     @property
     def estop_latched(self) -> bool:
         return self._estop

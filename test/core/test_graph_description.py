@@ -31,19 +31,38 @@ def test_real_profile_differs_from_sim_only_by_the_sim_bridge():
             for key in {**node.parameters, **other.parameters}
             if node.parameters.get(key) != other.parameters.get(key)
         }
-        assert differing <= {"source", "use_sim_time", "allow_resync"}, (name, differing)
-        assert other.parameters.get("use_sim_time") is True
-        assert "use_sim_time" not in node.parameters
+        # The lifecycle manager's list differs by the sim bridge alone.
+        assert differing <= {"source", "use_sim_time", "allow_resync", "node_names"}, (
+            name,
+            differing,
+        )
+        if "node_names" in differing:
+            assert other.parameters["node_names"] == ["sim_bridge", *node.parameters["node_names"]]
+        if name != "lifecycle_manager":
+            assert other.parameters.get("use_sim_time") is True
+            assert "use_sim_time" not in node.parameters
 
 
-def test_lifecycle_nodes_autostart_and_every_node_has_an_executable_and_module():
-    for node in description.graph("sim"):
-        script = ROOT / "scripts" / node.executable
-        assert script.is_file(), f"no scripts/{node.executable} for node {node.name}"
-        assert f"from {node.module} import main" in script.read_text()
-        assert node.module == f"simreal_ros.nodes.{node.name}"
-        if node.lifecycle:
-            assert node.parameters["autostart"] is True
+def test_the_lifecycle_manager_brings_up_the_lifecycle_nodes_and_every_node_has_a_module():
+    for profile in description.PROFILES:
+        nodes = description.graph(profile)
+        manager = nodes[-1]
+        assert manager.name == "lifecycle_manager" and manager.parameters["autostart"] is True
+        lifecycle = [node.name for node in nodes if node.lifecycle]
+        assert manager.parameters["node_names"] == lifecycle
+        assert lifecycle == (["sim_bridge"] if profile == "sim" else []) + ["safety", "policy"]
+        for node in nodes:
+            script = ROOT / "scripts" / node.executable
+            assert script.is_file(), f"no scripts/{node.executable} for node {node.name}"
+            assert f"from {node.module} import main" in script.read_text()
+            assert node.module == f"simreal_ros.nodes.{node.name}"
+            # Nodes do not bring themselves up in the graph: the manager does, in order.
+            assert "autostart" not in node.parameters or node is manager
+    selected = description.select(description.graph("sim"), ["safety", "lifecycle_manager"])
+    assert selected[-1].parameters["node_names"] == ["safety"]
+    assert "autostart" not in selected[0].parameters
+    (alone,) = description.select(description.graph("sim"), ["sim_bridge"])
+    assert alone.parameters["autostart"] is True  # no manager: it brings itself up
 
 
 def test_unknown_profile_and_unknown_override_are_refused_with_what_to_do():

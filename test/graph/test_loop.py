@@ -62,7 +62,7 @@ def test_loop_runs_rounds_through_the_graph_and_resumes_after_sigterm(tmp_path):
     finally:
         first.stop()
     pids = graph_pids_from_log(run / "graph.log")
-    assert len(pids) == 5, "the sim graph has five nodes"
+    assert len(pids) == 6, "the sim graph has five nodes and the lifecycle manager"
     assert not [pid for pid in pids if alive(pid)], "SIGTERM left graph nodes running"
 
     second = loop_process(tmp_path / "runs", "t1")

@@ -54,16 +54,15 @@ def closed_loop():
         )
         processes.append(bridge)
         assert bridge.wait_for_output("active: episode", timeout=60.0), bridge.output()
-        if _have("simreal_ros.nodes.safety"):
-            processes.append(
-                NodeProcess(
-                    "safety",
-                    python_module_argv("simreal_ros.nodes.safety", SIM_TIME),
-                    env,
-                )
+        processes.append(
+            NodeProcess(
+                "safety",
+                python_module_argv(
+                    "simreal_ros.nodes.safety", ["-p", "autostart:=true", *SIM_TIME]
+                ),
+                env,
             )
-        else:
-            print("safety node missing: the policy drives the bridge through a relay")
+        )
         policy = NodeProcess(
             "policy",
             python_module_argv(
@@ -96,19 +95,6 @@ def test_shipped_reach_checkpoint_solves_reach_in_the_sim_graph(
     actions: list[PolicyAction] = []
     probe.create_subscription(TaskStatus, "/task/status", statuses.append, qos.STATUS)
     probe.create_subscription(PolicyAction, "/policy/action", actions.append, qos.COMMAND)
-    relay = None
-    if not any(p.name == "safety" for p in closed_loop):
-        from std_msgs.msg import Float64MultiArray
-
-        out = probe.create_publisher(
-            Float64MultiArray, "/forward_position_controller/commands", qos.COMMAND
-        )
-        relay = probe.create_subscription(
-            PolicyAction,
-            "/policy/action",
-            lambda m: out.publish(Float64MultiArray(data=list(m.values))),
-            qos.COMMAND,
-        )
     reset = probe.create_client(ResetEpisode, "/sim_bridge/reset")
     assert reset.wait_for_service(timeout_sec=10.0)
     assert spin_until(executor, lambda: len(actions) > 5, 20.0), closed_loop[-1].output()
@@ -130,4 +116,3 @@ def test_shipped_reach_checkpoint_solves_reach_in_the_sim_graph(
         outcomes.append(any(s.success for s in mine))
     logs = "\n".join(p.output()[-1500:] for p in closed_loop)
     assert sum(outcomes) >= 2, f"reach outcomes {outcomes}\n{logs}"
-    del relay

@@ -100,6 +100,8 @@ def test_killing_the_policy_holds_the_arm_and_limits_hold_in_physics(
     )
     safety_args = [
         "-p",
+        "autostart:=true",
+        "-p",
         "use_sim_time:=true",
         "-p",
         f"command_timeout:={COMMAND_TIMEOUT}",

@@ -49,7 +49,8 @@ def test_trials_cli_runs_five_labelled_recorded_episodes(tmp_path, rclpy_context
     safety = NodeProcess(
         "safety",
         python_module_argv(
-            "simreal_ros.nodes.safety", ["-p", "use_sim_time:=true", "-p", "allow_resync:=true"]
+            "simreal_ros.nodes.safety",
+            ["-p", "autostart:=true", "-p", "use_sim_time:=true", "-p", "allow_resync:=true"],
         ),
         env,
     )

@@ -33,7 +33,8 @@ class Bench:
     def __init__(self, rclpy_context, executor, **overrides) -> None:
         from rclpy.node import Node
 
-        params = {"command_timeout": TIMEOUT, "state_timeout": TIMEOUT, **overrides}
+        params = {"command_timeout": TIMEOUT, "state_timeout": TIMEOUT, "autostart": True}
+        params.update(overrides)
         self.safety = SafetyNode(
             context=rclpy_context,
             parameter_overrides=[Parameter(k, value=v) for k, v in params.items()],
@@ -322,3 +323,44 @@ def test_optional_joint_trajectory_output_carries_the_same_command(rclpy_context
     (point,) = last.points
     assert point.time_from_start.nanosec == 10_000_000  # one control period
     assert any(np.allclose(point.positions, c) for c in bench.commands[-3:])
+
+
+def test_deactivating_brakes_the_arm_to_rest_then_stops_the_output(bench):
+    """Deactivation holds the arm: the commanded motion brakes within the limits to rest,
+    then nothing more reaches the arm, whatever the policy sends; activation follows only
+    actions sent after it."""
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    target = HOME.copy()
+    target[0] += 1.0
+    # Drive until the shoulder is moving fast toward the target.
+    assert bench.drive_until(lambda: bench.safety.filter.commanded_velocity[0] > 0.5, 10.0, target)
+    speed_before = float(bench.safety.filter.commanded_velocity[0])
+    assert bench.safety.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
+    steps = bench.safety.last_brake_steps
+    assert steps > 1
+
+    seen = -1
+    while seen != len(bench.commands):  # until no command arrives for 0.3 s
+        seen = len(bench.commands)
+        spin_until(bench.executor, lambda: False, 0.3)
+    # The braking path: the last command sent while active, then the brake steps.
+    braking = bench.commands[-(steps + 1) :]
+    velocity = np.diff(np.asarray(braking), axis=0) / 0.01
+    speed = np.abs(velocity[:, 0])
+    assert speed[0] <= speed_before + 1e-9
+    assert np.all(np.diff(speed) <= 1e-9), "the speed grew while braking"
+    assert speed[-1] == 0.0, "the brake did not reach rest"
+    accel = np.abs(np.diff(velocity, axis=0))[:, 0] / 0.01
+    assert accel.max() <= ROBOT.acceleration_limit[0] * (1 + 1e-6)
+    rest = bench.commands[-1].copy()
+    assert rest[0] < target[0]  # it stopped short, where braking ended
+    count = len(bench.commands)
+    bench.drive(0.5, action=target)  # inactive: states and actions keep coming
+    assert len(bench.commands) == count, "an inactive safety node commanded the arm"
+    # Active again: it holds until a new action, then follows it.
+    assert bench.safety.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    bench.drive(0.3)
+    assert len(bench.commands) > count
+    np.testing.assert_allclose(bench.commands[-1], rest, atol=1e-9)
+    assert bench.drive_until(lambda: bench.commands[-1][0] > rest[0] + 0.05, 10.0, target)

@@ -41,7 +41,10 @@ class SimClockBench:
 
     def __init__(self, rclpy_context, executor) -> None:
         self.safety = SafetyNode(
-            context=rclpy_context, parameter_overrides=[Parameter("use_sim_time", value=True)]
+            context=rclpy_context,
+            parameter_overrides=[
+                Parameter("use_sim_time", value=True), Parameter("autostart", value=True)
+            ],
         )
         self.node = Node("safety_sim_clock_bench", context=rclpy_context)
         self.executor = executor

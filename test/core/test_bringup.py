@@ -1,0 +1,54 @@
+"""The lifecycle manager's plans: bring-up order, reverse order down, from any state."""
+
+import pytest
+
+from simreal_ros.graph.bringup import LifecycleManagerConfig, plan, transitions_between
+
+NODES = ["sim_bridge", "safety", "policy"]
+
+
+def test_startup_configures_and_activates_in_bring_up_order():
+    states = dict.fromkeys(NODES, "unconfigured")
+    assert plan("startup", NODES, states) == [
+        ("sim_bridge", "configure"),
+        ("sim_bridge", "activate"),
+        ("safety", "configure"),
+        ("safety", "activate"),
+        ("policy", "configure"),
+        ("policy", "activate"),
+    ]
+
+
+def test_pause_deactivates_in_reverse_so_the_policy_stops_before_the_filter_brakes():
+    states = dict.fromkeys(NODES, "active")
+    assert plan("pause", NODES, states) == [
+        ("policy", "deactivate"),
+        ("safety", "deactivate"),
+        ("sim_bridge", "deactivate"),
+    ]
+
+
+def test_plans_start_from_each_node_s_own_state_and_skip_what_is_done():
+    states = {"sim_bridge": "active", "safety": "inactive", "policy": "unconfigured"}
+    assert plan("resume", NODES, states) == [
+        ("safety", "activate"),
+        ("policy", "configure"),
+        ("policy", "activate"),
+    ]
+    assert plan("cleanup", NODES, states) == [
+        ("safety", "cleanup"),
+        ("sim_bridge", "deactivate"),
+        ("sim_bridge", "cleanup"),
+    ]
+    assert transitions_between("active", "active") == []
+
+
+def test_bad_states_operations_and_node_lists_are_refused_with_reasons():
+    with pytest.raises(ValueError, match="finalized node has to be restarted"):
+        plan("startup", ["policy"], {"policy": "finalized"})
+    with pytest.raises(ValueError, match="unknown operation"):
+        plan("reboot", NODES, dict.fromkeys(NODES, "active"))
+    with pytest.raises(ValueError, match="no lifecycle state known for policy"):
+        plan("startup", NODES, {"sim_bridge": "active", "safety": "active"})
+    with pytest.raises(ValueError, match="give each managed node once"):
+        LifecycleManagerConfig(node_names=["safety", "safety"])
