@@ -20,20 +20,22 @@ def setting(
     low: float | None = None,
     high: float | None = None,
     choices: tuple[str, ...] | None = None,
-    read_only: bool = False,
+    dynamic: bool = False,
     unit: str = "",
 ) -> Any:
     """A config field with the metadata that validation and ROS parameters need.
 
-    ``read_only`` marks values that must not change at run time (e.g. a limit whose
-    loosening would weaken safety).
+    A setting is fixed at start-up (a read-only ROS parameter) unless ``dynamic``: then a
+    node applies a change at run time (``rqt_reconfigure``, ``ros2 param set``), validated
+    like the start-up value, or refuses it with the reason. Mark ``dynamic`` only what the
+    code reads at the time of use and a change cannot make unsafe.
     """
     metadata = {
         "description": description,
         "low": low,
         "high": high,
         "choices": choices,
-        "read_only": read_only,
+        "dynamic": dynamic,
         "unit": unit,
     }
     if isinstance(default, list | dict):
@@ -51,6 +53,7 @@ def describe(field: dataclasses.Field) -> str:
         text += f" (range {meta.get('low')} .. {meta.get('high')})"
     if meta.get("choices"):
         text += f" (one of: {', '.join(meta['choices'])})"
+    text += " [changeable at run time]" if meta.get("dynamic") else " [fixed at start-up]"
     return text
 
 

@@ -59,10 +59,14 @@ class RecorderConfig:
         30, "Reader queue depth of image and point-cloud topics (samples)", low=1, high=10000
     )
     action_topic: str = setting("/policy/action", "Policy action topic (steps, versions)")
-    source: str = setting("sim", "Default source label of episodes", choices=SOURCES)
-    profile: str = setting("", "Default dynamics profile label (sim bridge profile)")
+    source: str = setting("sim", "Default source label of episodes", choices=SOURCES, dynamic=True)
+    profile: str = setting("", "Default dynamics profile label (sim bridge profile)", dynamic=True)
     queue_size: int = setting(
-        8192, "Messages the writer queue holds before it drops (and counts)", low=16, high=10**6
+        8192,
+        "Messages the writer queue holds before it drops (and counts)",
+        low=16,
+        high=10**6,
+        dynamic=True,
     )
     flush_period_s: float = setting(
         0.1,
@@ -70,10 +74,17 @@ class RecorderConfig:
         low=0.005,
         high=10.0,
         unit="s",
+        dynamic=True,
     )
-    fsync: bool = setting(False, "fsync on every flush (survives power loss, costs I/O)")
+    fsync: bool = setting(
+        False, "fsync on every flush (survives power loss, costs I/O)", dynamic=True
+    )
     min_free_disk_mb: float = setting(
-        1024.0, "Refuse to start an episode below this free disk space", low=0.0, unit="MiB"
+        1024.0,
+        "Refuse to start an episode below this free disk space",
+        low=0.0,
+        unit="MiB",
+        dynamic=True,
     )
     joint_names: list = setting(
         [], "Joint names in controller order stored with each episode (default: robot model)"

@@ -43,20 +43,23 @@ class LifecycleManagerConfig:
     node_names: list = setting(
         list(BRING_UP_ORDER),
         "Managed lifecycle nodes in bring-up order (brought down in reverse)",
-        read_only=True,
     )
-    autostart: bool = setting(
-        False, "Configure and activate every managed node at start-up", read_only=True
-    )
+    autostart: bool = setting(False, "Configure and activate every managed node at start-up")
     service_timeout_s: float = setting(
         30.0,
         "Wait this long for a managed node's lifecycle services to appear",
         low=0.1,
         high=600.0,
         unit="s",
+        dynamic=True,
     )
     transition_timeout_s: float = setting(
-        60.0, "Wait this long for one transition to finish", low=0.1, high=3600.0, unit="s"
+        60.0,
+        "Wait this long for one transition to finish",
+        low=0.1,
+        high=3600.0,
+        unit="s",
+        dynamic=True,
     )
 
     def __post_init__(self) -> None:

@@ -53,7 +53,9 @@ class LearnerConfig:
     )
     critic_learning_rate: float = setting(3e-4, "Critic learning rate.", low=0.0, high=1.0)
     batch_size: int = setting(128, "Transitions per update.", low=1, high=65536)
-    updates_per_round: int = setting(300, "Gradient updates per round.", low=1, high=10**7)
+    updates_per_round: int = setting(
+        300, "Gradient updates per round.", low=1, high=10**7, dynamic=True
+    )
     tau: float = setting(0.005, "Polyak rate of the target critics.", low=0.0, high=1.0)
     entropy_alpha: float = setting(0.05, "SAC entropy temperature (initial).", low=0.0, high=10.0)
     auto_entropy: bool = setting(True, "Tune the entropy temperature to a target entropy.")
@@ -67,7 +69,8 @@ class LearnerConfig:
         high=1000.0,
     )
     bc_use_failures: bool = setting(
-        False, "Also clone non-intervention steps of failed episodes (normally dropped)."
+        False,
+        "Also clone non-intervention steps of failed episodes (normally dropped).",
     )
     bc_regulariser: float = setting(
         0.0,
@@ -128,7 +131,11 @@ class LearnerConfig:
     )
     # Rounds.
     round_every_episodes: int = setting(
-        10, "Start a round after this many new episodes; 0 disables.", low=0, high=100000
+        10,
+        "Start a round after this many new episodes; 0 disables.",
+        low=0,
+        high=100000,
+        dynamic=True,
     )
     round_every_seconds: float = setting(
         0.0,
@@ -136,14 +143,23 @@ class LearnerConfig:
         low=0.0,
         high=1e6,
         unit="s",
+        dynamic=True,
     )
     min_real_transitions: int = setting(
-        32, "Rounds wait until this many real transitions are recorded.", low=1, high=10**9
+        32,
+        "Rounds wait until this many real transitions are recorded.",
+        low=1,
+        high=10**9,
+        dynamic=True,
     )
     # Screening gate.
-    screen_seeds: int = setting(20, "Sim episodes per condition in screening.", low=1, high=10000)
+    screen_seeds: int = setting(
+        20, "Sim episodes per condition in screening.", low=1, high=10000, dynamic=True
+    )
     screen_conditions: list[str] = setting(
-        ["train", "shifted"], "Conditions screened; each must pass."
+        ["train", "shifted"],
+        "Conditions screened; each must pass.",
+        dynamic=True,
     )
     screen_profile: str = setting(
         "randomized",
@@ -161,18 +177,21 @@ class LearnerConfig:
         "First screening seed (candidate and running policy share seeds).",
         low=0,
         high=2**31 - 1,
+        dynamic=True,
     )
     promote_ci_low: float = setting(
         0.3,
         "Promote only if the Wilson 95% lower bound of the success rate clears this.",
         low=0.0,
         high=1.0,
+        dynamic=True,
     )
     promote_tolerance: float = setting(
         0.1,
         "Reject a candidate whose success rate is below the running policy's by more.",
         low=0.0,
         high=1.0,
+        dynamic=True,
     )
     task: str = setting("push", "Task screened and trained.", choices=("push", "reach"))
     critic_warmup_updates: int = setting(

@@ -55,6 +55,7 @@ class OnlineLearner:
         self.evaluator = evaluator or policy_evaluator(config)
         self._session_factory = session_factory or self._default_session
         self._lock = threading.Condition()
+        self._next_config: LearnerConfig | None = None
         self._pending: list[EpisodeInfo] = []
         self._force = False
         self._stop = threading.Event()
@@ -129,6 +130,13 @@ class OnlineLearner:
             out["last_gate_reason"] = decision.reason
         return out
 
+    def update_config(self, config: LearnerConfig) -> None:
+        """Run-time settings: the round triggers see them now, a round from its start (one
+        in progress keeps the settings it started with)."""
+        with self._lock:
+            self.config = self._next_config = config
+            self._lock.notify_all()
+
     # ------------------------------------------------------------------ worker side
     def _default_session(self) -> LearnerSession:
         from simreal_ros.policy.checkpoint import load_checkpoint, shipped_checkpoint
@@ -175,6 +183,8 @@ class OnlineLearner:
                     continue
                 batch, self._pending = self._pending, []
                 self._force = False
+                if self._next_config is not None and self.session is not None:
+                    self.session.config, self._next_config = self._next_config, None
             try:
                 self._round(batch)
             except Exception as error:  # keep the loop alive; report why the round failed

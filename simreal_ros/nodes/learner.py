@@ -72,7 +72,7 @@ def update_message(stored: StoredVersion, decision: GateDecision, method: str) -
 class LearnerNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__("learner", **kwargs)
-        self.config: LearnerConfig = declare_config(self, LearnerConfig)
+        self.config: LearnerConfig = declare_config(self, LearnerConfig, apply=self._apply_config)
         self._update_pub = self.create_publisher(
             PolicyUpdate, "/learner/policy_update", qos.LATCHED
         )
@@ -109,6 +109,13 @@ class LearnerNode(Node):
         msg = update_message(stored, decision, str(stored.metadata.get("method", "")))
         msg.reason = f"running version at learner start-up ({decision.reason})"
         self._publish(msg)
+
+    def _apply_config(self, config: LearnerConfig) -> None:
+        """A run-time change of a dynamic setting: it applies from the next round."""
+        self.config = config
+        learner = getattr(self, "learner", None)  # None while parameters are declared
+        if learner is not None:
+            learner.update_config(config)
 
     def _on_episode(self, msg: EpisodeEvent) -> None:
         if not msg.bag_path:

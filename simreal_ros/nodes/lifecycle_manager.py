@@ -30,7 +30,9 @@ class LifecycleManagerNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__("lifecycle_manager", **kwargs)
         self.config: bringup.LifecycleManagerConfig = declare_config(
-            self, bringup.LifecycleManagerConfig
+            self,
+            bringup.LifecycleManagerConfig,
+            apply=lambda config: setattr(self, "config", config),  # timeouts, read at use
         )
         # Reentrant: a coroutine holds its callback group while it awaits, so the clients'
         # answers and the sleep timers it waits on must not share a mutually exclusive one.

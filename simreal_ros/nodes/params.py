@@ -1,11 +1,23 @@
-"""Declare a core config dataclass as ROS parameters, with descriptors, in one call."""
+"""Declare a core config dataclass as ROS parameters, with descriptors, in one call.
+
+Settings fixed at start-up become read-only parameters, so rqt_reconfigure and
+``ros2 param set`` refuse a change instead of silently ignoring it. ``dynamic`` settings
+stay writable: a change is validated like a start-up value and handed to the node's
+``apply`` hook, or refused with the reason.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rcl_interfaces.msg import (
+    FloatingPointRange,
+    IntegerRange,
+    ParameterDescriptor,
+    SetParametersResult,
+)
 from rclpy.exceptions import InvalidParameterTypeException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -18,7 +30,7 @@ def _descriptor(field: dataclasses.Field, default: Any) -> ParameterDescriptor:
     descriptor = ParameterDescriptor(
         name=field.name,
         description=config_schema.describe(field),
-        read_only=bool(meta.get("read_only", False)),
+        read_only=not meta.get("dynamic", False),
     )
     if isinstance(default, list) and not default:
         # rclpy types an empty list as BYTE_ARRAY; let an override give the element type.
@@ -44,39 +56,80 @@ def _default_of(field: dataclasses.Field) -> Any:
     return field.default_factory()  # type: ignore[misc]
 
 
-def _widen_integer_override(node: Node, name: str, default: Any) -> None:
-    """An integer override of a float parameter (``rate:=2`` from the command line or YAML)
-    becomes the float it means; rclpy would refuse it as the wrong type at declaration."""
-    overrides = getattr(node, "_parameter_overrides", None)  # rclpy keeps them here
-    if not isinstance(default, float) or not isinstance(overrides, dict):
-        return
-    given = overrides.get(name)
-    if given is not None and given.type_ == Parameter.Type.INTEGER:
-        overrides[name] = Parameter(name, Parameter.Type.DOUBLE, float(given.value))
-
-
-def declare_config(node: Node, config_cls: type, prefix: str = "") -> Any:
-    """Declare every field of ``config_cls`` and return the validated config.
-
-    Values come from the node's parameter overrides (YAML, command line); defaults live
-    only in the dataclass. An invalid value raises ValueError naming the parameter.
-    """
-    values = {}
-    for field in dataclasses.fields(config_cls):
-        default = _default_of(field)
-        name = prefix + field.name
-        _widen_integer_override(node, name, default)
-        try:
-            node.declare_parameter(name, default, _descriptor(field, default))
-        except InvalidParameterTypeException as error:
+def _declare(node: Node, name: str, default: Any, descriptor: ParameterDescriptor) -> Any:
+    """Declare one parameter; an integer override of a float one (``rate:=2`` from the
+    command line or YAML) becomes the float it means instead of a type error."""
+    try:
+        return node.declare_parameter(name, default, descriptor).value
+    except InvalidParameterTypeException as error:
+        if not isinstance(default, float):
             raise ValueError(
                 f"parameter {name!r} of node {node.get_name()!r} must be a "
                 f"{type(default).__name__} (default {default!r}): {error}"
             ) from None
-        value = node.get_parameter(name).value
+    # Read the override as given, then declare the float it means (ignoring the override).
+    probe = ParameterDescriptor(name=name, dynamic_typing=True)
+    given = node.declare_parameter(name, default, probe).value
+    node.undeclare_parameter(name)
+    if not isinstance(given, int) or isinstance(given, bool):
+        raise ValueError(
+            f"parameter {name!r} of node {node.get_name()!r} must be a float "
+            f"(default {default!r}), got {given!r}"
+        )
+    return node.declare_parameter(name, float(given), descriptor, ignore_override=True).value
+
+
+def declare_config(
+    node: Node,
+    config_cls: type,
+    prefix: str = "",
+    apply: Callable[[Any], None] | None = None,
+) -> Any:
+    """Declare every field of ``config_cls`` and return the validated config.
+
+    Values come from the node's parameter overrides (YAML, command line); defaults live
+    only in the dataclass. An invalid value raises ValueError naming the parameter.
+    ``apply(new_config)`` receives each accepted run-time change of a dynamic setting (it
+    may raise ValueError to refuse it); a config with dynamic settings needs one.
+    """
+    fields = dataclasses.fields(config_cls)
+    values = {}
+    for field in fields:
+        default = _default_of(field)
+        name = prefix + field.name
+        value = _declare(node, name, default, _descriptor(field, default))
         if isinstance(default, list) and value is None:
             value = []
         if isinstance(default, tuple) and isinstance(value, list):
             value = tuple(value)
         values[field.name] = value
-    return config_schema.from_mapping(config_cls, values)
+    config = config_schema.from_mapping(config_cls, values)
+    dynamic = [field.name for field in fields if field.metadata.get("dynamic")]
+    if dynamic:
+        if apply is None:
+            raise TypeError(
+                f"{config_cls.__name__} has dynamic settings ({', '.join(dynamic)}) but "
+                f"node {node.get_name()!r} gave no apply hook for them."
+            )
+        node.add_on_set_parameters_callback(_change_handler(config_cls, prefix, values, apply))
+    return config
+
+
+def _change_handler(config_cls: type, prefix: str, values: dict, apply: Callable):
+    """The on-set callback of one config: validate, apply, then remember the new values."""
+    current = dict(values)
+    names = {prefix + field.name: field.name for field in dataclasses.fields(config_cls)}
+
+    def on_set(parameters: list[Parameter]) -> SetParametersResult:
+        changes = {names[p.name]: p.value for p in parameters if p.name in names}
+        if not changes:
+            return SetParametersResult(successful=True)
+        try:
+            config = config_schema.from_mapping(config_cls, {**current, **changes})
+            apply(config)
+        except ValueError as error:
+            return SetParametersResult(successful=False, reason=str(error))
+        current.update(changes)
+        return SetParametersResult(successful=True)
+
+    return on_set

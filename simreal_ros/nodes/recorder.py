@@ -61,7 +61,10 @@ def _robot_joints() -> tuple[list[str], list[str]]:
 class RecorderNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__("recorder", **kwargs)
-        self.config: RecorderConfig = declare_config(self, RecorderConfig)
+        # The dynamic settings (labels, queue, flushing, disk floor) apply from the next episode.
+        self.config: RecorderConfig = declare_config(
+            self, RecorderConfig, apply=lambda config: setattr(self, "config", config)
+        )
         self.config.data_path.mkdir(parents=True, exist_ok=True)
         names, units = _robot_joints()
         self._joint_names = list(self.config.joint_names) or names

@@ -22,7 +22,6 @@ stand-in for the physical arm, never the physical arm.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 import time
@@ -31,14 +30,12 @@ import numpy as np
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
-from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import State, TransitionCallbackReturn
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool
 
-from simreal_ros import config_schema
 from simreal_ros.msg import TaskStatus
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.lifecycle import AutostartLifecycleNode
@@ -60,7 +57,9 @@ def _stamp(seconds: float, stamp: Time) -> Time:
 class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
     def __init__(self, **kwargs) -> None:
         super().__init__("sim_bridge", **kwargs)
-        self.config: SimBridgeConfig = declare_config(self, SimBridgeConfig)
+        self.config: SimBridgeConfig = declare_config(
+            self, SimBridgeConfig, apply=self._apply_config
+        )
         self.core: SimBridgeCore | None = None
         self._active = False
         self._own_publishers: list = []
@@ -73,18 +72,11 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
         self._diag_timer = self.create_timer(
             self.config.diagnostics_period, self._publish_diagnostics
         )
-        self.add_on_set_parameters_callback(self._on_set_parameters)
         self.autostart(self.config.autostart)
 
     # ------------------------------------------------------------- lifecycle
     def on_configure(self, state: State) -> TransitionCallbackReturn:
         try:
-            # Parameters set while unconfigured take effect here.
-            values = {
-                field.name: self.get_parameter(field.name).value
-                for field in dataclasses.fields(SimBridgeConfig)
-            }
-            self.config = config_schema.from_mapping(SimBridgeConfig, values)
             self.core = SimBridgeCore(self.config, self)
         except (ValueError, OSError) as error:
             self.get_logger().error(f"configure refused: {error}")
@@ -308,13 +300,13 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
         response.values = [float(v) for v in values.values()]
         return response
 
-    def _on_set_parameters(self, parameters) -> SetParametersResult:
-        """real_time_factor changes at run time; the rest apply at the next configure."""
-        for parameter in parameters:
-            if parameter.name == "real_time_factor" and self.core is not None:
-                self.core.real_time_factor = float(parameter.value)
-                self.core.set_paused(self.core.paused)  # restart the pacing schedule
-        return SetParametersResult(successful=True)
+    def _apply_config(self, config: SimBridgeConfig) -> None:
+        """The one dynamic setting, real_time_factor, applies at once."""
+        self.config = config
+        core = self.core
+        if core is not None and core.real_time_factor != config.real_time_factor:
+            core.real_time_factor = config.real_time_factor
+            core.set_paused(core.paused)  # restart the pacing schedule
 
     # --------------------------------------------------------------- camera
     def _camera_loop(self) -> None:

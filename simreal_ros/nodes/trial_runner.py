@@ -41,7 +41,10 @@ from simreal_ros.trials.runner import (
 class TrialRunnerNode(Node):
     def __init__(self, operator: KeyboardOperator | None = None, **kwargs) -> None:
         super().__init__("trial_runner", **kwargs)
-        self.config: TrialRunnerConfig = declare_config(self, TrialRunnerConfig)
+        # The dynamic settings (episodes, condition, seed, ...) are read at each run.
+        self.config: TrialRunnerConfig = declare_config(
+            self, TrialRunnerConfig, apply=lambda config: setattr(self, "config", config)
+        )
         group = ReentrantCallbackGroup()
         cfg = self.config
         self._reset = self.create_client(ResetEpisode, cfg.reset_service, callback_group=group)

@@ -12,13 +12,11 @@ class PolicyNodeConfig:
     checkpoint: str = setting(
         "",
         "Base checkpoint directory; empty means the shipped checkpoints/<task>",
-        read_only=True,
     )
     task: str = setting(
         "push",
         "Task whose shipped checkpoint is used when checkpoint is empty",
         choices=("push", "reach"),
-        read_only=True,
     )
     control_rate_hz: float = setting(
         0.0,
@@ -26,7 +24,6 @@ class PolicyNodeConfig:
         low=0.0,
         high=1000.0,
         unit="Hz",
-        read_only=True,
     )
     max_observation_age: float = setting(
         0.5,
@@ -44,7 +41,7 @@ class PolicyNodeConfig:
     diagnostics_period: float = setting(
         1.0, "Period of /diagnostics", low=0.05, high=60.0, unit="s"
     )
-    autostart: bool = setting(False, "Configure and activate at start-up", read_only=True)
+    autostart: bool = setting(False, "Configure and activate at start-up")
 
     def __post_init__(self) -> None:
         validate(self)

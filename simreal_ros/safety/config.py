@@ -3,7 +3,7 @@
 Limits left empty come from the robot description (the hardware's values). A configured
 limit may only tighten the hardware's: a value above it is refused at start, naming the
 joint, the value and the hardware limit. Settings whose change at run time would loosen
-safety are ``read_only`` (the node declares them as read-only ROS parameters).
+safety are fixed at start-up (the node declares them as read-only ROS parameters).
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ class SafetyConfig:
     autostart: bool = setting(
         False,
         "Configure and activate at start-up (the graph's lifecycle manager does it there)",
-        read_only=True,
     )
     brake_timeout: float = setting(
         2.0,
@@ -57,7 +56,6 @@ class SafetyConfig:
         "the command output stops (the arm's controller then holds the last command)",
         low=0.0,
         high=30.0,
-        read_only=True,
         unit="s",
     )
     control_rate: float = setting(
@@ -65,7 +63,6 @@ class SafetyConfig:
         "Rate of the command published to the arm; also the dt of every limit",
         low=1.0,
         high=2000.0,
-        read_only=True,
         unit="Hz",
     )
     position_margin: float = setting(
@@ -73,21 +70,18 @@ class SafetyConfig:
         "Margin kept inside each joint's hard position limits (except margin_exempt_joints)",
         low=0.0,
         high=1.0,
-        read_only=True,
         unit="rad or m",
     )
     margin_exempt_joints: list = setting(
         ["gripper_joint"],
         "Joints whose hard limits are their working range, so no margin is kept (a gripper "
         "must close fully on an object)",
-        read_only=True,
     )
     position_margins: list = setting(
         [],
         "Per-joint position margins in controller order, overriding position_margin "
         "(empty: use position_margin)",
         low=0.0,
-        read_only=True,
         unit="rad or m",
     )
     limit_scale: float = setting(
@@ -95,20 +89,17 @@ class SafetyConfig:
         "Fraction of the hardware velocity, acceleration and jerk limits enforced",
         low=0.01,
         high=1.0,
-        read_only=True,
     )
     velocity_limits: list = setting(
         [],
         "Per-joint velocity limits in controller order (empty: the description's, scaled)",
         low=0.0,
-        read_only=True,
         unit="rad/s or m/s",
     )
     acceleration_limits: list = setting(
         [],
         "Per-joint acceleration limits (empty: the description's, scaled)",
         low=0.0,
-        read_only=True,
         unit="rad/s^2 or m/s^2",
     )
     jerk_limits: list = setting(
@@ -116,7 +107,6 @@ class SafetyConfig:
         "Per-joint jerk limits (empty: the description's, scaled); jerk yields to "
         "position, velocity and acceleration when they conflict",
         low=0.0,
-        read_only=True,
         unit="rad/s^3 or m/s^3",
     )
     tracking_error_limit: float = setting(
@@ -125,7 +115,6 @@ class SafetyConfig:
         "or blocked arm is never commanded far away (0 disables the check)",
         low=0.0,
         high=10.0,
-        read_only=True,
         unit="rad or m",
     )
     command_timeout: float = setting(
@@ -134,7 +123,6 @@ class SafetyConfig:
         "watchdog holds",
         low=0.001,
         high=10.0,
-        read_only=True,
         unit="s",
     )
     state_timeout: float = setting(
@@ -142,45 +130,38 @@ class SafetyConfig:
         "With no joint state fresher than this the watchdog holds",
         low=0.001,
         high=10.0,
-        read_only=True,
         unit="s",
     )
     check_stamps: bool = setting(
         True,
         "Judge input age by header stamps (true) or by arrival time (false, for senders "
         "whose clock differs from this node's)",
-        read_only=True,
     )
     allow_resync: bool = setting(
         False,
         "Honour ~/resync: restart the commanded trajectory at rest at the next measured "
         "state. Only for a simulated arm, which jumps to a new start pose on an episode "
         "reset; on a physical arm it would be an instant stop, so it is refused there",
-        read_only=True,
     )
     workspace_check: bool = setting(
         True,
         "Keep the tool centre point inside the workspace box and out of the keep-out boxes "
         "(forward kinematics of the robot's MuJoCo model)",
-        read_only=True,
     )
     workspace_lower: list = setting(
         [],
         "Lower corner x, y, z of the workspace box, base frame (empty: the description's)",
-        read_only=True,
         unit="m",
     )
     workspace_upper: list = setting(
         [],
         "Upper corner x, y, z of the workspace box, base frame (empty: the description's)",
-        read_only=True,
         unit="m",
     )
     keep_out_boxes: list = setting(
         [],
         "Boxes the tool centre point must stay out of, 6 numbers each: "
         "x_min, y_min, z_min, x_max, y_max, z_max (base frame)",
-        read_only=True,
         unit="m",
     )
     workspace_tolerance: float = setting(
@@ -190,7 +171,6 @@ class SafetyConfig:
         "lets the tool slide along a face it touches instead of sticking to it",
         low=0.0,
         high=0.05,
-        read_only=True,
         unit="m",
     )
     workspace_slide_margin: float = setting(
@@ -200,7 +180,6 @@ class SafetyConfig:
         "(0: only scale the whole step back)",
         low=0.0,
         high=0.05,
-        read_only=True,
         unit="m",
     )
     workspace_bisection_steps: int = setting(

@@ -53,6 +53,7 @@ class SimBridgeConfig:
         "sim seconds per wall second when free-running; 0 = as fast as possible",
         low=0.0,
         high=100.0,
+        dynamic=True,
     )
     joint_state_rate_hz: float = setting(
         500.0, "/joint_states rate per simulated second", low=1.0, high=500.0, unit="Hz"

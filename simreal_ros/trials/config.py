@@ -14,19 +14,30 @@ class TrialRunnerConfig:
     profile: str = setting(
         "sim", "sim: reset through the sim bridge; real: operator", choices=PROFILES
     )
-    episodes: int = setting(5, "Episodes to run", low=0, high=100000)
+    episodes: int = setting(5, "Episodes to run", low=0, high=100000, dynamic=True)
     condition: str = setting(
-        "train", "Start-state/goal distribution", choices=("train", "shifted")
+        "train",
+        "Start-state/goal distribution",
+        choices=("train", "shifted"),
+        dynamic=True,
     )
-    seed: int = setting(0, "Seed of the first episode; episode k uses seed + k", low=0, high=2**31)
+    seed: int = setting(
+        0, "Seed of the first episode; episode k uses seed + k", low=0, high=2**31, dynamic=True
+    )
     timeout_s: float = setting(
-        30.0, "Give up on an episode after this long", low=0.1, high=86400.0, unit="s"
+        30.0,
+        "Give up on an episode after this long",
+        low=0.1,
+        high=86400.0,
+        unit="s",
+        dynamic=True,
     )
-    task: str = setting("push", "Task label stored with each episode")
+    task: str = setting("push", "Task label stored with each episode", dynamic=True)
     source: str = setting(
         "",
         "Source label (sim, real_twin, real); empty: real on the real profile, else from "
         "the sim bridge's dynamics profile (real_twin is a stand-in, labelled so)",
+        dynamic=True,
     )
     reset_service: str = setting("/sim_bridge/reset", "ResetEpisode service of the sim bridge")
     pause_service: str = setting(

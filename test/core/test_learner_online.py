@@ -82,3 +82,36 @@ def test_rounds_run_off_the_caller_thread_and_survive_a_failure(setup, tmp_path)
         assert learner.session.store.clean_staging() == []  # the failed round left no debris
     finally:
         learner.stop()
+
+
+def test_a_run_time_setting_change_applies_from_the_next_round(setup, tmp_path):
+    import dataclasses
+
+    root, metas = setup
+    cfg = LearnerConfig(
+        checkpoint_dir=str(root / "push"), store_root=str(tmp_path / "m"), method="bc",
+        bc_use_failures=True, updates_per_round=5, batch_size=8, round_every_episodes=2,
+        min_real_transitions=5, sim_episodes=0, sim_replay=False, screen_seeds=2,
+        screen_conditions=["train"], promote_ci_low=0.0, promote_tolerance=1.0,
+    )  # fmt: skip
+    seeds_seen: list[int] = []
+
+    def evaluator(checkpoint_dir, adapter_dir, condition, seeds):
+        seeds_seen.append(len(seeds))
+        return EvaluationSummary(len(seeds), len(seeds), 0.0)
+
+    results = []
+    learner = OnlineLearner(cfg, on_result=results.append, evaluator=evaluator)
+    learner.start()
+    try:
+        for m in metas:
+            learner.offer(EpisodeInfo(m.episode_id, str(root / "eps" / m.episode_id), m.source))
+        assert wait(lambda: len(results) == 1), learner.status()
+        assert set(seeds_seen) == {2}
+        seeds_seen.clear()
+        learner.update_config(dataclasses.replace(cfg, screen_seeds=3))
+        learner.request_round()
+        assert wait(lambda: len(results) == 2), learner.status()
+        assert seeds_seen and set(seeds_seen) == {3}
+    finally:
+        learner.stop()

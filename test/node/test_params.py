@@ -44,3 +44,81 @@ def test_a_wrong_type_names_the_parameter_and_the_type_it_needs(rclpy_context):
             declare_config(node, RateConfig)
     finally:
         node.destroy_node()
+
+
+@dataclasses.dataclass
+class LiveConfig:
+    gain: float = setting(1.0, "A gain read at each use.", low=0.0, high=10.0, dynamic=True)
+    mode: str = setting("fast", "A mode.", choices=("fast", "slow"), dynamic=True)
+    port: str = setting("/dev/arm", "Fixed at start-up.")
+
+
+def test_a_dynamic_setting_is_validated_and_applied_and_a_fixed_one_is_refused(rclpy_context):
+    from rclpy.parameter import Parameter
+
+    from simreal_ros.nodes.params import declare_config
+
+    node = _node(rclpy_context, {})
+    applied = []
+    try:
+        config = declare_config(node, LiveConfig, apply=applied.append)
+        assert not node.describe_parameter("gain").read_only
+        assert node.describe_parameter("port").read_only
+        assert "fixed at start-up" in node.describe_parameter("port").description
+        assert node.set_parameters([Parameter("gain", value=2.5)])[0].successful
+        assert applied[-1].gain == 2.5 and applied[-1].port == config.port
+        too_big = node.set_parameters([Parameter("gain", value=11.0)])[0]
+        assert not too_big.successful and "gain" in too_big.reason and "10.0" in too_big.reason
+        assert node.get_parameter("gain").value == 2.5 and len(applied) == 1
+        # What the descriptor cannot say (choices), the config's validation refuses.
+        bad_mode = node.set_parameters([Parameter("mode", value="warp")])[0]
+        assert not bad_mode.successful and "not one of fast, slow" in bad_mode.reason
+        assert node.get_parameter("mode").value == "fast" and len(applied) == 1
+        fixed = node.set_parameters([Parameter("port", value="/dev/other")])[0]
+        assert not fixed.successful and node.get_parameter("port").value == "/dev/arm"
+        # The hook may refuse a value validation allows, with its own reason.
+
+        def refuse(new):
+            raise ValueError("gain 3 is not reachable now")
+
+        other = _node(rclpy_context, {})
+        declare_config(other, LiveConfig, apply=refuse)
+        answer = other.set_parameters([Parameter("gain", value=3.0)])[0]
+        assert not answer.successful and "not reachable" in answer.reason
+        other.destroy_node()
+    finally:
+        node.destroy_node()
+
+
+def test_dynamic_settings_without_an_apply_hook_are_a_programming_error(rclpy_context):
+    from simreal_ros.nodes.params import declare_config
+
+    node = _node(rclpy_context, {})
+    try:
+        with pytest.raises(TypeError, match=r"dynamic settings \(gain, mode\).*no apply hook"):
+            declare_config(node, LiveConfig)
+    finally:
+        node.destroy_node()
+
+
+def test_node_settings_either_take_effect_or_are_refused(rclpy_context):
+    from rclpy.parameter import Parameter
+
+    from simreal_ros.nodes.recorder import RecorderNode
+    from simreal_ros.nodes.trial_runner import TrialRunnerNode
+
+    runner = TrialRunnerNode(context=rclpy_context)
+    recorder = RecorderNode(
+        context=rclpy_context, parameter_overrides=[Parameter("min_free_disk_mb", value=0.0)]
+    )
+    try:
+        assert runner.set_parameters([Parameter("timeout_s", value=12.0)])[0].successful
+        assert runner.config.timeout_s == 12.0  # what the next run uses
+        assert not runner.set_parameters([Parameter("reset_service", value="/x")])[0].successful
+        assert runner.config.reset_service == "/sim_bridge/reset"
+        assert recorder.set_parameters([Parameter("flush_period_s", value=0.5)])[0].successful
+        assert recorder.config.flush_period_s == 0.5
+        assert not recorder.set_parameters([Parameter("data_dir", value="/tmp/x")])[0].successful
+    finally:
+        runner.destroy_node()
+        recorder.destroy_node()

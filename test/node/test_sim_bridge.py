@@ -178,11 +178,15 @@ def test_lifecycle_deactivate_cleanup_and_restart(executor, probe):
     assert not refused.success and "not active" in refused.message
     assert bridge.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
     assert bridge.core is None
-    bridge.set_parameters([Parameter("task", value="reach")])  # applies at configure
+    # A setting fixed at start-up is refused with the reason, never silently ignored.
+    refused = bridge.set_parameters([Parameter("task", value="reach")])[0]
+    assert not refused.successful and "read-only" in refused.reason.lower()
     assert bridge.trigger_configure() == TransitionCallbackReturn.SUCCESS
     assert bridge.trigger_activate() == TransitionCallbackReturn.SUCCESS
-    assert bridge.core.env.task.name == "reach"
+    assert bridge.core.env.task.name == "push"
     assert call(executor, step, StepSim.Request(steps=10)).success
     bridge.set_parameters([Parameter("real_time_factor", value=2.0)])  # applies at once
     assert bridge.core.real_time_factor == 2.0
-    assert not bridge.set_parameters([Parameter("real_time_factor", value=-1.0)])[0].successful
+    refused = bridge.set_parameters([Parameter("real_time_factor", value=-1.0)])[0]
+    assert not refused.successful and "real_time_factor" in refused.reason
+    assert bridge.core.real_time_factor == 2.0
