@@ -7,10 +7,11 @@ and timed from ``Popen`` to its "active:" log line. Baseline, measured in the sa
 interleaved with it: a bare rclpy node process (init, one Node, a "ready" log line), the
 floor any node process pays (interpreter, rclpy, DDS participant). Target: policy < 3 s.
 
-What the fast start defers: torch and peft are imported by the first adapter merge, on the
-node's loader thread. With ``--swap`` a fresh node at 100 Hz (wall clock) gets two promoted
-adapters in turn; the first pays those imports, the second (warm) is the baseline. Printed:
-load time and missed ticks (gaps in PolicyAction.sequence) from each update to 1 s after.
+The node never imports torch or peft, not even for adapters (merged in numpy on its loader
+thread, policy/lora_merge.py). With ``--swap`` a fresh node at 100 Hz (wall clock) gets two
+promoted adapters in turn: the first after a cold start, the second (warm) is the baseline.
+Printed: load time and missed ticks (gaps in PolicyAction.sequence) from each update to 1 s
+after, and whether torch ever got mapped into the node process (/proc/<pid>/maps).
 
     PYTHONPATH=. .venv/bin/python bench/policy_startup.py [--runs 3] [--swap]
 """
@@ -92,6 +93,15 @@ def make_adapter(base_dir: Path, adapter_dir: Path, version: str, seed: int) -> 
                 parameter.normal_(0.0, 0.1)
     actor.save_pretrained(str(adapter_dir))
     ckpt.write_adapter_metadata(adapter_dir, base, version, base.version)
+
+
+def torch_mapped(pid: int) -> bool | None:
+    """Whether torch's libraries are mapped into process ``pid`` (None: cannot tell)."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return None
+    return "/torch/" in maps
 
 
 def measure_swaps(env: dict, timeout: float) -> list[dict]:
@@ -184,6 +194,7 @@ def measure_swaps(env: dict, timeout: float) -> list[dict]:
                     "load_s": swapped - sent,
                     "missed": int(np.sum(gaps[gaps > 1] - 1)),
                     "longest_gap_ms": float(gaps.max() * 1e3 / SWAP_RATE_HZ),
+                    "torch_loaded": torch_mapped(process.process.pid),
                 }
             )
         return results
@@ -235,12 +246,13 @@ def main() -> None:
         first, second = measure_swaps(env, args.timeout)
         print(f"hot swap at {SWAP_RATE_HZ:g} Hz (wall clock), update -> 1 s after the swap:")
         for label, r in (
-            ("first (imports torch, peft)", first),
+            ("first (after a cold start)", first),
             ("second (warm, baseline)", second),
         ):
+            torch_loaded = {True: "yes", False: "no", None: "unknown"}[r["torch_loaded"]]
             print(
                 f"  {label:28s}: load {r['load_s']:.2f} s, missed ticks {r['missed']} "
-                f"(longest gap {r['longest_gap_ms']:.0f} ms)"
+                f"(longest gap {r['longest_gap_ms']:.0f} ms), torch in the node: {torch_loaded}"
             )
 
 

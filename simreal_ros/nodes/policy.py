@@ -9,13 +9,15 @@ Transitions
     deactivate  stop the timer (nothing is published)
     cleanup     drop subscriptions and free the model
 
-Start-up runs numpy only: the base is read with safetensors' numpy backend, and torch and
-peft (seconds of imports) load with the first adapter: at configure when `adapter_store`
-holds adapters, else with the first update, on the loader thread, where their imports hold
-the GIL for up to ~0.25 s at a time and so delay ticks once (bench/policy_startup.py --swap).
+The node never imports torch or peft: the base is read with safetensors' numpy backend and
+adapters are merged in numpy (policy/lora_merge.py, peft's LoRA merge, checked against it),
+so neither start-up nor the first hot swap pays seconds of imports holding the GIL
+(bench/policy_startup.py --swap counts the ticks a swap misses).
+
+/policy/action is a lifecycle publisher: enabled on activate, disabled on deactivate.
 
 Hot swap: a promoted /learner/policy_update is loaded on a worker thread (checksum,
-conventions, peft merge into a copy of the base, numpy weights); the control tick reads
+conventions, numpy LoRA merge into a copy of the base); the control tick reads
 one reference per tick, so the new version takes over between two ticks. A failed load
 keeps the running policy and says why in the log and on /diagnostics. ~/rollback switches
 to any earlier version (the base, adapters seen on updates, adapters in `adapter_store`).
@@ -136,10 +138,11 @@ class PolicyNode(AutostartLifecycleNode):
             self._cache[base.version] = base
             self._history = [base.version]
         self._policy = base
-        # Before any tick runs: merge the adapters kept on disk (torch and peft are imported
-        # here, not later in a thread against the control timer, when there are any).
+        # Before any tick runs: merge the adapters kept on disk, so rollbacks are swaps.
         self._preload_store()
-        self._action_pub = self.create_publisher(PolicyAction, "/policy/action", qos.COMMAND)
+        self._action_pub = self.create_lifecycle_publisher(
+            PolicyAction, "/policy/action", qos.COMMAND
+        )
         self._subscriptions_ = [
             # Raw (serialized) messages: at up to 500 Hz only the newest one per tick is
             # ever used, so it is deserialized at the tick, once.
@@ -159,7 +162,7 @@ class PolicyNode(AutostartLifecycleNode):
             f"({checkpoint.spec.task}, {checkpoint.spec.control_rate_hz:g} Hz, "
             f"{checkpoint.spec.action_mode} actions)"
         )
-        return TransitionCallbackReturn.SUCCESS
+        return super().on_configure(state)
 
     def on_activate(self, state: State) -> TransitionCallbackReturn:
         self._last_sequence = -1
@@ -168,7 +171,7 @@ class PolicyNode(AutostartLifecycleNode):
         self.get_logger().info(
             f"active: publishing /policy/action at {1e9 / self._period_ns:g} Hz"
         )
-        return TransitionCallbackReturn.SUCCESS
+        return super().on_activate(state)  # enables the lifecycle publisher
 
     def _halt(self) -> None:
         if self._timer is not None:
@@ -181,7 +184,7 @@ class PolicyNode(AutostartLifecycleNode):
             self.destroy_subscription(subscription)
         self._subscriptions_ = []
         if self._action_pub is not None:
-            self.destroy_publisher(self._action_pub)
+            self.destroy_lifecycle_publisher(self._action_pub)
             self._action_pub = None
         self._policy = None
         self._checkpoint = None

@@ -11,6 +11,8 @@ Plain Python and torch; the ROS adapter is ``simreal_ros.nodes.policy``. Public 
 - ``checkpoint.save_checkpoint`` / ``load_checkpoint(dir, description, control_rate_hz)``,
   ``load_actor_with_adapter(checkpoint_dir, adapter_dir) -> nn.Module`` (merged actor),
   ``write_adapter_metadata`` for adapters the learner saves with peft.
+- ``lora_merge.merged_actor_state(base, adapter_dir)``: a peft LoRA adapter merged into the
+  actor in numpy (no torch, no peft), the one merge every deployment runs.
 - ``inference.DeployedPolicy`` (numpy, merged weights; ``act(obs_dict) -> targets``).
 - ``evaluate.evaluate_policy(source, profile, condition, seeds, workers)`` with
   ``evaluate.PolicySource(checkpoint_dir, adapter_dir=...)`` and the ``build_policy`` hook.

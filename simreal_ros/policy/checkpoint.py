@@ -13,11 +13,12 @@ Loading checks the checksums before parsing any weights, reads only safetensors 
 pickle), checks tensor names and shapes against the architecture, and, given the robot
 description, refuses a conventions mismatch with a message naming the field.
 ``load_numpy_checkpoint`` does the same checks and reads the actor with safetensors' numpy
-backend: it never imports torch (about a second), which only a merge or training needs.
+backend: it never imports torch (about a second), which only training needs.
 
 LoRA adapters (peft format: ``adapter_config.json`` + ``adapter_model.safetensors``, plus
-our ``simreal_adapter.json`` naming the base version and spec fingerprint) are applied with
-``load_actor_with_adapter``.
+our ``simreal_adapter.json`` naming the base version and spec fingerprint) are merged in
+numpy by ``lora_merge`` (no torch, no peft); ``load_actor_with_adapter`` and
+``apply_adapter`` load that merge into a torch ``Actor``.
 """
 
 from __future__ import annotations
@@ -73,8 +74,8 @@ class PolicyCheckpoint:
 class NumpyCheckpoint:
     """A base checkpoint's actor as numpy arrays, checked like ``load_checkpoint``.
 
-    What the policy node runs: no torch until an adapter is merged into it, when
-    ``torch_checkpoint()`` builds the torch model from these same (already verified) arrays.
+    What the policy node runs, adapters merged in numpy: no torch. ``torch_checkpoint()``
+    builds the torch model from these same (already verified) arrays when one is needed.
     """
 
     path: Path
@@ -450,70 +451,22 @@ def apply_adapter(
 ) -> torch.nn.Module:
     """Base actor + peft LoRA adapter -> a merged plain ``Actor`` (the base is not touched).
 
-    Checks: the adapter files exist and are safetensors; the weights' SHA-256 equals
-    ``expected_sha256`` (or the one recorded in simreal_adapter.json); the adapter was
-    trained on this base's conventions (spec fingerprint) and targets existing layers.
-    Imports torch and peft (seconds, the first time).
+    The weights are ``lora_merge.merged_actor_state``'s, the numpy merge deployment runs
+    (same checks: files, SHA-256 against ``expected_sha256`` or simreal_adapter.json, spec
+    fingerprint, config, tensors), loaded into a copy of the base's torch actor: for
+    training, saving or evaluating in torch. Imports torch, never peft.
     """
     import torch
 
-    adapter_dir = Path(adapter_dir)
-    if not adapter_dir.is_dir():
-        raise CheckpointError(f"adapter {adapter_dir} is not a directory.")
-    config_path = adapter_dir / ADAPTER_CONFIG
-    weights_path = adapter_dir / ADAPTER_WEIGHTS
-    if not config_path.is_file():
-        raise CheckpointError(f"adapter {adapter_dir} has no {ADAPTER_CONFIG} (peft format).")
-    if not weights_path.is_file():
-        raise CheckpointError(
-            f"adapter {adapter_dir} has no {ADAPTER_WEIGHTS}; only safetensors adapters load."
-        )
-    extra = read_adapter_metadata(adapter_dir)
-    checksum = expected_sha256 or extra.get("adapter_sha256")
-    state = verified_tensors(weights_path, checksum, "adapter")
-    fingerprint = extra.get("spec_fingerprint")
-    if fingerprint is not None and fingerprint != base.spec.fingerprint():
-        raise CheckpointError(
-            f"spec_fingerprint: adapter {adapter_dir.name} was trained on other conventions "
-            f"(base {extra.get('base_version')!r}) than the running base {base.version!r}."
-        )
-    try:
-        config = json.loads(config_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"{config_path} is not valid JSON: {error}") from error
-    if config.get("peft_type", "LORA") != "LORA":
-        raise CheckpointError(f"peft_type: {config.get('peft_type')!r}; only LORA adapters.")
+    from simreal_ros.policy.lora_merge import merged_actor_state
+
+    state = merged_actor_state(base, adapter_dir, expected_sha256)
     if isinstance(base, NumpyCheckpoint):
         base = base.torch_checkpoint()
-    targets = config.get("target_modules") or []
-    targets = [targets] if isinstance(targets, str) else list(targets)
-    layer_names = {
-        name for name, m in base.model.actor.named_modules() if isinstance(m, torch.nn.Linear)
-    }
-    unknown = [t for t in targets if t not in layer_names]
-    if unknown:
-        raise CheckpointError(
-            f"target_modules: adapter targets {unknown} that the actor does not have "
-            f"(its layers: {sorted(layer_names)})."
-        )
-    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
-
-    lora_config = LoraConfig.from_pretrained(str(adapter_dir))
-    lora_config.inference_mode = True
-    actor = copy.deepcopy(base.model.actor)
-    peft_model = get_peft_model(actor, lora_config)
-    result = set_peft_model_state_dict(peft_model, state)
-    lora_missing = [k for k in getattr(result, "missing_keys", []) if "lora_" in k]
-    if lora_missing or getattr(result, "unexpected_keys", []):
-        raise CheckpointError(
-            f"adapter weights do not fit its config (missing {lora_missing[:3]}, "
-            f"unexpected {list(getattr(result, 'unexpected_keys', []))[:3]})."
-        )
-    merged = peft_model.merge_and_unload()
+    merged = copy.deepcopy(base.model.actor)
+    merged.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
     merged.eval()
     for parameter in merged.parameters():
-        if not torch.isfinite(parameter).all():
-            raise CheckpointError(f"adapter {adapter_dir.name} yields non-finite weights.")
         parameter.requires_grad_(False)
     return merged
 

@@ -2,8 +2,9 @@
 
 A small MLP in numpy costs a few microseconds and no torch dispatch; ``DeployedPolicy``
 objects are immutable once built, so the node swaps versions by replacing one reference
-between ticks. A base deployed from a ``NumpyCheckpoint`` never imports torch; merging an
-adapter does (peft).
+between ticks. Deploying never imports torch or peft when the base is a ``NumpyCheckpoint``:
+adapters are merged in numpy (``lora_merge``), whatever the base, so the node and the
+off-ROS evaluation run bit-identical weights for the same base and adapter.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from simreal_ros.policy.checkpoint import (
     ADAPTER_WEIGHTS,
     NumpyCheckpoint,
     PolicyCheckpoint,
-    apply_adapter,
     sha256_file,
 )
+from simreal_ros.policy.lora_merge import merged_actor_state
 from simreal_ros.policy.spec import SpecConverter
 
 if TYPE_CHECKING:
@@ -108,13 +109,14 @@ def deploy_adapter(
     expected_sha256: str | None = None,
     forward_kinematics=None,
 ) -> DeployedPolicy:
-    """Merge an adapter into a copy of the base and build its runnable form (slow: off-thread)."""
-    merged = apply_adapter(checkpoint, adapter_dir, expected_sha256)
+    """Merge an adapter into a copy of the base (numpy, ``lora_merge``) and build its runnable
+    form: milliseconds, no torch or peft; still best off the control thread (file reads)."""
+    merged = merged_actor_state(checkpoint, adapter_dir, expected_sha256)
     return DeployedPolicy(
         adapter_sha256=sha256_file(Path(adapter_dir) / ADAPTER_WEIGHTS),
         version=version,
         converter=SpecConverter(checkpoint.spec, forward_kinematics),
-        actor=NumpyActor(merged),
+        actor=NumpyActor.from_state(merged),
         source=str(adapter_dir),
         adapter_dir=Path(adapter_dir),
     )

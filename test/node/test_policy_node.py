@@ -9,7 +9,7 @@ import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from peft import LoraConfig, get_peft_model
-from rclpy.lifecycle import TransitionCallbackReturn
+from rclpy.lifecycle import LifecyclePublisher, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rostest_helpers import spin_until, wait_for_subscribers
@@ -119,10 +119,13 @@ def test_lifecycle_transitions_and_actions_match_the_core_policy(
     assert node.active_version == ""
     assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
     assert node.active_version == "base-v1"
-    # Configured but inactive: nothing is published.
+    # Configured but inactive: nothing is published, and the lifecycle publisher is off.
+    assert isinstance(node._action_pub, LifecyclePublisher)
+    assert not node._action_pub.is_activated
     spin_until(executor, lambda: False, 0.4)
     assert world.actions == []
     assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    assert node._action_pub.is_activated
     assert spin_until(executor, lambda: len(world.actions) >= 10, 10.0)
     action = world.actions[-1]
     assert action.policy_version == "base-v1"
@@ -133,12 +136,16 @@ def test_lifecycle_transitions_and_actions_match_the_core_policy(
     sequences = [a.sequence for a in world.actions]
     assert sequences == sorted(set(sequences))
     assert node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
+    assert not node._action_pub.is_activated
     spin_until(executor, lambda: False, 0.2)  # let in-flight messages land
     count = len(world.actions)
+    node._action_pub.publish(action)  # even a direct publish is dropped while inactive
     spin_until(executor, lambda: False, 0.5)
     assert len(world.actions) == count, "published while inactive"
+    publisher = node._action_pub
     assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
     assert node.active_version == "" and node._checkpoint is None
+    assert node._action_pub is None and publisher not in node._managed_entities
 
 
 def test_configure_refuses_a_checkpoint_with_another_rate(rclpy_context, executor, tmp_path):
