@@ -43,7 +43,8 @@ class SimClockBench:
         self.safety = SafetyNode(
             context=rclpy_context,
             parameter_overrides=[
-                Parameter("use_sim_time", value=True), Parameter("autostart", value=True)
+                Parameter("use_sim_time", value=True),
+                Parameter("autostart", value=True),
             ],
         )
         self.node = Node("safety_sim_clock_bench", context=rclpy_context)
