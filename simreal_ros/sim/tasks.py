@@ -148,22 +148,37 @@ class ReachTask(Task):
     def __init__(self, tolerance: float = 0.03) -> None:
         self.tolerance = tolerance
 
+    # A goal the tool starts this close to is solved before the first step: no episode.
+    MIN_START_DISTANCE_TOLERANCES = 2.0
+    MAX_DRAWS = 100
+
     def initialize_episode(self, physics, rng, condition):
         _check_condition(condition)
-        if condition == "train":
-            goal = np.array(
-                [rng.uniform(0.35, 0.60), rng.uniform(-0.20, 0.20), rng.uniform(0.05, 0.30)]
+        for _ in range(self.MAX_DRAWS):
+            if condition == "train":
+                goal = np.array(
+                    [rng.uniform(0.35, 0.60), rng.uniform(-0.20, 0.20), rng.uniform(0.05, 0.30)]
+                )
+            else:
+                side = rng.choice([-1.0, 1.0])
+                goal = np.array(
+                    [
+                        rng.uniform(0.60, 0.70),
+                        side * rng.uniform(0.20, 0.30),
+                        rng.uniform(0.05, 0.30),
+                    ]
+                )
+            cube_y = -0.30 if goal[1] >= 0 else 0.30
+            physics.reset(
+                cube_position=np.array([0.30, cube_y, _rest_height(physics)]),
+                goal=goal,
+                noise_seed=int(rng.integers(2**31)),
             )
-        else:
-            side = rng.choice([-1.0, 1.0])
-            goal = np.array(
-                [rng.uniform(0.60, 0.70), side * rng.uniform(0.20, 0.30), rng.uniform(0.05, 0.30)]
-            )
-        cube_y = -0.30 if goal[1] >= 0 else 0.30
-        physics.reset(
-            cube_position=np.array([0.30, cube_y, _rest_height(physics)]),
-            goal=goal,
-            noise_seed=int(rng.integers(2**31)),
+            if self.goal_distance(physics) > self.MIN_START_DISTANCE_TOLERANCES * self.tolerance:
+                return
+        raise RuntimeError(
+            f"no reach goal at least {self.MIN_START_DISTANCE_TOLERANCES:g} tolerances from the "
+            f"start in {self.MAX_DRAWS} draws; the goal region lies around the start pose."
         )
 
     def goal_distance(self, physics):
