@@ -9,11 +9,13 @@ file). Each finished episode is announced on /episodes/recorded.
 from __future__ import annotations
 
 import importlib
+import time
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.subscription import Subscription
 from std_srvs.srv import Trigger
 
 from simreal_ros.episodes.bag_writer import EpisodeRecording, TopicSpec
@@ -33,6 +35,10 @@ from simreal_ros.nodes import qos
 from simreal_ros.nodes.episode_event import episode_event
 from simreal_ros.nodes.params import declare_config
 from simreal_ros.srv import StartEpisode, StopEpisode
+
+# rclpy passes the DDS message info (source timestamp) to two-argument callbacks since
+# Iron; on Humble the recorder records from when each message is taken.
+_MESSAGE_INFO = hasattr(Subscription, "CallbackType")
 
 LARGE_MESSAGE_TYPES = {
     "sensor_msgs/msg/Image",
@@ -73,6 +79,7 @@ class RecorderNode(Node):
         )
         self._specs = self.config.topic_specs()
         self._recording: EpisodeRecording | None = None
+        self._started_ns = 0  # system time the current episode started recording
         self._topic_subs: dict[str, object] = {}
         self._sub_reliable: dict[str, bool] = {}
         self._last_event: EpisodeEvent | None = None
@@ -114,12 +121,12 @@ class RecorderNode(Node):
         old = self._topic_subs.pop(spec.topic, None)
         if old is not None:
             self.destroy_subscription(old)
+        if _MESSAGE_INFO:
+            callback = lambda data, info, i=index: self._on_message(i, data, info)  # noqa: E731
+        else:
+            callback = lambda data, i=index: self._on_message(i, data)  # noqa: E731
         self._topic_subs[spec.topic] = self.create_subscription(
-            _message_class(spec.msgtype),
-            spec.topic,
-            lambda data, i=index: self._on_message(i, data),
-            profile,
-            raw=True,
+            _message_class(spec.msgtype), spec.topic, callback, profile, raw=True
         )
         self._sub_reliable[spec.topic] = reliable
         self._specs[index] = TopicSpec(
@@ -144,10 +151,15 @@ class RecorderNode(Node):
                 )
                 self._subscribe(index, spec)
 
-    def _on_message(self, index: int, data: bytes) -> None:
+    def _on_message(self, index: int, data: bytes, info: dict | None = None) -> None:
         recording = self._recording
-        if recording is not None:
-            recording.offer(index, self.get_clock().now().nanoseconds, data)
+        if recording is None:
+            return
+        # Published before the episode started, delivered after (a deep reader queue is
+        # drained after the start request): it belongs to the episode before.
+        if info is not None and info["source_timestamp"] < self._started_ns:
+            return
+        recording.offer(index, self.get_clock().now().nanoseconds, data)
 
     # ---- services -------------------------------------------------------------------------
 
@@ -198,6 +210,7 @@ class RecorderNode(Node):
             clock=lambda: self.get_clock().now().nanoseconds,
         )
         recording.start()
+        self._started_ns = time.time_ns()  # the system clock, as DDS source timestamps are
         self._recording = recording
         self.get_logger().info(f"recording episode {episode_id} -> {recording.bag_dir}")
         return recording

@@ -295,6 +295,7 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
         if self.core is None:
             return response
         profile, values = self.core.get_dynamics()
+        _stamp(self.core.sim_time, response.sim_time)
         response.profile = profile
         response.names = list(values)
         response.values = [float(v) for v in values.values()]

@@ -158,18 +158,20 @@ class TrialRunnerNode(Node):
 
     # ---- TrialGraph -----------------------------------------------------------------------
 
-    def _source_labels(self) -> tuple[str, str]:
+    def _source_labels(self) -> tuple[str, str, object]:
+        """(source label, dynamics profile, the sim clock now or None)."""
         if self.config.profile == "real":
-            return self.config.source or "real", ""
-        profile = ""
+            return self.config.source or "real", "", None
+        profile, sim_time = "", None
         if self._dynamics_available:
             try:
                 answer = self._call_optional(self._dynamics, GetDynamics.Request(), "get_dynamics")
-                profile = answer.profile
+                profile, sim_time = answer.profile, answer.sim_time
             except TimeoutError:
                 self._dynamics_available = False  # an older bridge: label by config only
         # The real_twin dynamics profile is a simulated stand-in, never the physical arm.
-        return self.config.source or ("real_twin" if profile == "real_twin" else "sim"), profile
+        source = self.config.source or ("real_twin" if profile == "real_twin" else "sim")
+        return source, profile, sim_time
 
     def _set_paused(self, paused: bool) -> None:
         if not self._pause_available:
@@ -208,18 +210,27 @@ class TrialRunnerNode(Node):
         with self._cond:
             self._episode_id, self._end, self._last_step = episode_id, TaskEnd(), -1
             self._takeovers = 0
-        self._source, self._dyn_profile = self._source_labels()
         if self.config.profile == "real":
+            self._source, self._dyn_profile, _ = self._source_labels()
             if self.operator is not None:
                 self.operator.confirm_reset(len(self.results), seed, condition)
             return episode_id
         self._set_paused(True)
+        self._source, self._dyn_profile, frozen = self._source_labels()
+        # Paused, the sim clock stands still at the time the reset will be stamped with.
+        # Resyncing the safety filter at it before the reset means nothing it computes
+        # from the old episode goes out after the reset (nor into the new episode's bag).
+        resync_first = self._paused and frozen is not None
+        if resync_first:
+            self._resync_safety(frozen)
         request = ResetEpisode.Request(seed=seed, condition=condition, episode_id=episode_id)
         answer = self._call(self._reset, request, "reset")
         if not answer.success:
             self._set_paused(False)
             raise RuntimeError(f"sim bridge refused the reset: {answer.message}")
-        self._resync_safety(answer.stamp)
+        stamp = answer.stamp
+        if not resync_first or (stamp.sec, stamp.nanosec) != (frozen.sec, frozen.nanosec):
+            self._resync_safety(stamp)  # no pause (or the clock moved): resync after it
         if answer.episode_id and answer.episode_id != episode_id:
             with self._cond:
                 self._episode_id = answer.episode_id

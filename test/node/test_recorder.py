@@ -192,3 +192,25 @@ def test_images_are_recorded_best_effort_and_diagnostics_report_the_writer(
     topics = info["rosbag2_bagfile_information"]["topics_with_message_count"]
     camera = next(t for t in topics if t["topic_metadata"]["name"] == "/camera/image_raw")
     assert camera["topic_metadata"]["offered_qos_profiles"][0]["reliability"] == "best_effort"
+
+
+def test_a_message_published_before_the_start_but_taken_after_it_is_not_recorded(graph, executor):
+    """A deep reader queue is drained after the start request: what was published before
+    the episode began (the last ticks of the previous one) stays out of its bag."""
+    recorder, _, pubs, _ = graph
+    before = JointState(name=JOINTS, position=[-9.0] * 7, velocity=[0.0] * 7)
+    before.header.stamp.sec = 1
+    pubs["js"].publish(before)  # queued: nothing spins before the start
+    recorder.start_episode(episode_id="ep-order", condition="train", task="push")
+    after = JointState(name=JOINTS, position=[1.0] * 7, velocity=[0.0] * 7)
+    after.header.stamp.sec = 2
+    pubs["js"].publish(after)
+    assert spin_until(executor, lambda: recorder._recording.stats().received >= 1, 5.0)
+    spin_until(executor, lambda: False, 0.2)  # whatever else was queued is taken now
+    event = recorder.stop_episode(outcome="success", success=True)
+    from simreal_ros.episodes.dataset import iter_bag_messages
+
+    positions = [
+        list(m.position) for _, _, m in iter_bag_messages(event.bag_path, ["/joint_states"])
+    ]
+    assert positions == [[1.0] * 7]
