@@ -122,7 +122,7 @@ def graph(profile: str, overrides: dict[str, dict[str, Any]] | None = None) -> l
         ),
         _node(
             "policy",
-            "runs the torch policy at the control rate; hot-swaps adapters",
+            "runs the policy (numpy) at the control rate; hot-swaps adapters",
             True,
             **clock,
         ),

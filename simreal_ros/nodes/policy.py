@@ -318,7 +318,8 @@ class PolicyNode(AutostartLifecycleNode):
         self._pending.add_done_callback(self._finish_swap)
 
     def _load_version(self, version: str) -> DeployedPolicy:
-        """Worker thread: build a runnable version (cache hit, base, or adapter merge)."""
+        """Build a runnable version (cache hit, base, or adapter merge): on the loader
+        thread for a swap, at configure for the adapters kept on disk."""
         with self._lock:
             cached = self._cache.get(version)
             known = self._adapters.get(version)
@@ -375,7 +376,7 @@ class PolicyNode(AutostartLifecycleNode):
         self.get_logger().info(f"now running {deployed.version}")
 
     def _preload_store(self) -> None:
-        """Worker thread: merge the newest adapters kept on disk, so a rollback to one of
+        """At configure: merge the newest adapters kept on disk, so a rollback to one of
         them is a reference swap and never a load inside the service callback."""
         for version in list(self._scan_store())[-(MAX_CACHED_VERSIONS - 1) :]:
             try:
