@@ -98,10 +98,12 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
         self._status_msg = TaskStatus()
         self._status_msg.header.frame_id = self.config.base_frame
         self._clock_msg = Clock()
-        self._joint_pub = self.create_publisher(JointState, "/joint_states", qos.STATE)
-        self._pose_pub = self.create_publisher(PoseStamped, "/object/pose", qos.STATE)
-        self._status_pub = self.create_publisher(TaskStatus, "/task/status", qos.STATUS)
-        self._clock_pub = self.create_publisher(Clock, "/clock", qos.STATE)
+        # Lifecycle publishers: what the arm's drivers publish goes out only while active.
+        publisher = self.create_lifecycle_publisher
+        self._joint_pub = publisher(JointState, "/joint_states", qos.STATE)
+        self._pose_pub = publisher(PoseStamped, "/object/pose", qos.STATE)
+        self._status_pub = publisher(TaskStatus, "/task/status", qos.STATUS)
+        self._clock_pub = publisher(Clock, "/clock", qos.STATE)
         self._own_publishers = [self._joint_pub, self._pose_pub, self._status_pub, self._clock_pub]
         self._own_subscriptions = [
             self.create_subscription(
@@ -116,10 +118,8 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
             self.create_service(GetDynamics, "~/get_dynamics", self._on_get_dynamics),
         ]
         if self.config.camera:
-            self._image_pub = self.create_publisher(Image, "/camera/image_raw", qos.SENSOR_DATA)
-            self._info_pub = self.create_publisher(
-                CameraInfo, "/camera/camera_info", qos.SENSOR_DATA
-            )
+            self._image_pub = publisher(Image, "/camera/image_raw", qos.SENSOR_DATA)
+            self._info_pub = publisher(CameraInfo, "/camera/camera_info", qos.SENSOR_DATA)
             self._own_publishers += [self._image_pub, self._info_pub]
         profile = self.core.env.profile
         label = " (a stand-in for the physical arm)" if profile.is_stand_in else ""
@@ -127,10 +127,13 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
             f"configured: task {self.config.task}, profile {profile.name}{label}, "
             f"{self.config.mode}, /joint_states at {self.config.joint_state_rate_hz:g} Hz"
         )
-        return TransitionCallbackReturn.SUCCESS
+        return super().on_configure(state)
 
     def on_activate(self, state: State) -> TransitionCallbackReturn:
         assert self.core is not None
+        result = super().on_activate(state)  # the publishers go live before the first reset
+        if result != TransitionCallbackReturn.SUCCESS:
+            return result
         self.core.reset(self.config.seed, self.config.condition)
         self._active = True
         self.core.start()
@@ -148,7 +151,7 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
                 else ", lockstep (advance with ~/step)"
             )
         )
-        return TransitionCallbackReturn.SUCCESS
+        return result
 
     def _halt(self) -> None:
         self._active = False
@@ -166,7 +169,7 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
         for service in self._own_services:
             self.destroy_service(service)
         for publisher in self._own_publishers:
-            self.destroy_publisher(publisher)
+            self.destroy_lifecycle_publisher(publisher)
         self._own_publishers, self._own_services, self._own_subscriptions = [], [], []
         self.core = None
 

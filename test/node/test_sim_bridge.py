@@ -190,3 +190,21 @@ def test_lifecycle_deactivate_cleanup_and_restart(executor, probe):
     refused = bridge.set_parameters([Parameter("real_time_factor", value=-1.0)])[0]
     assert not refused.successful and "real_time_factor" in refused.reason
     assert bridge.core.real_time_factor == 2.0
+
+
+def test_an_inactive_bridge_publishes_nothing_the_arm_s_drivers_would(executor, probe):
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    bridge = make_bridge(probe.context)
+    executor.add_node(bridge)
+    states: list[JointState] = []
+    probe.create_subscription(JointState, "/joint_states", states.append, qos.SENSOR_DATA)
+    assert spin_until(executor, lambda: len(states) > 5, 10.0)
+    assert bridge.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
+    spin_until(executor, lambda: False, 0.2)  # what was in flight arrives
+    count = len(states)
+    bridge.core.reset(1, "train")  # emits, but the lifecycle publishers are off
+    spin_until(executor, lambda: False, 0.3)
+    assert len(states) == count, "an inactive sim bridge published joint states"
+    assert bridge.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    assert spin_until(executor, lambda: len(states) > count + 5, 10.0)
