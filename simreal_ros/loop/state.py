@@ -49,6 +49,9 @@ class RoundRecord:
     evaluation: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     # Off-ROS episodes on the stand-in, same seeds every round (ConditionScore dicts).
     check: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # The same version off ROS on this round's graph evaluation seeds: a graph result far
+    # below it points at the graph (timing, the swap, the filter), not at the policy.
+    same_seeds: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     diagnosis: dict[str, Any] = dataclasses.field(default_factory=dict)
     safety_interventions: int = 0
     real_episodes_total: int = 0
@@ -62,6 +65,9 @@ class RoundRecord:
 
     def check_score(self, condition: str) -> ConditionScore | None:
         return _find_score(self.check, condition)
+
+    def same_seeds_score(self, condition: str) -> ConditionScore | None:
+        return _find_score(self.same_seeds, condition)
 
 
 def _find_score(items: list[dict[str, Any]], condition: str) -> ConditionScore | None:

@@ -263,7 +263,11 @@ class LoopSession:
             for r in episodes
         ]
         record.diagnosis = self._diagnose(record, scores)
-        record.check = self._check(index, driver)
+        graph_seeds = {
+            condition: self._seeds(index, phase, self.config.eval_episodes)
+            for phase, condition in enumerate(CONDITIONS, start=2)
+        }
+        record.check, record.same_seeds = self._check(index, driver, graph_seeds)
         record.safety_interventions = driver.safety_interventions - interventions_before
         used = previous.real_episodes_total if previous else 0
         seconds = previous.stand_in_seconds_total if previous else 0.0
@@ -290,36 +294,38 @@ class LoopSession:
             adapter_sha256=update.get("checksum") or None,
         )
 
-    def _check(self, index: int, driver) -> list[dict[str, Any]]:
-        """The running version off ROS on the stand-in, behind the safety filter, on the
-        same seeds every round (never recorded, so never trained on)."""
+    def _check(self, index: int, driver, graph_seeds: dict[str, list[int]]) -> tuple:
+        """The running version off ROS on the stand-in, behind the safety filter: on the
+        same seeds every round (never recorded, so never trained on), and on this round's
+        graph evaluation seeds (what the graph's trials should match)."""
         count = self.config.check_episodes
         if count <= 0:
-            return []
+            return [], []
         from simreal_ros.policy.evaluate import evaluate_policy
 
         source = self._running_source()
-        seeds = [self.config.seed * 1_000_003 + 900_000 + k for k in range(count)]
-        scores = []
+        fixed = [self.config.seed * 1_000_003 + 900_000 + k for k in range(count)]
+        check, same = [], []
         paused = driver.pause_sim(True)  # the graph waits; the check gets the CPU
         try:
-            for condition in CONDITIONS:
-                result = evaluate_policy(
-                    source,
-                    profile=self.config.stand_in_profile,
-                    condition=condition,
-                    seeds=seeds,
-                    workers=self.config.screen_workers,
-                    safety_filter=True,
-                )
-                outcomes = [r.success for r in result.records]
-                scores.append(dataclasses.asdict(ConditionScore.of(condition, outcomes)))
+            for scores, seeds_of in ((check, lambda c: fixed), (same, graph_seeds.get)):
+                for condition in CONDITIONS:
+                    result = evaluate_policy(
+                        source,
+                        profile=self.config.stand_in_profile,
+                        condition=condition,
+                        seeds=seeds_of(condition),
+                        workers=self.config.screen_workers,
+                        safety_filter=True,
+                    )
+                    outcomes = [r.success for r in result.records]
+                    scores.append(dataclasses.asdict(ConditionScore.of(condition, outcomes)))
         except (ValueError, RuntimeError, OSError) as error:
             self.say(f"round {index}: off-ROS check failed: {error}")
         finally:
             if paused and not driver.pause_sim(False):
                 self.say("the sim bridge did not resume after the off-ROS check")
-        return scores
+        return check, same
 
     def _diagnose(self, record: RoundRecord, scores: list[ConditionScore]) -> dict[str, Any]:
         """Diagnose the running version from the round's recorded evaluation episodes."""
@@ -347,12 +353,16 @@ class LoopSession:
                     f"{condition} {score.successes}/{score.episodes} "
                     f"[{score.ci_low:.0%}, {score.ci_high:.0%}]"
                 )
-        checks = [record.check_score(condition) for condition in CONDITIONS]
-        if all(checks):
-            parts.append(
-                "off-ROS check "
-                + ", ".join(f"{c.condition} {c.successes}/{c.episodes}" for c in checks)
-            )
+        for label, lookup in (
+            ("off-ROS check", record.check_score),
+            ("off-ROS on the graph's seeds", record.same_seeds_score),
+        ):
+            checks = [lookup(condition) for condition in CONDITIONS]
+            if all(checks):
+                parts.append(
+                    f"{label} "
+                    + ", ".join(f"{c.condition} {c.successes}/{c.episodes}" for c in checks)
+                )
         if record.update:
             decision = "promoted" if record.update.get("promoted") else "rejected"
             parts.append(f"{record.update.get('version', '?')} {decision}")

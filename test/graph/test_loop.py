@@ -88,6 +88,8 @@ def test_loop_runs_rounds_through_the_graph_and_resumes_after_sigterm(tmp_path):
     assert round1["real_episodes_total"] > round0["real_episodes_total"]
     assert round1["diagnosis"]["label"]
     assert [c["episodes"] for c in round1["check"]] == [2, 2]  # the off-ROS check ran
+    # ... and on the graph's own evaluation seeds, the same version off ROS.
+    assert [c["episodes"] for c in round1["same_seeds"]] == [2, 2]
     bags = [p for p in (run / "bags").iterdir() if p.is_dir()]
     assert len(bags) >= round1["real_episodes_total"]
     assert (run / "models" / round1["update"]["version"]).is_dir()
