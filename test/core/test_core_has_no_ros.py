@@ -1,9 +1,9 @@
 """Core never imports rclpy: every module outside nodes/ imports in a ROS-free interpreter."""
 
 import pkgutil
-import subprocess
-import sys
 from pathlib import Path
+
+from fresh_interpreter import run_python
 
 import simreal_ros
 
@@ -37,8 +37,5 @@ def test_importing_core_does_not_import_rclpy():
         "bad = sorted(m for m in sys.modules if ros.match(m))\n"
         "print('\\n'.join(bad))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "", f"core imported ROS modules:\n{result.stdout}"
+    stdout = run_python(script)
+    assert stdout.strip() == "", f"core imported ROS modules:\n{stdout}"

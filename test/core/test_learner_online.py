@@ -33,6 +33,16 @@ def setup(tmp_path_factory):
     return root, metas
 
 
+def tiny_bc_config(root, tmp_path) -> LearnerConfig:
+    """A BC round of a few updates on the two recorded episodes; the gate always promotes."""
+    return LearnerConfig(
+        checkpoint_dir=str(root / "push"), store_root=str(tmp_path / "m"), method="bc",
+        bc_use_failures=True, updates_per_round=5, batch_size=8, round_every_episodes=2,
+        min_real_transitions=5, sim_episodes=0, sim_replay=False, screen_seeds=2,
+        screen_conditions=["train"], promote_ci_low=0.0, promote_tolerance=1.0,
+    )  # fmt: skip
+
+
 def wait(condition, timeout=120.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -44,12 +54,7 @@ def wait(condition, timeout=120.0):
 
 def test_rounds_run_off_the_caller_thread_and_survive_a_failure(setup, tmp_path):
     root, metas = setup
-    cfg = LearnerConfig(
-        checkpoint_dir=str(root / "push"), store_root=str(tmp_path / "m"), method="bc",
-        bc_use_failures=True, updates_per_round=5, batch_size=8, round_every_episodes=2,
-        min_real_transitions=5, sim_episodes=0, sim_replay=False, screen_seeds=2,
-        screen_conditions=["train"], promote_ci_low=0.0, promote_tolerance=1.0,
-    )  # fmt: skip
+    cfg = tiny_bc_config(root, tmp_path)
     calls = {"n": 0}
 
     def evaluator(checkpoint_dir, adapter_dir, condition, seeds):
@@ -88,12 +93,7 @@ def test_a_run_time_setting_change_applies_from_the_next_round(setup, tmp_path):
     import dataclasses
 
     root, metas = setup
-    cfg = LearnerConfig(
-        checkpoint_dir=str(root / "push"), store_root=str(tmp_path / "m"), method="bc",
-        bc_use_failures=True, updates_per_round=5, batch_size=8, round_every_episodes=2,
-        min_real_transitions=5, sim_episodes=0, sim_replay=False, screen_seeds=2,
-        screen_conditions=["train"], promote_ci_low=0.0, promote_tolerance=1.0,
-    )  # fmt: skip
+    cfg = tiny_bc_config(root, tmp_path)
     seeds_seen: list[int] = []
 
     def evaluator(checkpoint_dir, adapter_dir, condition, seeds):

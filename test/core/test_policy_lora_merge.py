@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from fresh_interpreter import run_python
 from peft import LoraConfig, get_peft_model
 from safetensors.numpy import load_file, save_file
 
@@ -307,11 +306,8 @@ def test_the_swap_path_never_imports_torch_or_peft(tmp_path, small):
         "                                    if m.split('.')[0] in ('torch', 'peft')),\n"
         "                  'action': policy.act(obs).tolist()}))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    out = json.loads(result.stdout.strip().splitlines()[-1])
+    stdout = run_python(script)
+    out = json.loads(stdout.strip().splitlines()[-1])
     assert out["modules"] == []
     in_process = deploy_adapter(small, adapter, "a1").act(obs)
     np.testing.assert_array_equal(np.array(out["action"]), in_process)

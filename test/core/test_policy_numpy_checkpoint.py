@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from fresh_interpreter import run_python
 
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.inference import deploy_adapter, deploy_base
@@ -122,8 +121,5 @@ def test_loading_and_running_the_numpy_base_never_imports_torch():
         "policy = deploy_base(base)\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'peft')))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    stdout = run_python(script)
+    assert stdout.strip() == "[]"
