@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -10,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 from fresh_interpreter import run_python
+from policy_fixtures import observation, save_adapter, trained_peft_actor
 
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.inference import deploy_adapter, deploy_base
-from simreal_ros.policy.model import ACTOR_LORA_TARGETS, Actor, Architecture
+from simreal_ros.policy.model import Actor, Architecture
 from simreal_ros.robot.description import load_robot_description
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,16 +23,6 @@ ROBOT = load_robot_description()
 @pytest.fixture
 def saved(tmp_path):
     return ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, control_rate_hz=20.0)
-
-
-def observation(rng: np.random.Generator) -> dict:
-    return {
-        "joint_position": np.asarray(ROBOT.home_position, dtype=float) + rng.normal(0, 0.05, 7),
-        "joint_velocity": rng.normal(0, 0.1, 7),
-        "object_position": np.array([0.55, 0.05, 0.025]),
-        "object_orientation": np.array([1.0, 0.0, 0.0, 0.0]),
-        "goal_position": np.array([0.6, -0.1, 0.025]),
-    }
 
 
 @pytest.mark.parametrize("hidden", [(64, 64), (32,), (16, 24, 8)])
@@ -89,20 +79,8 @@ def test_numpy_load_checks_the_checksum_before_parsing(saved):
 
 
 def test_an_adapter_merges_into_a_numpy_base_as_into_a_torch_base(saved, tmp_path):
-    from peft import LoraConfig, get_peft_model
-
     base = ckpt.load_checkpoint(saved, with_critic=False)
-    torch.manual_seed(5)
-    peft_actor = get_peft_model(
-        copy.deepcopy(base.model.actor),
-        LoraConfig(r=2, lora_alpha=4, target_modules=list(ACTOR_LORA_TARGETS)),
-    )
-    with torch.no_grad():
-        for name, parameter in peft_actor.named_parameters():
-            if "lora_B" in name:
-                parameter.normal_(0.0, 0.3)
-    peft_actor.save_pretrained(str(tmp_path / "a1"))
-    ckpt.write_adapter_metadata(tmp_path / "a1", base, "a1", base.version)
+    save_adapter(trained_peft_actor(base, seed=5, r=2, lora_alpha=4), base, tmp_path / "a1")
     from_numpy = deploy_adapter(ckpt.load_numpy_checkpoint(saved), tmp_path / "a1", "a1")
     from_torch = deploy_adapter(base, tmp_path / "a1", "a1")
     obs = observation(np.random.default_rng(1))
