@@ -86,6 +86,15 @@ class RecorderConfig:
         unit="MiB",
         dynamic=True,
     )
+    match_timeout_s: float = setting(
+        2.0,
+        "At an episode's start, wait this long for the recorder to match the publishers the "
+        "graph already has on its topics (a late match loses the episode's first messages)",
+        low=0.0,
+        high=60.0,
+        unit="s",
+        dynamic=True,
+    )
     joint_names: list = setting(
         [], "Joint names in controller order stored with each episode (default: robot model)"
     )

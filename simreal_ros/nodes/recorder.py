@@ -137,6 +137,28 @@ class RecorderNode(Node):
             transient_local=profile.durability == DurabilityPolicy.TRANSIENT_LOCAL,
         )
 
+    def _wait_for_publishers(self, timeout_s: float) -> None:
+        """Until every publisher the graph has on a recorded topic is matched (or timeout):
+        a node that came up just before the episode (a lifecycle node creates its
+        publishers when configured) is otherwise missing from its first messages.
+        Matching is DDS's work, not the executor's, so waiting here blocks nothing it needs.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            late = [
+                topic
+                for topic, subscription in self._topic_subs.items()
+                if subscription.get_publisher_count() < self.count_publishers(topic)
+            ]
+            if not late or time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)
+        if late:
+            self.get_logger().warning(
+                f"episode starts before the recorder matched every publisher on {late}; their "
+                "first messages may be missing (a QoS mismatch, or discovery still running)"
+            )
+
     def _follow_publisher_qos(self) -> None:
         # A reliable subscription never matches a best-effort publisher: follow publishers
         # as they appear (only between episodes, so a bag's offered QoS stays true).
@@ -188,6 +210,7 @@ class RecorderNode(Node):
             # new subscription needs discovery and could miss the episode's first messages.
             if self._sub_reliable[spec.topic] and self._publisher_reliability(spec.topic) is False:
                 self._subscribe(index, spec)
+        self._wait_for_publishers(self.config.match_timeout_s)
         meta = EpisodeMetadata(
             episode_id=episode_id,
             source=source,
