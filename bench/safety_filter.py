@@ -240,7 +240,9 @@ def part_two(seconds: float) -> dict:
     env = graph_environment(domain_id=random.randint(101, 200))
     os.environ.update(env)
     variants = {
-        "safety node (100 Hz timer)": python_module_argv("simreal_ros.nodes.safety"),
+        "safety node (100 Hz timer)": python_module_argv(
+            "simreal_ros.nodes.safety", ["-p", "autostart:=true"]
+        ),
         "bare relay, 100 Hz timer": [sys.executable, "-c", RELAY_SCRIPT, "timer"],
         "bare relay, in callback": [sys.executable, "-c", RELAY_SCRIPT, "callback"],
     }
