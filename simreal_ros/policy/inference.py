@@ -33,17 +33,17 @@ class NumpyActor:
     """The deterministic actor (ReLU trunk, tanh(mean_head)) in float64 numpy."""
 
     def __init__(self, actor: torch.nn.Module) -> None:
-        import torch
-
-        layers = [m for m in actor.trunk if isinstance(m, torch.nn.Linear)]
-        self.weights = [layer.weight.detach().double().numpy().T.copy() for layer in layers]
-        self.biases = [layer.bias.detach().double().numpy().copy() for layer in layers]
-        self.head_w = actor.mean_head.weight.detach().double().numpy().T.copy()
-        self.head_b = actor.mean_head.bias.detach().double().numpy().copy()
+        state = {name: value.detach().numpy() for name, value in actor.state_dict().items()}
+        self._take_layers(state)
 
     @classmethod
     def from_state(cls, state: Mapping[str, np.ndarray]) -> NumpyActor:
         """From an actor's state_dict as numpy arrays (``NumpyCheckpoint.actor_state``)."""
+        actor = cls.__new__(cls)
+        actor._take_layers(state)
+        return actor
+
+    def _take_layers(self, state: Mapping[str, np.ndarray]) -> None:
         trunk = sorted(
             int(name.split(".")[1])
             for name in state
@@ -53,12 +53,10 @@ class NumpyActor:
         def f64(name: str) -> np.ndarray:
             return np.asarray(state[name], dtype=np.float64)
 
-        actor = cls.__new__(cls)
-        actor.weights = [f64(f"trunk.{i}.weight").T.copy() for i in trunk]
-        actor.biases = [f64(f"trunk.{i}.bias").copy() for i in trunk]
-        actor.head_w = f64("mean_head.weight").T.copy()
-        actor.head_b = f64("mean_head.bias").copy()
-        return actor
+        self.weights = [f64(f"trunk.{i}.weight").T.copy() for i in trunk]
+        self.biases = [f64(f"trunk.{i}.bias").copy() for i in trunk]
+        self.head_w = f64("mean_head.weight").T.copy()
+        self.head_b = f64("mean_head.bias").copy()
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         x = obs
