@@ -6,7 +6,6 @@ import argparse
 import dataclasses
 import json
 
-from simreal_ros.policy.evaluate import PROFILES
 
 
 def _threshold_fields():
@@ -36,7 +35,11 @@ def add_parser(subparsers) -> None:
         default=None,
         help="push, reach or reach_around; None: the checkpoint's task",
     )
-    parser.add_argument("--profile", choices=PROFILES, default="nominal")
+    parser.add_argument(
+        "--profile",
+        default="nominal",
+        help="dynamics profile: nominal, randomized, real_twin (the stand-in) or a YAML path",
+    )
     parser.add_argument("--episodes", type=int, default=20, help="episodes per condition")
     parser.add_argument("--seed", type=int, default=0, help="first evaluation seed")
     parser.add_argument("--workers", type=int, default=2)

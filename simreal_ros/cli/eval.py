@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from simreal_ros.policy.evaluate import CONDITIONS, PROFILES
+from simreal_ros.policy.evaluate import CONDITIONS
+from simreal_ros.sim.profiles import is_stand_in
 
 
 def add_parser(subparsers) -> None:
@@ -21,7 +22,11 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--checkpoint", required=True, help="checkpoint directory")
     parser.add_argument("--adapter", default=None, help="peft LoRA adapter directory")
-    parser.add_argument("--profile", choices=PROFILES, default="nominal")
+    parser.add_argument(
+        "--profile",
+        default="nominal",
+        help="dynamics profile: nominal, randomized, real_twin (the stand-in) or a YAML path",
+    )
     parser.add_argument("--condition", choices=CONDITIONS, default="train")
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--first-seed", type=int, default=0)
@@ -55,7 +60,7 @@ def run(args) -> int:
         workers=args.workers,
         safety_filter=args.safety_filter,
     )
-    label = " (simulated stand-in for the arm)" if args.profile == "real_twin" else ""
+    label = " (simulated stand-in for the arm)" if is_stand_in(args.profile) else ""
     print(result.summary() + label)
     if args.record:
         from simreal_ros.policy.checkpoint import read_metadata, update_metadata

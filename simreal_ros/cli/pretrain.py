@@ -28,7 +28,11 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="checkpoint dir (default: runs/<task>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out")
-    parser.add_argument("--profile", choices=("nominal", "randomized"), default="randomized")
+    parser.add_argument(
+        "--profile",
+        default="randomized",
+        help="dynamics profile: nominal, randomized or a YAML path (never a stand-in)",
+    )
     parser.add_argument("--demo-episodes", type=int, default=150)
     parser.add_argument("--dagger-iterations", type=int, default=8)
     parser.add_argument("--dagger-episodes", type=int, default=40)

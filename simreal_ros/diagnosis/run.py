@@ -34,7 +34,8 @@ from simreal_ros.diagnosis.classify import ConditionOutcome, Diagnosis, Threshol
 from simreal_ros.diagnosis.episodes import RecordedEpisode
 from simreal_ros.diagnosis.replay import ReplayResult, replay_check
 from simreal_ros.diagnosis.scenarios import check_task
-from simreal_ros.policy.evaluate import PROFILES, PolicySource, build_policy
+from simreal_ros.policy.evaluate import PolicySource, build_policy
+from simreal_ros.sim.profiles import check_profile, is_stand_in
 
 REPLAY_SEED_OFFSET = 100_000  # demonstration seeds, apart from the evaluation seeds
 
@@ -141,8 +142,7 @@ def diagnose(
     ``recorded``: episodes to replay (``RecordedEpisode``, e.g. demonstrations of the
     policy's own training slice) instead of ``bags`` or fresh demonstrations.
     """
-    if profile not in PROFILES:
-        raise ValueError(f"profile {profile!r}: use one of {', '.join(PROFILES)}.")
+    check_profile(profile)
     if episodes < 1:
         raise ValueError("episodes must be at least 1 per condition.")
     if replay_episodes < 1 and not bags and not recorded:
@@ -192,7 +192,7 @@ def diagnose(
         failing,
         thresholds,
     )
-    stand_in = " (simulated stand-in for the arm, not the arm)" if profile == "real_twin" else ""
+    stand_in = " (simulated stand-in for the arm, not the arm)" if is_stand_in(profile) else ""
     replayed = len(replay.episodes) if replay else 0
     trained_for = policy.converter.spec.task
     other_task = f" (trained for {trained_for})" if trained_for != task else ""
@@ -208,7 +208,7 @@ def diagnose(
             "policy_version": policy.version,
             "task": task,
             "profile": profile,
-            "stand_in": profile == "real_twin",
+            "stand_in": is_stand_in(profile),
             "seeds": seeds,
             "replay_source": replay_source,
             "episodes": {

@@ -57,7 +57,8 @@ LAUNCH_ARGUMENTS = {
             "dynamics_profile",
             "sim_bridge",
             "profile",
-            "sim dynamics: nominal, randomized, or real_twin (the stand-in for the arm)",
+            "sim dynamics: nominal, randomized, real_twin (the stand-in for the arm) or the "
+            "path of a profile YAML",
         ),
     ],
     "common": [

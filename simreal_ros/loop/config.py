@@ -28,8 +28,8 @@ class LoopConfig:
     )  # fmt: skip
     stand_in_profile: str = setting(
         "real_twin",
-        "sim dynamics standing in for the physical arm (the stand-in, never the arm)",
-        choices=("real_twin", "nominal", "randomized"),
+        "sim dynamics standing in for the physical arm (the stand-in, never the arm): a "
+        "shipped profile name or a YAML path",
     )
     real_time_factor: float = setting(
         1.0, "sim speed against the wall clock; nodes follow /clock", low=0.1, high=50.0

@@ -25,6 +25,7 @@ from simreal_ros.episodes.metadata import new_episode_id, normalize_failure_mode
 from simreal_ros.msg import PolicyAction, TaskStatus
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.params import declare_config
+from simreal_ros.sim.profiles import is_stand_in
 from simreal_ros.srv import GetDynamics, ResetEpisode, Resync, StartEpisode, StopEpisode
 from simreal_ros.trials.config import TrialRunnerConfig
 from simreal_ros.trials.runner import (
@@ -169,8 +170,8 @@ class TrialRunnerNode(Node):
                 profile, sim_time = answer.profile, answer.sim_time
             except TimeoutError:
                 self._dynamics_available = False  # an older bridge: label by config only
-        # The real_twin dynamics profile is a simulated stand-in, never the physical arm.
-        source = self.config.source or ("real_twin" if profile == "real_twin" else "sim")
+        # A stand-in profile (real_twin) is simulated, never the physical arm.
+        source = self.config.source or ("real_twin" if is_stand_in(profile) else "sim")
         return source, profile, sim_time
 
     def _set_paused(self, paused: bool) -> None:

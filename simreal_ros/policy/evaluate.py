@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from simreal_ros.sim.profiles import check_profile
 from simreal_ros.stats import wilson_interval
 
-PROFILES = ("nominal", "randomized", "real_twin")
 CONDITIONS = ("train", "shifted")
 
 
@@ -184,8 +184,7 @@ def evaluate_policy(
     ``safety_filter`` puts the safety filter between the policy and the arm, as the
     graph does.
     """
-    if profile not in PROFILES:
-        raise ValueError(f"profile {profile!r}: use one of {', '.join(PROFILES)}.")
+    check_profile(profile)
     if condition not in CONDITIONS:
         raise ValueError(f"condition {condition!r}: use one of {', '.join(CONDITIONS)}.")
     source = policy if isinstance(policy, PolicySource) else PolicySource(str(policy))

@@ -48,7 +48,9 @@ STATE_DIR = "train_state"
 class PretrainConfig:
     task: str = setting("push", "task to learn", choices=("push", "reach"))
     profile: str = setting(
-        "randomized", "dynamics profile to train in", choices=("nominal", "randomized")
+        "randomized",
+        "dynamics profile to train in: nominal, randomized or a YAML path (for example an "
+        "identified profile); never a stand-in, which plays the arm and stays hidden",
     )
     seed: int = setting(0, "seed of networks, rollouts and episode seeds", low=0)
     demo_episodes: int = setting(150, "expert episodes before DAgger", low=1)
@@ -80,6 +82,14 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         validate(self)
+        from simreal_ros.sim.profiles import load_profile
+
+        if load_profile(self.profile).is_stand_in:
+            raise ValueError(
+                f"profile {self.profile!r} is a stand-in for the arm (stand_in: true): "
+                "training must never see it. Pretrain in nominal, randomized or your own "
+                "profile."
+            )
 
 
 class Replay:

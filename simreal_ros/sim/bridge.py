@@ -28,7 +28,7 @@ import numpy as np
 from simreal_ros import config_schema
 from simreal_ros.config_schema import setting
 from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
-from simreal_ros.sim.profiles import PROFILE_NAMES
+from simreal_ros.sim.profiles import check_profile
 from simreal_ros.sim.tasks import CONDITIONS, TASKS
 
 
@@ -38,8 +38,8 @@ class SimBridgeConfig:
     task: str = setting("push", "task to simulate", choices=tuple(TASKS))
     profile: str = setting(
         "nominal",
-        "dynamics profile (real_twin is a stand-in for the physical arm, not the arm)",
-        choices=PROFILE_NAMES,
+        "dynamics profile: a shipped name (nominal, randomized, real_twin) or a YAML path "
+        "(real_twin is a stand-in for the physical arm, not the arm)",
     )
     condition: str = setting("train", "start-state/goal distribution", choices=CONDITIONS)
     seed: int = setting(0, "seed of the first episode (reset at activation)", low=0, high=2**31)
@@ -80,6 +80,7 @@ class SimBridgeConfig:
 
     def __post_init__(self) -> None:
         config_schema.validate(self)
+        check_profile(self.profile)
 
 
 @dataclasses.dataclass

@@ -17,7 +17,7 @@ from simreal_ros import config_schema
 from simreal_ros.config_schema import setting
 from simreal_ros.robot.description import RobotDescription
 from simreal_ros.sim.physics import ArmPhysics
-from simreal_ros.sim.profiles import PROFILE_NAMES, DynamicsProfile, load_profile
+from simreal_ros.sim.profiles import DynamicsProfile, check_profile, load_profile
 from simreal_ros.sim.tasks import CONDITIONS, TASKS, Task, make_task
 
 OBSERVATION_KEYS = (
@@ -32,7 +32,9 @@ OBSERVATION_KEYS = (
 @dataclasses.dataclass
 class EnvironmentConfig:
     task: str = setting("push", "task to run", choices=tuple(TASKS))
-    profile: str = setting("nominal", "dynamics profile", choices=PROFILE_NAMES)
+    profile: str = setting(
+        "nominal", "dynamics profile: a shipped name (nominal, randomized, real_twin) or a YAML path"
+    )
     condition: str = setting("train", "start-state/goal distribution", choices=CONDITIONS)
     control_rate_hz: float = setting(20.0, "rate of commands (env steps)", low=1.0, high=500.0)
     episode_seconds: float = setting(6.0, "time limit of an episode", low=0.1, high=600.0)
@@ -46,6 +48,7 @@ class EnvironmentConfig:
 
     def __post_init__(self) -> None:
         config_schema.validate(self)
+        check_profile(self.profile)
 
 
 @dataclasses.dataclass

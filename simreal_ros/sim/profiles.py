@@ -1,9 +1,11 @@
-"""Dynamics profiles: nominal, randomized (domain randomization) and real_twin.
+"""Dynamics profiles: nominal, randomized (domain randomization), the real_twin stand-in.
 
-A profile is a YAML file in ``config/profiles/`` (see the files for the format): ``scale``
-multiplies nominal values, ``set`` gives values; each entry is a number (fixed) or a
-``[low, high]`` range drawn uniformly per reset. ``real_twin`` is a fixed, hidden gap of
-the same kinds and is a stand-in for the physical arm, never the physical arm itself.
+A profile is a YAML file (see ``config/profiles/`` for the format): ``scale`` multiplies
+nominal values, ``set`` gives values; each entry is a number (fixed) or a ``[low, high]``
+range drawn uniformly per reset. A shipped profile is named (``nominal``, ``randomized``,
+``real_twin``, ``real_twin_mild``); any other is given by its path, so a user can describe
+their own arm's gap. A profile with ``stand_in: true`` (``real_twin``: a fixed, hidden gap
+outside the randomized ranges) plays the physical arm and is never called real.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import yaml
 
 from simreal_ros import resources
 
-PROFILE_NAMES = ("nominal", "randomized", "real_twin")
+# The shipped profiles, by name; any other profile is a YAML path.
+PROFILE_NAMES = ("nominal", "randomized", "real_twin", "real_twin_mild")
+STAND_IN = "real_twin"  # the stand-in of make demo and of every experiment
 
 
 def profiles_dir() -> Path:
@@ -48,11 +52,11 @@ class DynamicsProfile:
     scale: Mapping[str, Entry]
     set: Mapping[str, Entry]
     randomize_each_reset: bool = False
+    stand_in: bool = False  # plays the physical arm (a fixed, hidden gap); never "real"
 
     @property
     def is_stand_in(self) -> bool:
-        """True for real_twin: the stand-in for the physical arm (never called real)."""
-        return self.name == "real_twin"
+        return self.stand_in
 
     def sample(self, nominal: Mapping[str, float], rng: np.random.Generator) -> dict[str, float]:
         """Absolute dynamics values for one episode, from the nominal values."""
@@ -109,18 +113,40 @@ def load_profile_file(path: Path) -> DynamicsProfile:
         scale=_entries(raw.get("scale"), path, "scale"),
         set=_entries(raw.get("set"), path, "set"),
         randomize_each_reset=bool(raw.get("randomize_each_reset", False)),
+        stand_in=bool(raw.get("stand_in", False)),
+    )
+
+
+def profile_path(name_or_path: str | Path) -> Path:
+    """The YAML file of a shipped profile name or a path; ValueError saying what to give."""
+    text = str(name_or_path)
+    if text in PROFILE_NAMES:
+        return profiles_dir() / f"{text}.yaml"
+    path = Path(text).expanduser()
+    if path.suffix in (".yaml", ".yml"):
+        if path.is_file():
+            return path
+        raise ValueError(f"dynamics profile file {text!r} does not exist; check the path.")
+    raise ValueError(
+        f"unknown dynamics profile {text!r}; use one of {', '.join(PROFILE_NAMES)} "
+        "or the path of a profile YAML (see config/profiles/ for the format)."
     )
 
 
 def load_profile(name_or_path: str | Path) -> DynamicsProfile:
-    """A profile by name (nominal, randomized, real_twin) or from a YAML path."""
-    text = str(name_or_path)
-    if text in PROFILE_NAMES:
-        return load_profile_file(profiles_dir() / f"{text}.yaml")
-    path = Path(text)
-    if path.suffix in (".yaml", ".yml") and path.exists():
-        return load_profile_file(path)
-    raise ValueError(
-        f"unknown dynamics profile {text!r}; use one of {', '.join(PROFILE_NAMES)} "
-        "or the path of a profile YAML."
-    )
+    """A profile by name (see ``PROFILE_NAMES``) or from a YAML path."""
+    return load_profile_file(profile_path(name_or_path))
+
+
+def check_profile(name_or_path: str) -> str:
+    """The profile argument unchanged once it loads; ValueError naming what is wrong."""
+    load_profile(name_or_path)
+    return str(name_or_path)
+
+
+def is_stand_in(name_or_path: str) -> bool:
+    """Whether a profile plays the physical arm (its file says ``stand_in: true``)."""
+    try:
+        return load_profile(name_or_path).is_stand_in
+    except (ValueError, OSError):
+        return False

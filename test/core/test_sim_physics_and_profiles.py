@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
 from simreal_ros.sim.physics import ArmPhysics
 from simreal_ros.sim.profiles import load_profile, profiles_dir
 
@@ -78,13 +79,53 @@ def test_profiles_differ_and_real_twin_is_its_own_file(physics):
     assert first != second
     assert randomized.randomize_each_reset
     twin = load_profile("real_twin")
-    assert twin.is_stand_in
+    assert twin.is_stand_in and not randomized.is_stand_in
     assert (profiles_dir() / "real_twin.yaml").exists()
     gap = twin.sample(nominal, np.random.default_rng(1))
     assert gap == twin.sample(nominal, np.random.default_rng(2))  # fixed, not random
-    changed = [name for name in gap if gap[name] != pytest.approx(nominal[name])]
-    kinds = {name.split(".")[0] for name in changed}
-    assert {"mass", "friction", "damping", "gain", "latency_steps", "obs_noise"} <= kinds
+
+
+def _randomized_range(physics, name):
+    """[low, high] of one parameter under randomized.yaml (its nominal value if untouched)."""
+    nominal = physics.nominal_dynamics
+    draws = [
+        load_profile("randomized")
+        .sample(nominal, np.random.default_rng(seed))
+        .get(name, nominal.get(name, 0.0))
+        for seed in range(400)
+    ]
+    return min(draws), max(draws)
+
+
+def test_the_stand_in_gap_lies_outside_the_randomization_the_policy_saw(physics):
+    """Every parameter real_twin changes (sensor noise aside) lies outside the range the
+    shipped policy was pretrained on, so the stand-in is a gap and not a training case."""
+    nominal = physics.nominal_dynamics
+    gap = load_profile("real_twin").sample(nominal, np.random.default_rng(0))
+    changed = [n for n in gap if n != "obs_noise" and gap[n] != pytest.approx(nominal[n])]
+    assert {n.split(".")[0] for n in changed} >= {"gain", "mass", "latency_steps"}
+    for name in changed:
+        low, high = _randomized_range(physics, name)
+        assert not low <= gap[name] <= high, f"{name} = {gap[name]} inside [{low}, {high}]"
+    mild = load_profile("real_twin_mild")
+    assert mild.is_stand_in
+    for name, value in mild.sample(nominal, np.random.default_rng(0)).items():
+        if name.startswith(("mass", "damping", "gain")):
+            low, high = _randomized_range(physics, name)
+            assert low <= value <= high, f"real_twin_mild {name} outside [{low}, {high}]"
+
+
+def test_a_profile_loads_from_a_path_and_bad_paths_are_named(tmp_path):
+    mine = tmp_path / "my_arm.yaml"
+    mine.write_text("profile: my_arm\nstand_in: true\nscale:\n  gain.*: 0.5\n")
+    profile = load_profile(str(mine))
+    assert profile.name == "my_arm" and profile.is_stand_in
+    env = TaskEnvironment(EnvironmentConfig(profile=str(mine)))
+    env.reset(seed=3)
+    nominal = env.physics.nominal_dynamics["gain.elbow_joint"]
+    assert env.dynamics["gain.elbow_joint"] == pytest.approx(0.5 * nominal)
+    with pytest.raises(ValueError, match="does not exist"):
+        EnvironmentConfig(profile=str(tmp_path / "missing.yaml"))
 
 
 def test_bad_profile_files_are_refused(tmp_path):
