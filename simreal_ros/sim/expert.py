@@ -15,6 +15,7 @@ Measure success: ``PYTHONPATH=. python -m simreal_ros.sim.expert --episodes 100`
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import numpy as np
@@ -28,9 +29,33 @@ SAFE_HEIGHT = 0.09  # tool tip height when moving over the cube
 GRIPPER_CLOSED = 0.0
 
 
+@dataclasses.dataclass(frozen=True)
+class ExpertTuning:
+    """How an expert drives a given arm. The defaults suit the nominal sim; an arm that
+    tracks its targets more slowly needs the joint step stretched (``command_lead``: the
+    target is q + lead * (IK solution - q)) and faster waypoints (``speed_scale``), within
+    a per-tick joint step limit (``max_joint_step``, rad; 0 = none)."""
+
+    command_lead: float = 1.0
+    speed_scale: float = 1.0
+    max_joint_step: float = 0.0
+
+
+# Retuned for the real_twin stand-in (an arm that tracks ~5x slower), chosen by a sweep ON
+# the stand-in and used only to show the task is feasible there (``simreal premise``),
+# within the shipped push policy's own per-tick step (0.0785 rad); never for training.
+STAND_IN_TUNING = ExpertTuning(command_lead=2.0, speed_scale=1.5, max_joint_step=0.0785)
+
+
 class _IKExpert:
-    def __init__(self, robot: RobotDescription | None = None, control_rate_hz: float = 20.0):
+    def __init__(
+        self,
+        robot: RobotDescription | None = None,
+        control_rate_hz: float = 20.0,
+        tuning: ExpertTuning | None = None,
+    ):
         self.robot = robot or load_robot_description()
+        self.tuning = tuning or ExpertTuning()
         import mujoco
 
         model = mujoco.MjModel.from_xml_path(str(self.robot.mjcf_path))
@@ -39,6 +64,7 @@ class _IKExpert:
         )
         self.dt = 1.0 / control_rate_hz
         self.max_speed = 0.5  # m/s of the tool waypoint (the arm lags it)
+        self.push_speed = 0.25  # m/s while in contact
 
     def reset(self) -> None:
         """Experts keep no episode state; present for a policy-like interface."""
@@ -47,10 +73,13 @@ class _IKExpert:
         tool, _ = self.kinematics.forward(q[:6])
         delta = waypoint - tool
         distance = float(np.linalg.norm(delta))
-        max_step = speed * self.dt
+        max_step = speed * self.tuning.speed_scale * self.dt
         target = waypoint if distance <= max_step else tool + delta * (max_step / distance)
         solution, _ = self.kinematics.solve(target, q[:6], iterations=20)
-        return np.append(solution, GRIPPER_CLOSED)
+        step = self.tuning.command_lead * (solution - q[:6])
+        if self.tuning.max_joint_step > 0:
+            step = np.clip(step, -self.tuning.max_joint_step, self.tuning.max_joint_step)
+        return np.append(q[:6] + step, GRIPPER_CLOSED)
 
     def tool_position(self, q: np.ndarray) -> np.ndarray:
         return self.kinematics.forward(q[:6])[0]
@@ -68,8 +97,10 @@ class ReachExpert(_IKExpert):
 class PushExpert(_IKExpert):
     """Push the cube to the goal with the closed fingers."""
 
-    def __init__(self, robot=None, control_rate_hz=20.0, cube_half_size: float = 0.025):
-        super().__init__(robot, control_rate_hz)
+    def __init__(
+        self, robot=None, control_rate_hz=20.0, cube_half_size: float = 0.025, tuning=None
+    ):
+        super().__init__(robot, control_rate_hz, tuning)
         # Tool centre to cube centre while in contact: half cube + half finger + a margin.
         self.contact_offset = cube_half_size + 0.02 + 0.005
         self.approach_offset = self.contact_offset + 0.03
@@ -102,7 +133,7 @@ class PushExpert(_IKExpert):
             aim = cube[:2] - direction * (self.contact_offset - lead)
             aim = aim if remaining > 0.04 else stop
             waypoint = np.array([*aim, PUSH_HEIGHT])
-            return self._command(q, waypoint, 0.25)
+            return self._command(q, waypoint, self.push_speed)
 
         pre_push = cube[:2] - direction * self.approach_offset
         near_pre_push = float(np.linalg.norm(tool[:2] - pre_push)) < 0.015
@@ -119,11 +150,16 @@ class PushExpert(_IKExpert):
         return self._command(q, np.array([*pre_push, height]), self.max_speed)
 
 
-def make_expert(task: str, robot: RobotDescription | None = None, control_rate_hz=20.0):
+def make_expert(
+    task: str,
+    robot: RobotDescription | None = None,
+    control_rate_hz=20.0,
+    tuning: ExpertTuning | None = None,
+):
     if task == "push":
-        return PushExpert(robot, control_rate_hz)
+        return PushExpert(robot, control_rate_hz, tuning=tuning)
     if task == "reach":
-        return ReachExpert(robot, control_rate_hz)
+        return ReachExpert(robot, control_rate_hz, tuning)
     raise ValueError(f"no scripted expert for task {task!r}; use push or reach.")
 
 
@@ -145,12 +181,13 @@ def measure_success(
     profile: str = "nominal",
     episodes: int = 100,
     first_seed: int = 0,
+    tuning: ExpertTuning | None = None,
 ) -> dict:
     """Expert success rate over seeds first_seed.. with a 95% Wilson interval."""
     from simreal_ros.sim.env import ArmTaskEnv
 
     env = ArmTaskEnv(task=task, profile=profile, condition=condition)
-    expert = make_expert(task)
+    expert = make_expert(task, tuning=tuning)
     start = time.perf_counter()
     results = [
         run_episode(env, expert, seed, condition)
@@ -179,9 +216,13 @@ def main(argv=None) -> None:
     parser.add_argument("--profile", default="nominal")
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument(
+        "--stand-in-tuning", action="store_true", help="the tuning retuned for real_twin"
+    )
     args = parser.parse_args(argv)
+    tuning = STAND_IN_TUNING if args.stand_in_tuning else None
     result = measure_success(
-        args.task, args.condition, args.profile, args.episodes, args.first_seed
+        args.task, args.condition, args.profile, args.episodes, args.first_seed, tuning
     )
     low, high = result["ci95"]
     print(
