@@ -7,7 +7,6 @@ import dataclasses
 import json
 
 
-
 def _threshold_fields():
     from simreal_ros.diagnosis.classify import Thresholds
 

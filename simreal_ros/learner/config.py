@@ -37,9 +37,11 @@ class LearnerConfig:
     )
     critic_init: str = setting(
         "auto",
-        "Critic start: fresh, the checkpoint's critics (H=inf only), the checkpoint's "
-        "critics plus LoRA, or (SGFT, any H) the sim advantage Q_sim - V_sim plus a "
-        "zero-initialised residual; auto = checkpoint for rl, sim_advantage for sgft.",
+        "Critic start: fresh (LayerNorm twin critics, as the SGFT paper trains them), the "
+        "checkpoint's critics (H=inf only), the checkpoint's critics plus LoRA, or (SGFT, "
+        "any H) the sim advantage Q_sim - V_sim plus a zero-initialised residual (a flagged "
+        "variant: its first actor steps equal RL-FT's); auto = fresh for sgft and bc, the "
+        "checkpoint's critics for rl (RL fine-tuning warm-starts actor and critic).",
         choices=CRITIC_INITS,
     )
     # Optimisation.
@@ -54,11 +56,31 @@ class LearnerConfig:
     critic_learning_rate: float = setting(3e-4, "Critic learning rate.", low=0.0, high=1.0)
     batch_size: int = setting(128, "Transitions per update.", low=1, high=65536)
     updates_per_round: int = setting(
-        300, "Gradient updates per round.", low=1, high=10**7, dynamic=True
+        300,
+        "Least gradient updates per round (see update_to_data).",
+        low=1,
+        high=10**7,
+        dynamic=True,
+    )
+    update_to_data: float = setting(
+        1.0,
+        "Updates per new real transition: a round runs max(updates_per_round, "
+        "update_to_data x real transitions new since the last round) updates, the same "
+        "rule for every method.",
+        low=0.0,
+        high=100.0,
+        dynamic=True,
     )
     tau: float = setting(0.005, "Polyak rate of the target critics.", low=0.0, high=1.0)
     entropy_alpha: float = setting(0.05, "SAC entropy temperature (initial).", low=0.0, high=10.0)
     auto_entropy: bool = setting(True, "Tune the entropy temperature to a target entropy.")
+    entropy_backup: bool = setting(
+        False,
+        "Put the entropy bonus into the critic targets (soft Q). Off for every method by "
+        "default: the pretrained critic and V_sim are values of the reward alone, and SGFT's "
+        "H=1 head regresses on r~ alone; entropy enters only through the actor's alpha * "
+        "log pi term, the same for every method.",
+    )
     weight_decay: float = setting(0.0, "AdamW weight decay on adapter weights.", low=0.0, high=1.0)
     grad_clip: float = setting(10.0, "Gradient norm clip; 0 disables.", low=0.0, high=1e6)
     # BC.
@@ -83,9 +105,18 @@ class LearnerConfig:
         "RL/SGFT: trust region to the sim policy. Weight w of the squared distance between "
         "the adapted and the base actor's deterministic actions, against the actor's Q term "
         "divided by the mean norm of its action-gradient: the action settles about "
-        "1 / (2 w) (normalised units) from the base where the critic keeps pulling; 0 = off.",
+        "1 / (2 w) (normalised units) from the base where the critic keeps pulling; 0 = off. "
+        "It decays as real data grows (anchor_half_transitions).",
         low=0.0,
         high=1e6,
+    )
+    anchor_half_transitions: int = setting(
+        1000,
+        "Real transitions at which the trust region's weight has halved: w_eff = w * n0 / "
+        "(n0 + n_real). A critic fitted on more real data is trusted further from the sim "
+        "policy; 0 keeps the weight constant.",
+        low=0,
+        high=10**9,
     )
     # Data mixing and forgetting guards.
     real_weight: float = setting(
@@ -104,10 +135,23 @@ class LearnerConfig:
     # SGFT.
     reward_scale: float = setting(
         0.0,
-        "Constant multiplying the shaped reward; 0 fixes it once from sim statistics "
-        "(1 / std of r~ on sim transitions). Never a running normaliser.",
+        "Constant multiplying the training reward of every method; 0 fixes it once from "
+        "sim statistics: 1 / std of the method's own training reward on sim transitions "
+        "(r for bc/rl, r~ for sgft), so every method trains on a unit-scale reward. Never a "
+        "running normaliser.",
         low=0.0,
         high=1e6,
+    )
+    failure_value: float = setting(
+        0.0,
+        "Value of the absorbing state after a terminal failure (the cube off the table), "
+        "for every method: the failing step's reward becomes r + gamma * failure_value. "
+        "0 = auto from the sim data (sgft.auto_failure_value): no better than the worst "
+        "reward forever, and low enough that r~ at a failure is never the best shaped "
+        "reward there (with V = 0 after a failure, above every state's negative value, "
+        "short horizons learn to fail fast).",
+        low=-1e6,
+        high=0.0,
     )
     v_sim_action_samples: int = setting(
         0,
@@ -163,8 +207,7 @@ class LearnerConfig:
     )
     screen_profile: str = setting(
         "randomized",
-        "Dynamics profile of the sim used for screening.",
-        choices=("nominal", "randomized", "real_twin"),
+        "Dynamics profile of the sim used for screening: a shipped name or a YAML path.",
     )
     screen_workers: int = setting(2, "Parallel spawned screening workers.", low=1, high=256)
     screen_safety_filter: bool = setting(
@@ -217,6 +260,9 @@ class LearnerConfig:
 
     def __post_init__(self) -> None:
         validate(self)
+        from simreal_ros.sim.profiles import check_profile
+
+        check_profile(self.screen_profile)
         critic_from_checkpoint = self.critic_init in ("checkpoint", "checkpoint_lora")
         if self.method == "sgft" and critic_from_checkpoint and self.horizon != 0:
             raise ValueError(
@@ -241,9 +287,7 @@ class LearnerConfig:
     def resolved_critic_init(self) -> str:
         if self.critic_init != "auto":
             return self.critic_init
-        if self.method == "rl":
-            return "checkpoint"
-        return "sim_advantage" if self.method == "sgft" else "fresh"
+        return "checkpoint" if self.method == "rl" else "fresh"
 
     @property
     def effective_learning_rate(self) -> float:

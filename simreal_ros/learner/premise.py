@@ -122,7 +122,7 @@ def value_rank(checkpoint, task: str, profile: str, episodes: int, seed: int) ->
     data = collect_sim_transitions(checkpoint, task, episodes, seed=seed, profile=profile, noise=0)
     v_sim = FrozenSimValue(checkpoint.model.actor, checkpoint.model.critic, actor_mean, twin_q)
     values = v_sim(data.obs)
-    failure_value = auto_failure_value(data.rewards, values, gamma)
+    failure_value = auto_failure_value(data.rewards, None, gamma)
     return rank_correlation(values, returns_to_go(data, gamma, failure_value))
 
 

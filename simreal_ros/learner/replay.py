@@ -77,6 +77,11 @@ class Transitions:
     def real_mask(self) -> np.ndarray:
         return np.isin(self.sources, REAL_SOURCES)
 
+    @property
+    def failures(self) -> np.ndarray:
+        """Terminal failures: a true termination in an episode that did not succeed."""
+        return np.asarray(self.terminals, bool) & ~np.asarray(self.episode_success, bool)
+
     def counts_by_source(self) -> dict[str, int]:
         return dict(Counter(str(s) for s in self.sources))
 

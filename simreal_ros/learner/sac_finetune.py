@@ -3,6 +3,12 @@
 - ``shaping=False, horizon=None``: plain SAC on the real reward, warm-started from the
   pretrained actor (+ LoRA) and, by default, the pretrained critics. This is the baseline
   SGFT has to beat.
+
+What every method shares, so a comparison measures the method and nothing else (the
+session passes the same settings to all): the reward scale rule (``reward_scale``, unit
+std of the method's own training reward on sim), the terminal failure value, the entropy
+treatment (``entropy_backup``: off by default, so entropy is only the actor's
+alpha * log pi term), the co-training sampler, the update budget and the trust region.
 - ``shaping=True``: the reward is r~ from the frozen V_sim (cached on the transitions) and
   the critic is horizon-indexed (see ``sgft``); H = None is SAC on r~.
 
@@ -26,15 +32,20 @@ from simreal_ros.learner.sgft import actor_head, critic_targets, frozen_copy
 
 
 class ColumnCritic(nn.Module):
-    """Makes a critic that returns (B,) Q values return (B, 1), like one horizon head."""
+    """Makes a critic that returns (B,) Q values return (B, 1), like one horizon head.
 
-    def __init__(self, critic: nn.Module) -> None:
+    ``scale``: the training reward's scale, so a critic pretrained on the unscaled reward
+    starts at the value of the scaled one (Q is linear in the reward).
+    """
+
+    def __init__(self, critic: nn.Module, scale: float = 1.0) -> None:
         super().__init__()
         self.critic = critic
+        self.scale = float(scale)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor):
         q1, q2 = self.critic(obs, action)
-        return q1.reshape(len(obs), -1), q2.reshape(len(obs), -1)
+        return self.scale * q1.reshape(len(obs), -1), self.scale * q2.reshape(len(obs), -1)
 
 
 class ActorCriticFineTuner:
@@ -65,6 +76,8 @@ class ActorCriticFineTuner:
         extra_batches=None,
         base_actor: nn.Module | None = None,
         anchor_weight: float = 0.0,
+        failure_value: float = 0.0,
+        entropy_backup: bool = False,
     ) -> None:
         if shaping and (data.v_sim is None or data.v_sim_next is None):
             raise ValueError("SGFT shaping needs V_sim cached on the transitions (annotate).")
@@ -84,6 +97,8 @@ class ActorCriticFineTuner:
         if anchor_weight > 0 and base_actor is None:
             raise ValueError("anchor_weight > 0 needs the base actor to anchor to.")
         self.anchor_weight = anchor_weight
+        self.failure_value = float(failure_value)
+        self.entropy_backup = entropy_backup
         self.base_actor = None
         if base_actor is not None and anchor_weight > 0:
             self.base_actor = frozen_copy(base_actor)
@@ -118,10 +133,12 @@ class ActorCriticFineTuner:
         return float(self.log_alpha.exp().detach())
 
     def training_rewards(self, batch: Batch) -> torch.Tensor:
+        failures = batch.terminals * (1.0 - batch.episode_success)
+        rewards = batch.rewards + self.gamma * self.failure_value * failures
         if not self.shaping:
-            return batch.rewards * self.reward_scale
+            return rewards * self.reward_scale
         keep = 1.0 - batch.terminals
-        shaped = batch.rewards + self.gamma * keep * batch.v_sim_next - batch.v_sim
+        shaped = rewards + self.gamma * keep * batch.v_sim_next - batch.v_sim
         return shaped * self.reward_scale
 
     def step(self) -> dict[str, float]:
@@ -142,7 +159,7 @@ class ActorCriticFineTuner:
                 torch.minimum(t1, t2),
                 next_log_prob,
                 self.gamma,
-                alpha,
+                alpha if self.entropy_backup else 0.0,
                 self.horizon,
             )
         q1, q2 = self.critic(batch.obs, batch.actions)

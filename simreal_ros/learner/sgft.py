@@ -7,6 +7,14 @@ Choices (the open points of the SGFT paper and its released code):
 - r~ = scale * (r + gamma * (1 - terminal) * V_sim(s') - V_sim(s)). V_sim(s') is dropped
   at a true termination and kept at a time-limit truncation. ``scale`` is a constant fixed
   once from sim statistics, never a running normaliser.
+- A terminal failure (the cube off the table) leads to an absorbing state of value
+  ``failure_value`` (every method, see ``with_failure_value``): r becomes
+  r + gamma * failure_value there. With V = 0 after a failure and negative dense rewards,
+  r - V_sim(s) at a failure would be the largest shaped reward there is, and short
+  horizons would learn to fail fast. The auto value (``auto_failure_value``) makes the
+  failing step's r + gamma * failure_value no larger than the worst r + gamma * V_sim(s')
+  of any step in the data, so on that data failing is never the best shaped reward.
+  Shaping and the horizon identities hold unchanged with r replaced by that reward.
 - Horizon H: a critic Q(s, a, k), k = 1..H (one output head per k), trained on
   r~ + gamma * (1 - terminal) * (Q_targ(s', a', k-1) - alpha * log pi(a'|s')), with
   Q(., ., 0) = 0; the k = 1 target is r~ alone (no bootstrap and no entropy bonus), so
@@ -48,6 +56,34 @@ def shape_rewards(
     return (scale * shaped).astype(np.float32)
 
 
+def auto_failure_value(rewards: np.ndarray, values: np.ndarray | None, gamma: float) -> float:
+    """The auto ``failure_value`` from a dataset's rewards and V_sim values (of its states
+    and next states): min(0, r_min / (1 - gamma), V_min - (r_max - r_min) / gamma).
+
+    The last term is what makes failing never the best: for any failing step,
+    r_f + gamma * failure_value <= r_max + gamma * V_min - (r_max - r_min)
+    = r_min + gamma * V_min <= r + gamma * V(s') of any other step (V(s') = 0 after a
+    success is >= gamma * V_min too, as V_min <= 0). The second keeps it no better than the
+    worst reward forever when V_sim is unknown."""
+    if len(rewards) == 0:
+        raise ValueError("auto failure_value needs transitions to bound the reward from.")
+    r_min, r_max = float(np.min(rewards)), float(np.max(rewards))
+    worst = min(0.0, r_min / (1.0 - gamma))
+    if values is not None and len(values):
+        v_min = min(0.0, float(np.min(values)))
+        worst = min(worst, v_min - (r_max - r_min) / gamma)
+    return worst
+
+
+def with_failure_value(
+    rewards: np.ndarray, failures: np.ndarray, gamma: float, failure_value: float
+) -> np.ndarray:
+    """r + gamma * failure_value at terminal failures, r elsewhere."""
+    return (
+        np.asarray(rewards, np.float64) + gamma * failure_value * np.asarray(failures, np.float64)
+    ).astype(np.float32)
+
+
 def discounted_sum(values: np.ndarray, gamma: float) -> float:
     return float(sum(v * gamma**i for i, v in enumerate(np.asarray(values, np.float64))))
 
@@ -64,17 +100,22 @@ def telescoped_window_return(
 
 def fixed_reward_scale(
     rewards: np.ndarray,
-    v_sim: np.ndarray,
-    v_sim_next: np.ndarray,
+    v_sim: np.ndarray | None,
+    v_sim_next: np.ndarray | None,
     terminals: np.ndarray,
     gamma: float,
     floor: float = 1e-3,
 ) -> float:
-    """1 / std of the unscaled shaped reward on SIM transitions; computed once per run."""
-    shaped = shape_rewards(rewards, v_sim, v_sim_next, terminals, gamma, 1.0)
-    if len(shaped) < 2:
+    """1 / std of the unscaled training reward on SIM transitions, computed once per run:
+    of r~ when V_sim is given (SGFT), else of r itself (RL), so every method trains on a
+    unit-scale reward and trades entropy against it alike."""
+    if v_sim is None or v_sim_next is None:
+        training = np.asarray(rewards, np.float64)
+    else:
+        training = shape_rewards(rewards, v_sim, v_sim_next, terminals, gamma, 1.0)
+    if len(training) < 2:
         return 1.0
-    return float(1.0 / max(float(np.std(shaped)), floor))
+    return float(1.0 / max(float(np.std(training)), floor))
 
 
 # ---------------------------------------------------------------- frozen V_sim
@@ -168,16 +209,26 @@ class FrozenSimValue:
 
 # ---------------------------------------------------------------- horizon-indexed critic
 class HorizonCritic(nn.Module):
-    """Twin Q networks with one output head per horizon k = 1..H (H = None: one head)."""
+    """Twin Q networks with one output head per horizon k = 1..H (H = None: one head).
+
+    ``layer_norm`` (the learner's fresh critics): LayerNorm after every hidden layer, which
+    keeps a critic fitted at one or more updates per transition on a few thousand real
+    transitions from diverging (as in RLPD / DroQ).
+    """
 
     def __init__(
-        self, obs_dim: int, act_dim: int, horizon: int | None, hidden: tuple[int, ...] = (256, 256)
+        self,
+        obs_dim: int,
+        act_dim: int,
+        horizon: int | None,
+        hidden: tuple[int, ...] = (256, 256),
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         self.horizon = horizon
         heads = 1 if horizon is None else horizon
-        self.q1 = _mlp(obs_dim + act_dim, hidden, heads)
-        self.q2 = _mlp(obs_dim + act_dim, hidden, heads)
+        self.q1 = _mlp(obs_dim + act_dim, hidden, heads, layer_norm)
+        self.q2 = _mlp(obs_dim + act_dim, hidden, heads, layer_norm)
 
     def forward(
         self, obs: torch.Tensor, action: torch.Tensor
@@ -249,10 +300,13 @@ class SimAdvantageCritic(nn.Module):
         return a1 + self.residual1(x), a2 + self.residual2(x)
 
 
-def _mlp(inputs: int, hidden: tuple[int, ...], outputs: int) -> nn.Sequential:
+def _mlp(
+    inputs: int, hidden: tuple[int, ...], outputs: int, layer_norm: bool = False
+) -> nn.Sequential:
     layers: list[nn.Module] = []
     for width in hidden:
-        layers += [nn.Linear(inputs, width), nn.ReLU()]
+        layers += [nn.Linear(inputs, width)]
+        layers += [nn.LayerNorm(width), nn.ReLU()] if layer_norm else [nn.ReLU()]
         inputs = width
     layers.append(nn.Linear(inputs, outputs))
     return nn.Sequential(*layers)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -39,8 +40,10 @@ from simreal_ros.learner.sgft import (
     HorizonCritic,
     SimAdvantageCritic,
     ValueExploitMonitor,
+    auto_failure_value,
     fixed_reward_scale,
     shape_rewards,
+    with_failure_value,
 )
 from simreal_ros.learner.store import AdapterStore, StoredVersion
 
@@ -125,11 +128,13 @@ def collect_sim_transitions(
     episodes: int,
     seed: int = 0,
     profile: str = "nominal",
-    noise: float = 0.1,
+    noise: float | None = None,
     converter=None,
     episode_seconds: float | None = None,
 ) -> Transitions:
-    """Roll out the base policy (with a little exploration noise) in sim: replay/EWC data."""
+    """Roll out the base policy in sim: replay/EWC data. Exploration: ``noise`` None samples
+    from the policy's own tanh-Gaussian (its learned sigma); a number adds N(0, noise) to
+    the mean action instead (0: deterministic)."""
     from simreal_ros.sim.env import ArmTaskEnv
 
     converter = converter or make_converter(checkpoint)
@@ -137,6 +142,9 @@ def collect_sim_transitions(
     env = ArmTaskEnv(task=task, profile=profile, **kwargs)
     rng = np.random.default_rng(seed)
     actor = checkpoint.model.actor
+    act_dim = checkpoint.arch.act_dim
+    if noise is None:  # seeded, so the replay data of a run is reproducible
+        torch.manual_seed(seed)
     rows: dict[str, list] = {k: [] for k in ("o", "a", "r", "n", "t", "u", "e", "s")}
     try:
         for episode in range(episodes):
@@ -144,9 +152,13 @@ def collect_sim_transitions(
             start, success, done = len(rows["r"]), False, False
             while not done:
                 o = converter.normalized_observation(obs)
+                obs_t = torch.as_tensor(o, dtype=torch.float32)
                 with torch.no_grad():
-                    a = actor(torch.as_tensor(o, dtype=torch.float32)).numpy()
-                a = np.clip(a + noise * rng.standard_normal(a.shape), -1.0, 1.0)
+                    if noise is None:
+                        a = actor.sample(obs_t.unsqueeze(0))[0][0].numpy()
+                    else:
+                        a = actor(obs_t).numpy() + noise * rng.standard_normal(act_dim)
+                a = np.clip(a, -1.0, 1.0)
                 command = converter.command_from_action(a, obs["joint_position"])
                 next_obs, reward, terminated, truncated, info = env.step(command)
                 success = success or bool(info.get("success", False))
@@ -266,11 +278,16 @@ class LearnerSession:
             )
         self.critic_warning = self._check_critic_trained()
         self.reward_scale = 1.0
-        self._scale_source = "constant 1 (no shaping)"
+        self._scale_source = "constant 1 (bc trains on no reward)"
         if self.sim_data is not None and self.v_sim is not None:
             self.v_sim.annotate(self.sim_data)
-        if config.method == "sgft":
+        # Fixed once, the same rule for every method (see the settings' descriptions).
+        self.failure_value: float | None = config.failure_value or None
+        if self.failure_value is None and self.sim_data is not None and len(self.sim_data):
+            self.failure_value = self._auto_failure_value(self.sim_data)
+        if config.method in ("rl", "sgft"):
             self.reward_scale, self._scale_source = self._fixed_scale()
+        self._real_transitions_seen = 0
         self.critic = self._make_critic() if config.method in ("rl", "sgft") else None
         self.tuner: ActorCriticFineTuner | None = None
         self.ewc: ElasticWeightConsolidation | None = None
@@ -307,23 +324,38 @@ class LearnerSession:
                 return warning
         return ""
 
+    def _auto_failure_value(self, data: Transitions) -> float:
+        values = None
+        if data.v_sim is not None and data.v_sim_next is not None:
+            values = np.concatenate([data.v_sim, data.v_sim_next])
+        return auto_failure_value(data.rewards, values, self.gamma)
+
     def _fixed_scale(self) -> tuple[float, str]:
         if self.config.reward_scale > 0:
             return self.config.reward_scale, "configured"
         sim = self.sim_data
         if sim is None or len(sim) < 2:
             return 1.0, "1 (no sim data to fix it from)"
+        rewards = with_failure_value(sim.rewards, sim.failures, self.gamma, self.failure_value)
+        shaped = self.config.method == "sgft"
         scale = fixed_reward_scale(
-            sim.rewards, sim.v_sim, sim.v_sim_next, sim.terminals, self.gamma
+            rewards,
+            sim.v_sim if shaped else None,
+            sim.v_sim_next if shaped else None,
+            sim.terminals,
+            self.gamma,
         )
-        return scale, f"1/std of r~ over {len(sim)} sim transitions"
+        kind = "r~" if shaped else "r"
+        return scale, f"1/std of {kind} over {len(sim)} sim transitions"
 
     def _make_critic(self) -> torch.nn.Module:
         arch = self.checkpoint.arch
         horizon = self.config.horizon_or_none if self.config.method == "sgft" else None
         init = self.config.resolved_critic_init
         if init == "fresh":
-            return HorizonCritic(arch.obs_dim, arch.act_dim, horizon, arch.critic_hidden)
+            return HorizonCritic(
+                arch.obs_dim, arch.act_dim, horizon, arch.critic_hidden, layer_norm=True
+            )
         if init == "sim_advantage":
             return SimAdvantageCritic(
                 self.checkpoint.model.actor,
@@ -348,7 +380,7 @@ class LearnerSession:
         else:
             for p in critic.parameters():
                 p.requires_grad_(True)
-        return ColumnCritic(critic).train()
+        return ColumnCritic(critic, self.reward_scale).train()
 
     def _make_ewc(self) -> ElasticWeightConsolidation | None:
         if not self.config.ewc:
@@ -403,7 +435,13 @@ class LearnerSession:
         self.round += 1
         if self.ewc is None:
             self.ewc = self._make_ewc()
-        metrics: dict[str, float] = {}
+        if self.failure_value is None:  # no sim data: bound it by the data at hand
+            self.failure_value = self._auto_failure_value(data)
+        real_now = int(data.real_mask().sum())
+        new_real = max(0, real_now - self._real_transitions_seen)
+        self._real_transitions_seen = real_now
+        updates = max(cfg.updates_per_round, math.ceil(cfg.update_to_data * new_real))
+        metrics: dict[str, float] = {"updates": float(updates), "new_real_transitions": new_real}
         if cfg.method == "bc":
             trainer = BehaviourCloning(
                 self.actor_peft,
@@ -420,7 +458,7 @@ class LearnerSession:
                 weight_decay=cfg.weight_decay,
                 seed=cfg.seed + self.round,
             )
-            metrics = trainer.train(cfg.updates_per_round)
+            metrics.update(trainer.train(updates))
         else:
             if self.tuner is None:
                 self.tuner = ActorCriticFineTuner(
@@ -449,12 +487,16 @@ class LearnerSession:
                     seed=cfg.seed,
                     base_actor=self.base_actor,
                     anchor_weight=cfg.anchor_weight,
+                    failure_value=self.failure_value,
+                    entropy_backup=cfg.entropy_backup,
                 )
             else:
                 self.tuner.set_data(data, seed=cfg.seed + self.round)
+            self.tuner.anchor_weight = self.anchor_weight(real_now)
+            metrics["anchor_weight"] = self.tuner.anchor_weight
             if cfg.model_rollouts and cfg.method == "sgft" and real is not None and len(real):
                 metrics.update(self._model_rollouts(real))
-            metrics.update(self.tuner.train(cfg.updates_per_round))
+            metrics.update(self.tuner.train(updates))
         if self.v_sim is not None:
             self.v_sim.check_frozen()
             metrics.update(self._watch_value(real))
@@ -472,6 +514,16 @@ class LearnerSession:
         )
         self.log.append({"round": self.round, "version": version, **metrics})
         return Candidate(version, self.running_version, cfg.method, staging, metadata, metrics)
+
+    def anchor_weight(self, real_transitions: int) -> float:
+        """The trust region's weight after this many real transitions: it halves at
+        ``anchor_half_transitions``, so a critic fitted on more real data may correct the
+        sim policy further (a constant weight caps every correction at ~1/(2w))."""
+        cfg = self.config
+        if cfg.anchor_half_transitions <= 0:
+            return cfg.anchor_weight
+        n0 = cfg.anchor_half_transitions
+        return cfg.anchor_weight * n0 / (n0 + real_transitions)
 
     def _model_rollouts(self, real: Transitions) -> dict[str, float]:
         """Fit the dynamics model on all real data, then imagine short rollouts."""
@@ -546,6 +598,7 @@ class LearnerSession:
             "horizon": cfg.horizon_or_none,
             "reward_scale": self.reward_scale,
             "reward_scale_source": self._scale_source,
+            "failure_value": self.failure_value,
             "data_manifest": {
                 "episodes": list(manifest),
                 "transitions_by_source": data.counts_by_source(),

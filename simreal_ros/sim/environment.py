@@ -33,7 +33,7 @@ OBSERVATION_KEYS = (
 class EnvironmentConfig:
     task: str = setting("push", "task to run", choices=tuple(TASKS))
     profile: str = setting(
-        "nominal", "dynamics profile: a shipped name (nominal, randomized, real_twin) or a YAML path"
+        "nominal", "dynamics profile: a shipped name (nominal, real_twin, ...) or a YAML path"
     )
     condition: str = setting("train", "start-state/goal distribution", choices=CONDITIONS)
     control_rate_hz: float = setting(20.0, "rate of commands (env steps)", low=1.0, high=500.0)

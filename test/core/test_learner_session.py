@@ -178,3 +178,59 @@ def test_rl_and_sgft_share_one_path_differing_only_in_the_reward(tmp_path, base_
     keep = 1.0 - batch.terminals
     expected = 2.0 * (batch.rewards + GAMMA * keep * batch.v_sim_next - batch.v_sim)
     torch.testing.assert_close(sgft.tuner.training_rewards(batch), expected)
+
+
+def test_every_method_runs_with_the_same_budget_scale_rule_entropy_and_failure_value(
+    tmp_path, base_dir, data
+):
+    """RL-FT and SGFT on the same data: the settings each ran with, as their candidates'
+    metadata records them, agree on everything but the method; each trains on a reward of
+    unit std over the sim data (its own: r or r~); one failure value; one update rule."""
+    from simreal_ros.learner.sgft import shape_rewards, with_failure_value
+
+    sim, real = data
+    runs = {}
+    for method, extra in (("rl", {}), ("sgft", {"horizon": 1})):
+        session = LearnerSession(
+            config(tmp_path / method, base_dir, method=method, update_to_data=0.5, **extra),
+            sim_data=copy_of(sim),
+        )
+        candidate = session.finetune(copy_of(real))
+        runs[method] = (session, candidate)
+        session.discard(candidate)
+    (rl, rl_candidate), (sgft, sgft_candidate) = runs["rl"], runs["sgft"]
+    differing = {"method", "horizon", "store_root"}
+    rl_settings = rl_candidate.metadata["hyperparameters"]
+    sgft_settings = sgft_candidate.metadata["hyperparameters"]
+    for key in set(rl_settings) - differing:
+        assert rl_settings[key] == sgft_settings[key], key
+    # One update rule: max(updates_per_round, update_to_data x new real transitions).
+    expected_updates = max(15, int(np.ceil(0.5 * len(real))))
+    assert rl_candidate.metrics["updates"] == sgft_candidate.metrics["updates"]
+    assert rl_candidate.metrics["updates"] == expected_updates
+    assert rl.tuner.updates == sgft.tuner.updates == expected_updates
+    # One failure value and one entropy treatment, in both tuners.
+    assert rl.failure_value == sgft.failure_value < 0
+    assert rl.tuner.failure_value == sgft.tuner.failure_value == rl.failure_value
+    assert rl.tuner.entropy_backup is sgft.tuner.entropy_backup is False
+    assert rl.tuner.anchor_weight == sgft.tuner.anchor_weight
+    # Each method's training reward has unit std on the sim data.
+    penalised = with_failure_value(sim.rewards, sim.failures, GAMMA, rl.failure_value)
+    assert np.std(rl.reward_scale * penalised) == pytest.approx(1.0, rel=1e-3)
+    shaped = shape_rewards(
+        penalised, sgft.sim_data.v_sim, sgft.sim_data.v_sim_next, sim.terminals, GAMMA
+    )
+    assert np.std(sgft.reward_scale * shaped) == pytest.approx(1.0, rel=1e-3)
+
+
+def test_the_trust_region_weakens_as_real_data_grows(tmp_path, base_dir):
+    session = LearnerSession(
+        config(tmp_path, base_dir, method="rl", anchor_weight=2.0, anchor_half_transitions=100)
+    )
+    assert session.anchor_weight(0) == pytest.approx(2.0)
+    assert session.anchor_weight(100) == pytest.approx(1.0)
+    assert session.anchor_weight(900) == pytest.approx(0.2)
+    fixed = LearnerSession(
+        config(tmp_path / "fixed", base_dir, method="rl", anchor_half_transitions=0)
+    )
+    assert fixed.anchor_weight(10**6) == fixed.config.anchor_weight

@@ -12,10 +12,12 @@ from simreal_ros.learner.sgft import (
     HorizonCritic,
     SimAdvantageCritic,
     ValueExploitMonitor,
+    auto_failure_value,
     critic_targets,
     fixed_reward_scale,
     shape_rewards,
     telescoped_window_return,
+    with_failure_value,
 )
 from simreal_ros.policy.model import ActorCritic, Architecture
 
@@ -57,6 +59,50 @@ def test_shaped_rewards_telescope_over_a_window(terminal_last):
             bool(data.terminals[last]), GAMMA,
         )  # fmt: skip
         assert got == pytest.approx(want, abs=1e-5)
+
+
+def test_shaping_telescopes_with_the_failure_value():
+    """A window ending in a failure telescopes with r + gamma * failure_value as its last
+    reward and nothing after it: the identity holds unchanged with the penalised reward."""
+    rng = np.random.default_rng(5)
+    data = _chain(rng.normal(size=6) - 1.0, rng.normal(size=7) - 3.0, terminal_last=True)
+    assert data.failures[-1] and data.failures.sum() == 1  # a terminal in a failed episode
+    failure_value = auto_failure_value(data.rewards, data.v_sim, GAMMA)
+    rewards = with_failure_value(data.rewards, data.failures, GAMMA, failure_value)
+    assert rewards[-1] == pytest.approx(data.rewards[-1] + GAMMA * failure_value)
+    np.testing.assert_array_equal(rewards[:-1], data.rewards[:-1])
+    shaped = shape_rewards(rewards, data.v_sim, data.v_sim_next, data.terminals, GAMMA)
+    for window in data.windows(3):
+        got = sum(GAMMA**i * shaped[j] for i, j in enumerate(window))
+        last = window[-1]
+        want = telescoped_window_return(
+            rewards[window], data.v_sim[window[0]], data.v_sim_next[last],
+            bool(data.terminals[last]), GAMMA,
+        )  # fmt: skip
+        assert got == pytest.approx(want, abs=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_failure_value_makes_failing_never_the_best_shaped_reward(seed):
+    """From the same state, a failing step's shaped reward is below every other step's in
+    the data, successes included; with V = 0 after a failure it is the best there is."""
+    rng = np.random.default_rng(seed)
+    n = 400
+    rewards = rng.uniform(-3.0, 0.0, n)
+    rewards[rng.random(n) < 0.05] += 1.0  # success steps earn +1 and end
+    v_next = rng.uniform(-40.0, -1.0, n)
+    terminals = rng.random(n) < 0.1
+    failures = terminals & (rng.random(n) < 0.5)
+    assert failures.any() and (terminals & ~failures).any()
+    values = np.concatenate([rng.uniform(-40.0, -1.0, n), v_next])
+    failure_value = auto_failure_value(rewards, values, GAMMA)
+    # The state-independent part of r~: r' + gamma * (1 - terminal) * V(s'); -V(s) is shared.
+    penalised = with_failure_value(rewards, failures, GAMMA, failure_value)
+    continuation = penalised + GAMMA * (~terminals) * v_next
+    assert continuation[failures].max() <= continuation[~failures].min() + 1e-5
+    unpenalised = rewards + GAMMA * (~terminals) * v_next
+    # Without it (V = 0 after a failure) failing beats every step that carries on.
+    assert unpenalised[failures].max() > unpenalised[~terminals].max()
 
 
 def test_windows_never_cross_a_reset():
