@@ -1,50 +1,54 @@
-"""Sample efficiency on the real_twin STAND-IN: stand-in episodes needed to reach a success
-target, for zero-shot, BC-LoRA, RL fine-tuning (SAC warm start) and SGFT (H=1, H=3).
+"""Sample efficiency on a STAND-IN for the physical arm: is SGFT more sample-efficient than
+RL fine-tuning?
 
-The stand-in is ``ArmTaskEnv(profile="real_twin")``: a simulated arm with a fixed, hidden
-dynamics gap that plays the part of the physical arm. It is not a physical arm.
+The stand-in is ``ArmTaskEnv(profile=--profile)`` (default ``real_twin``): a simulated arm
+with a fixed, hidden dynamics gap that plays the part of the physical arm. It is not a
+physical arm, and everything printed says so.
 
-Each (method, seed) job runs rounds, all off ROS, through the learner's own code path
-(``LearnerSession.finetune`` with the learner's defaults, updates per round configurable):
+Arms (``METHODS``; each row lists the only LearnerConfig fields it changes, every other
+learner setting is shared, and each job's full LearnerConfig is recorded in the JSON):
+zero-shot, filtered BC-LoRA (clones the successful episodes of its own collection),
+RL fine-tuning (SAC, critic warm-started from the checkpoint) and SGFT with H = 1, 3 and
+infinite (fresh critics; H = 1 also with the sim-advantage warm start).
 
-  1. collect K stand-in episodes with the current policy (base + LoRA adapter, Gaussian
-     exploration noise in the normalised action space, the same as the learner's sim
-     rollouts), converted exactly like ``trainer.collect_sim_transitions`` and labelled
-     with source ``real_twin`` so the learner treats them as real data;
-     BC also gets ``--bc-demos`` scripted-expert episodes per round on the stand-in
-     (counted as stand-in episodes) and clones the successful episodes;
-  2. fine-tune one round (LoRA on the base; the session keeps critic and optimisers);
-  3. store the adapter (no sim screening gate: every candidate becomes the running policy,
-     because the bench measures learning, not gating) and evaluate its deployed, merged
-     form on ``--eval-episodes`` stand-in episodes (Wilson 95% CI);
-  4. stop when the evaluated success rate reaches ``--target`` or the round budget is spent.
+Each (method, seed) job runs rounds off ROS through the learner's own code path:
 
-Round 0 is the zero-shot evaluation of the base checkpoint, shared by every method of a
-seed (same evaluation seeds per seed for every method: a paired comparison). A seed that
-never reaches the target is censored at the budget; its episode count is then a lower
-bound and the mean over seeds is marked with ">=". Evaluation episodes are not counted as
-training data (they are reported separately). Sim data the learner itself uses (its
-default ``sim_episodes`` nominal-sim rollouts for replay and the SGFT reward scale) is sim,
-not stand-in, and is not counted either.
+  1. collect K stand-in episodes with the current policy's own action distribution (the
+     LoRA actor's tanh-Gaussian ``sample``), converted like
+     ``trainer.collect_sim_transitions`` and labelled ``real_twin`` so the learner treats
+     them as real data;
+  2. ``LearnerSession.finetune`` then ``session.commit`` with a promoted decision (no sim
+     gate: the bench measures learning, not gating);
+  3. evaluate the deployed, merged adapter on the stand-in.
 
-Ratio printed: RL-FT episodes-to-target / SGFT episodes-to-target (target >= 3x), and
-SGFT's simulated minutes of stand-in data (target < 5 min). RL-FT is the baseline measured
-in the same run.
+Paired design: every evaluation uses the same fixed starts (seeds ``--eval-first-seed``
+onward) for every method, round and bench seed, and collection starts depend on
+(bench seed, round) only, so the arms see the same states. Round 0 is the zero-shot
+evaluation, shared by all. Intervals are over training seeds on those fixed starts.
 
-Condition: the default is ``shifted``. On ``train`` the push base (DAgger stage) already
-succeeds zero-shot on the stand-in (39/40 episodes), so every method needs 0 episodes and
-nothing is measured; ``--condition train`` runs it anyway.
+Primary statistic: the normalised area under the success-vs-stand-in-episodes step
+function over the budget (K x rounds; 1.0 = 100% from the start), compared per seed as
+SGFT(H=1) - RL-FT with a percentile bootstrap over seeds. A job stops after two
+consecutive evaluations at the target; its last rate then holds to the budget.
 
-V_sim: a base whose pretraining stopped before any SAC step has random critics, which would
-make SGFT's shaping (and RL-FT's critic warm start) noise. ``--fit-v-sim auto`` (default)
-then fits the critics to the base actor's value in sim (randomized profile, never the
-stand-in) once, before any job, and every method runs from that checkpoint (the actor is
-unchanged). ``--work-dir`` keeps the fit for the next run.
+Secondary: stand-in episodes (and simulated minutes of stand-in data) until the target is
+held on two consecutive evaluations (the first counts); a seed that never does is
+censored at the budget. Reported as the Kaplan-Meier restricted mean up to the budget and
+the RL-FT/SGFT ratio of restricted means with a paired bootstrap; censoring turns the
+ratio into a bound and the printout says which. Also: each arm's early dip (lowest success
+in rounds 1-2 minus zero-shot) and SGFT's V_sim-exploit flags.
 
-    PYTHONPATH=. .venv/bin/python bench/sample_efficiency.py --out /tmp/sample_eff.json
-    PYTHONPATH=. .venv/bin/python bench/sample_efficiency.py --quick
-    # a learner setting changed for every method, e.g. a 10x lower adapter learning rate:
-    PYTHONPATH=. .venv/bin/python bench/sample_efficiency.py --learner learning_rate=3e-5
+V_sim: a base whose critics were never trained would make SGFT's shaping (and RL-FT's warm
+start) noise; ``--fit-v-sim auto`` then fits them to the base actor's value in sim
+(randomized profile, never the stand-in) once, before any job.
+
+``--quick`` is the preset sized for 2 cores in under 20 minutes (``QUICK``); the default
+preset (``FULL``) has more seeds and a budget past 5 minutes of stand-in data.
+
+    PYTHONPATH=. .venv/bin/python bench/sample_efficiency.py --quick --out /tmp/se.json
+    # the horizon ablation:
+    PYTHONPATH=. .venv/bin/python bench/sample_efficiency.py --quick \\
+        --methods zero_shot,rl_ft,sgft_h1_simadv,sgft_h3,sgft_hinf --out /tmp/se_h.json
 """
 
 from __future__ import annotations
@@ -53,7 +57,6 @@ import argparse
 import dataclasses
 import json
 import logging
-import math
 import multiprocessing
 import shutil
 import sys
@@ -69,54 +72,75 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO))
 
-from simreal_ros.stats import wilson_interval  # noqa: E402
+from simreal_ros.stats import (  # noqa: E402
+    bootstrap_ci,
+    normalised_auc,
+    paired_bootstrap_ci,
+    restricted_mean_time,
+    wilson_interval,
+)
 
-# method name -> (learner method, SGFT horizon); zero_shot never trains.
-METHODS: dict[str, tuple[str | None, int]] = {
-    "zero_shot": (None, 0),
-    "bc_lora": ("bc", 0),
-    "rl_ft": ("rl", 0),
-    "sgft_h1": ("sgft", 1),
-    "sgft_h3": ("sgft", 3),
+# Arm name -> the LearnerConfig fields it sets (None: no training). Nothing else may differ
+# between arms, so a difference in outcome belongs to these fields alone.
+METHODS: dict[str, dict[str, Any] | None] = {
+    "zero_shot": None,
+    "bc_lora": {"method": "bc"},
+    "rl_ft": {"method": "rl", "critic_init": "auto"},
+    "sgft_h1": {"method": "sgft", "horizon": 1, "critic_init": "fresh"},
+    "sgft_h1_simadv": {"method": "sgft", "horizon": 1, "critic_init": "sim_advantage"},
+    "sgft_h3": {"method": "sgft", "horizon": 3, "critic_init": "fresh"},
+    "sgft_hinf": {"method": "sgft", "horizon": 0, "critic_init": "fresh"},
 }
 LABELS = {
     "zero_shot": "zero-shot",
     "bc_lora": "BC-LoRA",
     "rl_ft": "RL-FT (SAC)",
     "sgft_h1": "SGFT H=1",
+    "sgft_h1_simadv": "SGFT H=1 simadv",
     "sgft_h3": "SGFT H=3",
+    "sgft_hinf": "SGFT H=inf",
 }
-# Two-sided 95% Student-t quantiles for 1..30 degrees of freedom (no scipy in the venv).
-T95 = [
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-]  # fmt: skip
+PRIMARY_METHODS = ("zero_shot", "bc_lora", "rl_ft", "sgft_h1")
+ABLATION_METHODS = ("zero_shot", "rl_ft", "sgft_h1_simadv", "sgft_h3", "sgft_hinf")
+SGFT_ARMS = tuple(m for m, o in METHODS.items() if o and o["method"] == "sgft")
+ARM_FIELDS = tuple(sorted({k for row in METHODS.values() if row for k in row}))
+# LearnerConfig fields that differ per job by construction, not per arm.
+PER_JOB_FIELDS = ("seed", "store_root")
+# Targets of the claim under test (the decision lines).
+RATIO_TARGET = 3.0
+MINUTES_TARGET = 5.0
+MIN_SEEDS = 5
+MIN_EVAL_EPISODES = 30
 
 
 @dataclasses.dataclass(frozen=True)
 class BenchConfig:
     checkpoint: str
     task: str = "push"
-    condition: str = "shifted"
+    condition: str = "train"
+    profile: str = "real_twin"
     seeds: int = 5
     first_seed: int = 0
-    methods: tuple[str, ...] = tuple(METHODS)
-    episodes_per_round: int = 10
-    max_rounds: int = 5
+    methods: tuple[str, ...] = PRIMARY_METHODS
+    episodes_per_round: int = 5
+    max_rounds: int = 8
     updates_per_round: int = 300
-    eval_episodes: int = 20
+    eval_episodes: int = 30
+    eval_first_seed: int = 900_000
     target: float = 0.8
-    noise: float = 0.1
-    bc_demos: int = 2
+    # Extra Gaussian noise on top of the policy's own samples (normalised units); 0 = none.
+    noise: float = 0.0
+    bc_demos: int = 0
     sim_episodes: int = 10
     episode_seconds: float = 6.0
     workers: int = 2
     # auto: fit V_sim in sim when the base's critics were never trained (see fit_sim_critic).
     fit_v_sim: str = "auto"
     fit_v_sim_updates: int = 2000
-    # LearnerConfig fields changed from the learner's defaults (e.g. learning_rate).
+    # LearnerConfig fields changed from the learner's defaults for every arm.
     learner_overrides: tuple[tuple[str, str], ...] = ()
+    bootstrap_resamples: int = 10_000
+    bootstrap_seed: int = 0
     # Wall-clock end (epoch s; 0 = none): jobs start no new round after it (flagged).
     deadline: float = 0.0
 
@@ -124,12 +148,32 @@ class BenchConfig:
     def episode_budget(self) -> int:
         return self.episodes_per_round * self.max_rounds
 
+    @property
+    def evaluation_seeds(self) -> list[int]:
+        """One fixed list for every method, round and bench seed: a paired comparison."""
+        return [self.eval_first_seed + i for i in range(self.eval_episodes)]
+
+    def collection_seeds(self, seed: int, round_index: int) -> list[int]:
+        """Start states of a round's collection: (bench seed, round) only, never the
+        method, so every arm meets the same states."""
+        base = 10_000_000 * (seed + 1) + 1_000 * round_index
+        return list(range(base, base + self.episodes_per_round))
+
+    def demo_seeds(self, seed: int, round_index: int) -> list[int]:
+        base = 10_000_000 * (seed + 1) + 1_000 * round_index + 500
+        return list(range(base, base + self.bc_demos))
+
 
 # ---------------------------------------------------------------- stand-in episodes
 def collect_transitions(env, converter, episode_seeds, condition, *, actor=None, expert=None,
-                        noise=0.0, rng=None, prefix="ep", source="real_twin"):  # fmt: skip
+                        noise=0.0, prefix="ep", source="real_twin",
+                        explore_std_max=0.0):  # fmt: skip
     """Episodes on ``env`` as learner Transitions (actor's normalised coordinates).
 
+    ``actor``: a module with ``sample(obs)`` (the LoRA actor); actions are drawn from its
+    own tanh-Gaussian, under a torch RNG seeded by the episode seed, so two arms whose
+    policies agree draw the same actions (common random numbers), and the global RNG the
+    learner uses is left untouched. ``noise`` adds N(0, noise) on top, also seeded.
     Same conversion as ``trainer.collect_sim_transitions``: the recorded action is what the
     arm received, re-expressed as an action. With ``expert`` the expert's command is first
     clipped to the policy's action range, so the recorded action is exactly what ran.
@@ -145,28 +189,32 @@ def collect_transitions(env, converter, episode_seeds, condition, *, actor=None,
         obs, _ = env.reset(seed=int(seed), options={"condition": condition})
         start, success, done = len(rows["r"]), False, False
         episode_id = f"{prefix}-{seed}"
-        while not done:
-            o = converter.normalized_observation(obs)
-            q = obs["joint_position"]
-            if expert is not None:
-                a = converter.action_from_command(expert.act(obs), q)
-            else:
-                with torch.no_grad():
-                    a = actor(torch.as_tensor(o, dtype=torch.float32)).numpy()
-                if noise > 0:
-                    a = np.clip(a + noise * rng.standard_normal(a.shape), -1.0, 1.0)
-            command = converter.command_from_action(a, q)
-            next_obs, reward, terminated, truncated, info = env.step(command)
-            success = success or bool(info.get("success", False))
-            rows["o"].append(o)
-            rows["a"].append(converter.action_from_command(command, q))
-            rows["r"].append(reward)
-            rows["n"].append(converter.normalized_observation(next_obs))
-            rows["t"].append(bool(terminated))
-            rows["u"].append(bool(truncated) and not terminated)
-            rows["e"].append(episode_id)
-            done = terminated or truncated
-            obs = next_obs
+        rng = np.random.default_rng(int(seed))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(seed))
+            while not done:
+                o = converter.normalized_observation(obs)
+                q = obs["joint_position"]
+                if expert is not None:
+                    a = converter.action_from_command(expert.act(obs), q)
+                else:
+                    with torch.no_grad():
+                        obs_t = torch.as_tensor(o, dtype=torch.float32)
+                        a = actor.explore(obs_t, explore_std_max).numpy()
+                    if noise > 0:
+                        a = np.clip(a + noise * rng.standard_normal(a.shape), -1.0, 1.0)
+                command = converter.command_from_action(a, q)
+                next_obs, reward, terminated, truncated, info = env.step(command)
+                success = success or bool(info.get("success", False))
+                rows["o"].append(o)
+                rows["a"].append(converter.action_from_command(command, q))
+                rows["r"].append(reward)
+                rows["n"].append(converter.normalized_observation(next_obs))
+                rows["t"].append(bool(terminated))
+                rows["u"].append(bool(truncated) and not terminated)
+                rows["e"].append(episode_id)
+                done = terminated or truncated
+                obs = next_obs
         steps = len(rows["r"]) - start
         rows["s"] += [success] * steps
         episodes.append((episode_id, steps, success))
@@ -186,21 +234,16 @@ def collect_transitions(env, converter, episode_seeds, condition, *, actor=None,
     return transitions, episodes
 
 
-def evaluation_seeds(cfg: BenchConfig, seed: int) -> list[int]:
-    """Per bench seed, the same evaluation starts for every method (paired)."""
-    return [5_000_000 + 10_000 * seed + i for i in range(cfg.eval_episodes)]
-
-
-def evaluate(cfg: BenchConfig, adapter_dir: str | None, seed: int) -> dict[str, Any]:
-    """The deployed (merged, numpy) policy on the stand-in; success with a Wilson CI."""
+def evaluate(cfg: BenchConfig, adapter_dir: str | None, workers: int = 1) -> dict[str, Any]:
+    """The deployed (merged, numpy) policy on the stand-in's fixed evaluation starts."""
     from simreal_ros.policy.evaluate import PolicySource, evaluate_policy
 
     result = evaluate_policy(
         PolicySource(cfg.checkpoint, adapter_dir),
-        profile="real_twin",
+        profile=cfg.profile,
         condition=cfg.condition,
-        seeds=evaluation_seeds(cfg, seed),
-        workers=1,
+        seeds=cfg.evaluation_seeds,
+        workers=workers,
     )
     return {
         "successes": result.successes,
@@ -343,13 +386,6 @@ def _worker_setup() -> None:
     logging.getLogger("simreal_ros").setLevel(logging.ERROR)
 
 
-def zero_shot_job(cfg: BenchConfig, seed: int) -> dict[str, Any]:
-    _worker_setup()
-    start = time.perf_counter()
-    evaluation = evaluate(cfg, None, seed)
-    return {"seed": seed, "evaluation": evaluation, "seconds": time.perf_counter() - start}
-
-
 def learner_config(cfg: BenchConfig, **values: Any):
     """The learner's defaults, the bench's settings, then --learner KEY=VALUE overrides
     (parsed and validated by the learner's own config schema)."""
@@ -372,13 +408,35 @@ def _scalar(text: str):
     return {"true": True, "false": False}.get(text.lower(), text)
 
 
+def arm_config(cfg: BenchConfig, method: str, seed: int = 0, store_root: str = "models"):
+    """The LearnerConfig a job of ``method`` runs with: the settings every arm shares (the
+    bench's, then --learner overrides) plus the arm's own row, and nothing else."""
+    row = METHODS[method]
+    if row is None:
+        raise ValueError(f"{method} does not train; it has no learner config.")
+    clash = sorted({k for k, _ in cfg.learner_overrides} & set(ARM_FIELDS))
+    if clash:
+        # An override of an arm field would silently turn arms into one another.
+        raise ValueError(f"--learner {', '.join(clash)}: set by the arms; choose --methods.")
+    return learner_config(
+        cfg,
+        seed=seed,
+        task=cfg.task,
+        checkpoint_dir=cfg.checkpoint,
+        updates_per_round=cfg.updates_per_round,
+        sim_episodes=cfg.sim_episodes,
+        store_root=store_root,
+        **row,
+    )
+
+
 def method_job(
     cfg: BenchConfig, method: str, seed: int, round0: dict[str, Any], work_dir: str
 ) -> dict[str, Any]:
-    """Rounds of collect -> fine-tune -> evaluate until the target or the budget."""
+    """Rounds of collect -> fine-tune -> evaluate until the target is held on two
+    consecutive evaluations or the budget is spent."""
     _worker_setup()
     started = time.perf_counter()
-    control_rate = 20.0
     rounds = [
         {
             "round": 0,
@@ -387,10 +445,11 @@ def method_job(
             "steps": 0,
             "minutes": 0.0,
             "evaluation": round0,
+            "evaluated": True,
         }
     ]
     out: dict[str, Any] = {"method": method, "seed": seed, "rounds": rounds}
-    if round0["success"] >= cfg.target or METHODS[method][0] is None:
+    if METHODS[method] is None:
         return _finish(out, cfg, started)
 
     import torch
@@ -403,65 +462,55 @@ def method_job(
     from simreal_ros.sim.env import ArmTaskEnv
 
     torch.manual_seed(seed)
-    learner_method, horizon = METHODS[method]
     store_root = Path(tempfile.mkdtemp(prefix=f"{method}-s{seed}-", dir=work_dir))
-    sgft_horizon = {"horizon": horizon} if learner_method == "sgft" else {}
-    config = learner_config(
-        cfg,
-        method=learner_method,
-        seed=seed,
-        task=cfg.task,
-        checkpoint_dir=cfg.checkpoint,
-        updates_per_round=cfg.updates_per_round,
-        sim_episodes=cfg.sim_episodes,
-        store_root=str(store_root),
-        **sgft_horizon,
-    )
+    config = arm_config(cfg, method, seed, str(store_root))
+    out["learner_config"] = dataclasses.asdict(config)
     checkpoint = load_checkpoint(cfg.checkpoint)
     control_rate = float(checkpoint.spec.control_rate_hz)
     sim = None
     # The learner's default sim data (nominal sim, not the stand-in): replay + SGFT scale.
-    if config.sim_episodes > 0 and (config.sim_replay or config.ewc or learner_method == "sgft"):
+    # Seeded by the bench seed only, so every arm of a seed replays the same sim episodes.
+    if config.sim_episodes > 0 and (config.sim_replay or config.ewc or config.method == "sgft"):
         sim = collect_sim_transitions(
             checkpoint, cfg.task, config.sim_episodes, seed=1_000 + seed,
             episode_seconds=cfg.episode_seconds,
+            exploration_std_max=config.exploration_std_max,
         )  # fmt: skip
     session = LearnerSession(config, checkpoint=checkpoint, sim_data=sim)
     converter = session.converter
     env = ArmTaskEnv(
         task=cfg.task,
-        profile="real_twin",
+        profile=cfg.profile,
         condition=cfg.condition,
         control_rate_hz=control_rate,
         episode_seconds=cfg.episode_seconds,
     )
     expert = None
-    if learner_method == "bc" and cfg.bc_demos > 0:
+    if config.method == "bc" and cfg.bc_demos > 0:
         from simreal_ros.sim.expert import make_expert
 
         expert = make_expert(cfg.task, control_rate_hz=control_rate)
-    rng = np.random.default_rng(seed)
     real: Transitions | None = None
     episodes = demos = steps = 0
     try:
         for round_index in range(1, cfg.max_rounds + 1):
+            if held_index(rounds, cfg.target) is not None:
+                break  # held on two consecutive evaluations: the rest adds nothing
             if cfg.deadline and time.time() > cfg.deadline:
                 out["time_limited"] = True
                 break
             t0 = time.perf_counter()
-            base_seed = 10_000_000 * (seed + 1) + 1_000 * round_index
-            actor = lora.merged(session.actor_peft)
-            parts = []
             part, collected = collect_transitions(
-                env, converter, range(base_seed, base_seed + cfg.episodes_per_round),
-                cfg.condition, actor=actor, noise=cfg.noise, rng=rng, prefix=f"s{seed}",
+                env, converter, cfg.collection_seeds(seed, round_index), cfg.condition,
+                actor=lora.inner(session.actor_peft), noise=cfg.noise, prefix=f"s{seed}",
+                explore_std_max=config.exploration_std_max,
             )  # fmt: skip
-            parts.append(part)
+            parts = [part]
             if expert is not None:
-                demo_seeds = range(base_seed + 500, base_seed + 500 + cfg.bc_demos)
                 part, demo_eps = collect_transitions(
-                    env, converter, demo_seeds, cfg.condition, expert=expert, prefix="demo"
-                )
+                    env, converter, cfg.demo_seeds(seed, round_index), cfg.condition,
+                    expert=expert, prefix="demo",
+                )  # fmt: skip
                 parts.append(part)
                 collected += demo_eps
                 demos += len(demo_eps)
@@ -473,10 +522,11 @@ def method_job(
             try:
                 candidate = session.finetune(real)
             except ValueError as error:  # e.g. BC with no successful episode yet
+                # The policy is unchanged, so its last evaluation still describes it.
                 rounds.append(
                     _round_row(round_index, episodes, demos, steps, control_rate, collected,
                                rounds[-1]["evaluation"], {"skipped": str(error)},
-                               collect_s, 0.0, 0.0)
+                               collect_s, 0.0, 0.0, evaluated=False)
                 )  # fmt: skip
                 continue
             decision = GateDecision(
@@ -490,29 +540,28 @@ def method_job(
             stored = session.commit(candidate, decision)
             train_s = time.perf_counter() - t1
             t2 = time.perf_counter()
-            evaluation = evaluate(cfg, str(stored.path), seed)
+            evaluation = evaluate(cfg, str(stored.path))
             metrics = {
                 k: float(v)
                 for k, v in candidate.metrics.items()
                 if k in ("loss", "critic_loss", "actor_loss", "bc_loss", "q_mean",
                          "reward_mean", "alpha", "reward_scale", "value_exploit_flag",
-                         "anchor_drift", "q_scale", "entropy")
+                         "anchor_drift", "q_scale", "entropy", "updates",
+                         "new_real_transitions")
             }  # fmt: skip
             rounds.append(
                 _round_row(round_index, episodes, demos, steps, control_rate, collected,
                            evaluation, metrics, collect_s, train_s, time.perf_counter() - t2)
             )  # fmt: skip
-            if evaluation["success"] >= cfg.target:
-                break
     finally:
         env.close()
         shutil.rmtree(store_root, ignore_errors=True)
     out["reward_scale"] = float(session.reward_scale)
-    return _finish(out, cfg, started, control_rate)
+    return _finish(out, cfg, started)
 
 
 def _round_row(index, episodes, demos, steps, rate, collected, evaluation, metrics,
-               collect_s, train_s, eval_s) -> dict[str, Any]:  # fmt: skip
+               collect_s, train_s, eval_s, evaluated=True) -> dict[str, Any]:  # fmt: skip
     return {
         "round": index,
         "episodes": episodes,
@@ -521,153 +570,411 @@ def _round_row(index, episodes, demos, steps, rate, collected, evaluation, metri
         "minutes": steps / rate / 60.0,
         "collected_success": float(np.mean([s for _, _, s in collected])) if collected else 0.0,
         "evaluation": evaluation,
+        "evaluated": evaluated,
         "metrics": metrics,
         "seconds": {"collect": collect_s, "train": train_s, "evaluate": eval_s},
     }
 
 
-def _finish(out: dict[str, Any], cfg: BenchConfig, started: float, rate: float = 20.0):
+def held_index(rounds: list[dict[str, Any]], target: float) -> int | None:
+    """First round whose evaluation and the next one's are both at the target; the second
+    must be a fresh evaluation (a skipped round only repeats the previous one)."""
+    for i in range(len(rounds) - 1):
+        now, after = rounds[i], rounds[i + 1]
+        if (
+            after.get("evaluated", True)
+            and now["evaluation"]["success"] >= target
+            and after["evaluation"]["success"] >= target
+        ):
+            return i
+    return None
+
+
+def _finish(out: dict[str, Any], cfg: BenchConfig, started: float) -> dict[str, Any]:
+    """Per-job statistics: curve AUC, time to target (or censoring), early dip, flags."""
     rounds = out["rounds"]
-    hit = next((r for r in rounds if r["evaluation"]["success"] >= cfg.target), None)
-    last = rounds[-1]
-    out["reached"] = hit is not None
-    if hit is not None:
-        out["episodes_to_target"] = hit["episodes"]
-        out["minutes_to_target"] = hit["minutes"]
+    zero = rounds[0]["evaluation"]
+    trains = METHODS[out["method"]] is not None
+    index = held_index(rounds, cfg.target)
+    if not trains and zero["success"] >= cfg.target:
+        # The untrained policy is deterministic and re-evaluated on the same starts it
+        # would score the same: held from episode 0.
+        index = 0
+    out["reached"] = index is not None
+    if index is not None:
+        out["episodes_to_target"] = rounds[index]["episodes"]
+        out["minutes_to_target"] = rounds[index]["minutes"]
     else:
-        # Censored at the budget: everything collected (or the full budget if collection
-        # stopped early, e.g. zero-shot, which never collects).
-        budget_steps = cfg.episode_budget * cfg.episode_seconds * rate
-        out["episodes_to_target"] = max(last["episodes"], cfg.episode_budget)
-        out["minutes_to_target"] = max(last["minutes"], budget_steps / rate / 60.0)
-        if out.get("time_limited"):  # stopped by the wall clock: what was collected (JSON)
-            out["episodes_to_target"] = last["episodes"]
-            out["minutes_to_target"] = last["minutes"]
-    out["final_success"] = last["evaluation"]["success"]
+        # Censored: never held within the budget. Minutes censor at what was collected
+        # (an arm that collects nothing, at the budget's worth).
+        out["episodes_to_target"] = cfg.episode_budget
+        budget_minutes = cfg.episode_budget * cfg.episode_seconds / 60.0
+        out["minutes_to_target"] = rounds[-1]["minutes"] if trains else budget_minutes
+        if out.get("time_limited"):  # cut by the wall clock: what was collected (JSON only)
+            out["episodes_to_target"] = rounds[-1]["episodes"]
+    out["curve"] = {
+        "episodes": [r["episodes"] for r in rounds],
+        "success": [r["evaluation"]["success"] for r in rounds],
+    }
+    out["auc"] = normalised_auc(out["curve"]["episodes"], out["curve"]["success"],
+                                cfg.episode_budget)  # fmt: skip
+    early = rounds[1:3]
+    out["early_dip"] = None
+    if early:
+        worst = min(early, key=lambda r: r["evaluation"]["success"])["evaluation"]
+        high = wilson_interval(worst["successes"], worst["episodes"])[1]
+        out["early_dip"] = {
+            "dip": worst["success"] - zero["success"],
+            "successes": worst["successes"],
+            "episodes": worst["episodes"],
+            "below_zero_shot": bool(high < zero["success"]),
+        }
+    out["value_exploit_flags"] = sum(
+        1 for r in rounds[1:] if r.get("metrics", {}).get("value_exploit_flag", 0.0) > 0
+    )
+    out["final_success"] = rounds[-1]["evaluation"]["success"]
     out["seconds"] = time.perf_counter() - started
     return out
 
 
-# ---------------------------------------------------------------- statistics
-def mean_ci(values: list[float]) -> tuple[float, float, float]:
-    """Mean and a two-sided 95% Student-t interval over seeds."""
-    x = np.asarray(values, np.float64)
-    if len(x) == 0:
-        return float("nan"), float("nan"), float("nan")
-    mean = float(x.mean())
-    if len(x) < 2:
-        return mean, float("nan"), float("nan")
-    t = T95[len(x) - 2] if len(x) - 1 <= len(T95) else 1.96
-    half = t * float(x.std(ddof=1)) / math.sqrt(len(x))
-    return mean, mean - half, mean + half
+# ---------------------------------------------------------------- statistics over seeds
+def _ratio(a: float, b: float) -> float:
+    if b > 0:
+        return a / b
+    return float("inf") if a > 0 else float("nan")
 
 
-def _clip_low(interval: tuple[float, float, float]) -> tuple[float, float, float]:
-    mean, low, high = interval
-    return mean, (max(0.0, low) if math.isfinite(low) else low), high
+def _rmst_rows(rows: np.ndarray, horizon: float) -> float:
+    """Restricted mean of [time, censored] rows (the bootstrap resamples whole rows)."""
+    rows = np.asarray(rows, np.float64).reshape(-1, 2)
+    return restricted_mean_time(rows[:, 0], rows[:, 1] > 0.5, horizon)
 
 
-def summarise(cfg: BenchConfig, jobs: list[dict[str, Any]]) -> dict[str, Any]:
-    by_method: dict[str, Any] = {}
+def _time_rows(jobs: list[dict[str, Any]], key: str) -> np.ndarray:
+    return np.asarray([[j[key], float(not j["reached"])] for j in jobs], np.float64)
+
+
+def settings_check(jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Whether the trained jobs ran with identical learner settings outside their arm's
+    row (and the per-job seed and store), and each with its own row's values."""
+    trained = [j for j in jobs if j.get("learner_config")]
+    skip = set(ARM_FIELDS) | set(PER_JOB_FIELDS)
+    differences: set[str] = set()
+    wrong_row = []
+    if trained:
+        reference = trained[0]["learner_config"]
+        for job in trained:
+            config = job["learner_config"]
+            differences |= {k for k in reference if k not in skip and config[k] != reference[k]}
+            if any(config[k] != v for k, v in METHODS[job["method"]].items()):
+                wrong_row.append(f"{job['method']} seed {job['seed']}")
+    return {
+        "shared_settings_equal": not differences and not wrong_row,
+        "differing_fields": sorted(differences),
+        "jobs_not_matching_their_row": wrong_row,
+        "arm_fields": list(ARM_FIELDS),
+    }
+
+
+def _method_summary(cfg: BenchConfig, method: str, jobs, zero: dict[str, Any]):
+    boot = {"resamples": cfg.bootstrap_resamples, "seed": cfg.bootstrap_seed}
+    budget = cfg.episode_budget
+    budget_minutes = budget * cfg.episode_seconds / 60.0
+    all_rows = sorted((j for j in jobs if j["method"] == method), key=lambda j: j["seed"])
+    rows = [j for j in all_rows if not j.get("time_limited")]
+    if not rows:
+        return None
+    auc = [j["auc"] for j in rows]
+    episodes = _time_rows(rows, "episodes_to_target")
+    minutes = _time_rows(rows, "minutes_to_target")
+    final = [j["final_success"] for j in rows]
+    total_s = sum(j["rounds"][-1]["evaluation"]["successes"] for j in rows)
+    total_n = sum(j["rounds"][-1]["evaluation"]["episodes"] for j in rows)
+    dips = [j["early_dip"] for j in rows if j.get("early_dip")]
+    dip = None
+    if dips:
+        # Pooled over seeds, each at its worst early evaluation; a dip only when even the
+        # Wilson upper bound stays below zero-shot (the min of two is already pessimistic).
+        s = sum(d["successes"] for d in dips)
+        n = sum(d["episodes"] for d in dips)
+        upper = wilson_interval(s, n)[1]
+        dip = {
+            "mean": float(np.mean([d["dip"] for d in dips])),
+            "per_seed": [d["dip"] for d in dips],
+            "seeds_below_zero_shot": sum(d["below_zero_shot"] for d in dips),
+            "pooled_worst_success": s / n if n else float("nan"),
+            "pooled_wilson95_high": upper,
+            "dip": bool(upper < zero["success"]),
+        }
+    return {
+        "label": LABELS[method],
+        "seeds": len(rows),
+        "seed_ids": [j["seed"] for j in rows],
+        "time_limited": len(all_rows) - len(rows),
+        "zero_shot": zero["success"],
+        "final_success": {
+            "mean": float(np.mean(final)),
+            "per_seed": final,
+            "pooled": total_s / total_n if total_n else float("nan"),
+            "pooled_wilson95": list(wilson_interval(total_s, total_n)),
+        },
+        "auc": {
+            "mean": float(np.mean(auc)),
+            "ci95": list(bootstrap_ci(auc, **boot)),
+            "per_seed": auc,
+        },
+        "censored": int(episodes[:, 1].sum()),
+        "episodes_to_target": {
+            "restricted_mean": _rmst_rows(episodes, budget),
+            "ci95": list(bootstrap_ci(episodes, lambda r: _rmst_rows(r, budget), **boot)),
+            "horizon": budget,
+            "per_seed": episodes[:, 0].tolist(),
+        },
+        "minutes_to_target": {
+            "restricted_mean": _rmst_rows(minutes, budget_minutes),
+            "ci95": list(bootstrap_ci(minutes, lambda r: _rmst_rows(r, budget_minutes), **boot)),
+            "horizon": budget_minutes,
+            "per_seed": minutes[:, 0].tolist(),
+        },
+        "early_dip": dip,
+        "value_exploit_flags": sum(j["value_exploit_flags"] for j in rows),
+        "rounds_trained": sum(len(j["rounds"]) - 1 for j in rows),
+    }
+
+
+def _ratio_verdict(ratio_ci, rl_censored: int, sg_censored: int) -> tuple[str, str]:
+    """(verdict, note) for RL-FT/SGFT >= RATIO_TARGET at the CI's lower bound.
+
+    A censored seed's true time lies beyond the budget, so its arm's restricted mean
+    understates its mean: RL-FT censored makes the ratio a lower bound, SGFT censored an
+    upper bound, both censored no bound at all.
+    """
+    low, high = ratio_ci
+    if np.isnan(low) or np.isnan(high):
+        return "not measured", "no ratio (neither arm needed any episodes)"
+    if sg_censored and rl_censored:
+        return "not measured (censored)", "both arms censored: the ratio is no bound either way"
+    if sg_censored:
+        note = "SGFT censored: the ratio is an upper bound"
+        return ("not met" if high < RATIO_TARGET else "not measured (censored)"), note
+    if rl_censored:
+        note = "RL-FT censored: the ratio is a lower bound"
+        return ("met" if low >= RATIO_TARGET else "not measured (censored)"), note
+    note = "no seed censored: the ratio is measured"
+    return ("met" if low >= RATIO_TARGET else "not met"), note
+
+
+def _minutes_verdict(minutes: dict[str, Any], censored: int) -> str:
+    low, high = minutes["ci95"]
+    if not censored:
+        return "met" if high < MINUTES_TARGET else "not met"
+    # Censored seeds make the restricted mean a lower bound on the minutes needed.
+    return "not met" if low >= MINUTES_TARGET else "not measured (censored)"
+
+
+def summarise(cfg: BenchConfig, jobs: list[dict[str, Any]], zero: dict[str, Any]):
+    methods = {}
     for method in cfg.methods:
-        rows = sorted((j for j in jobs if j["method"] == method), key=lambda j: j["seed"])
-        if not rows:
+        row = _method_summary(cfg, method, jobs, zero)
+        if row is not None:
+            methods[method] = row
+    boot = {"resamples": cfg.bootstrap_resamples, "seed": cfg.bootstrap_seed}
+    budget = cfg.episode_budget
+    usable = [j for j in jobs if not j.get("time_limited")]
+    by_seed = {(j["method"], j["seed"]): j for j in usable}
+    comparisons = {}
+    for arm in (m for m in cfg.methods if m in SGFT_ARMS):
+        seeds = sorted(s for m, s in by_seed if m == arm and ("rl_ft", s) in by_seed)
+        if not seeds:
             continue
-        # Seeds cut by --time-limit-min never got their budget: left out of the statistics.
-        time_limited = sum(bool(j.get("time_limited")) for j in rows)
-        rows = [j for j in rows if not j.get("time_limited")] or rows
-        censored = sum(not j["reached"] for j in rows)
-        # Counts and minutes cannot be negative: the t-interval's low end is clipped at 0.
-        eps = _clip_low(mean_ci([j["episodes_to_target"] for j in rows]))
-        mins = _clip_low(mean_ci([j["minutes_to_target"] for j in rows]))
-        final = [j["final_success"] for j in rows]
-        total_s = sum(j["rounds"][-1]["evaluation"]["successes"] for j in rows)
-        total_n = sum(j["rounds"][-1]["evaluation"]["episodes"] for j in rows)
-        by_method[method] = {
-            "label": LABELS[method],
-            "seeds": len(rows),
-            "censored": censored,
-            "time_limited": time_limited,
-            "episodes_to_target": {"mean": eps[0], "ci95": [eps[1], eps[2]]},
-            "minutes_to_target": {"mean": mins[0], "ci95": [mins[1], mins[2]]},
-            "per_seed_episodes": [j["episodes_to_target"] for j in rows],
-            "final_success": {
-                "mean": float(np.mean(final)),
-                "pooled": total_s / total_n if total_n else float("nan"),
-                "pooled_wilson95": list(wilson_interval(total_s, total_n)),
+        rl = [by_seed[("rl_ft", s)] for s in seeds]
+        sg = [by_seed[(arm, s)] for s in seeds]
+        rl_auc = np.asarray([j["auc"] for j in rl])
+        sg_auc = np.asarray([j["auc"] for j in sg])
+        rl_t, sg_t = _time_rows(rl, "episodes_to_target"), _time_rows(sg, "episodes_to_target")
+        ratio = _ratio(_rmst_rows(rl_t, budget), _rmst_rows(sg_t, budget))
+        ratio_ci = paired_bootstrap_ci(
+            rl_t, sg_t, lambda a, b: _ratio(_rmst_rows(a, budget), _rmst_rows(b, budget)), **boot
+        )
+        rl_c, sg_c = int(rl_t[:, 1].sum()), int(sg_t[:, 1].sum())
+        verdict, note = _ratio_verdict(ratio_ci, rl_c, sg_c)
+        diff_ci = paired_bootstrap_ci(sg_auc, rl_auc, **boot)
+        diff = float(np.mean(sg_auc - rl_auc))
+        if diff_ci[0] > 0:
+            auc_verdict = f"{LABELS[arm]} learns faster (CI above 0)"
+        elif diff_ci[1] < 0:
+            auc_verdict = "RL-FT learns faster (CI below 0)"
+        else:
+            auc_verdict = "no difference resolved (CI includes 0)"
+        sg_row = methods[arm]
+        dip = sg_row["early_dip"]
+        comparisons[arm] = {
+            "seeds": seeds,
+            "auc_difference": {
+                "mean": diff,
+                "ci95": list(diff_ci),
+                "per_seed": (sg_auc - rl_auc).tolist(),
+                "verdict": auc_verdict,
+            },
+            "ratio_rl_over_sgft": {
+                "restricted_mean_ratio": ratio,
+                "ci95": list(ratio_ci),
+                "rl_censored": rl_c,
+                "sgft_censored": sg_c,
+                "note": note,
+            },
+            "verdicts": {
+                "ratio_3x": verdict,
+                "minutes_under_5": _minutes_verdict(sg_row["minutes_to_target"], sg_c),
+                "no_early_dip": (
+                    "not measured" if dip is None else "not met" if dip["dip"] else "met"
+                ),
             },
         }
-    ratios = {}
-    rl = by_method.get("rl_ft")
-    for name in ("sgft_h1", "sgft_h3"):
-        sg = by_method.get(name)
-        if rl is None or sg is None:
-            continue
-        a, b = rl["episodes_to_target"]["mean"], sg["episodes_to_target"]["mean"]
-        ratio = a / b if b > 0 else float("inf") if a > 0 else float("nan")
-        counts = (
-            f"censored on {rl['censored']}/{rl['seeds']} (RL-FT) and "
-            f"{sg['censored']}/{sg['seeds']} (SGFT) seeds"
-        )
-        if sg["censored"] and rl["censored"]:
-            note = f"{counts}: ratio not measured"
-        elif rl["censored"]:
-            note = f"{counts}: ratio is a lower bound"
-        elif sg["censored"]:
-            note = f"{counts}: ratio is an upper bound"
-        else:
-            note = "both reached the target on every seed"
-        ratios[name] = {
-            "rl_over_sgft_episodes": ratio,
-            "note": note,
-            "meets_3x": bool(ratio >= 3.0) and not sg["censored"],
-            "sgft_minutes": sg["minutes_to_target"]["mean"],
-            "sgft_under_5_minutes": bool(sg["minutes_to_target"]["mean"] < 5.0)
-            and not sg["censored"],
-        }
-    return {"methods": by_method, "ratios": ratios}
+    primary = "sgft_h1" if "sgft_h1" in comparisons else next(iter(comparisons), None)
+    return {
+        "methods": methods,
+        "comparisons": comparisons,
+        "primary": primary,
+        "learner_settings": settings_check(jobs),
+    }
+
+
+# ---------------------------------------------------------------- report
+def _ci(interval, fmt: str) -> str:
+    return f"{format(interval[0], fmt)}..{format(interval[1], fmt)}"
 
 
 def format_table(cfg: BenchConfig, summary: dict[str, Any]) -> str:
+    budget_minutes = cfg.episode_budget * cfg.episode_seconds / 60.0
     lines = [
-        f"Sample efficiency on the real_twin STAND-IN (simulated; not a physical arm): "
-        f"task {cfg.task}, condition {cfg.condition}, target {cfg.target:.0%} over "
-        f"{cfg.eval_episodes} evaluation episodes, budget {cfg.max_rounds} rounds x "
-        f"{cfg.episodes_per_round} episodes, {cfg.updates_per_round} updates/round",
-        f"{'method':<13} {'seeds':>5} {'cens.':>5}  {'stand-in episodes to target':<31} "
-        f"{'sim minutes of stand-in data':<30} {'final success':<13}",
+        f"Sample efficiency on the {cfg.profile} STAND-IN (simulated; not a physical arm): "
+        f"task {cfg.task}, condition {cfg.condition}; {cfg.eval_episodes} fixed evaluation "
+        f"starts; budget {cfg.max_rounds} rounds x {cfg.episodes_per_round} episodes = "
+        f"{cfg.episode_budget} episodes ({budget_minutes:.1f} sim min); "
+        f"{cfg.updates_per_round} updates/round; target {cfg.target:.0%} held on two "
+        "consecutive evaluations",
+        f"{'method':<16} {'seeds':>5} {'zero-shot':>9} {'final':>6}  {'AUC [95% CI]':<19} "
+        f"{'episodes to target [CI]':<25} {'cens.':>5}  {'sim minutes [CI]':<18}",
     ]
     for row in summary["methods"].values():
-        e, m = row["episodes_to_target"], row["minutes_to_target"]
+        a, e, m = row["auc"], row["episodes_to_target"], row["minutes_to_target"]
         mark = ">=" if row["censored"] else "  "
         lines.append(
-            f"{row['label']:<13} {row['seeds']:>5} {row['censored']:>5}  "
-            f"{mark}{e['mean']:6.1f} [{e['ci95'][0]:6.1f}, {e['ci95'][1]:6.1f}]{'':7} "
-            f"{mark}{m['mean']:5.2f} [{m['ci95'][0]:5.2f}, {m['ci95'][1]:5.2f}]{'':8} "
-            f"{row['final_success']['mean']:6.1%}"
+            f"{row['label']:<16} {row['seeds']:>5} {row['zero_shot']:>9.0%} "
+            f"{row['final_success']['mean']:>6.0%}  "
+            f"{a['mean']:.2f} [{_ci(a['ci95'], '.2f')}]{'':5} "
+            f"{mark}{e['restricted_mean']:5.1f} [{_ci(e['ci95'], '5.1f')}]{'':4} "
+            f"{row['censored']:>2}/{row['seeds']:<2}  "
+            f"{mark}{m['restricted_mean']:4.2f} [{_ci(m['ci95'], '.2f')}]"
         )
-    lines.append("(mean [95% t-interval over seeds]; censored seeds count at the budget)")
-    for row in summary["methods"].values():
+    lines.append(
+        "(AUC: success-vs-episodes area / budget, 1.0 = 100% from the start; episodes and "
+        "minutes: Kaplan-Meier restricted means up to the budget, '>=' = some seeds "
+        "censored, so a lower bound; CIs: percentile bootstrap over seeds)"
+    )
+    for method, row in summary["methods"].items():
         if row["time_limited"]:
             lines.append(
-                f"{row['label']}: {row['time_limited']} seed(s) stopped by --time-limit-min "
-                "before the budget (left out of the statistics above)"
+                f"{row['label']}: {row['time_limited']} seed(s) stopped by the deadline "
+                "before the budget (left out of every statistic)"
             )
-    for name, r in summary["ratios"].items():
+        dip = row["early_dip"]
+        if dip is not None:
+            lines.append(
+                f"{row['label']}: early dip (worst of rounds 1-2 minus zero-shot) "
+                f"{dip['mean']:+.2f} mean over seeds, {dip['seeds_below_zero_shot']} seed(s) "
+                f"below zero-shot beyond Wilson noise; pooled: "
+                f"{'DIP' if dip['dip'] else 'no dip beyond noise'}"
+            )
+        if method in SGFT_ARMS:
+            lines.append(
+                f"{row['label']}: V_sim-exploit flags in {row['value_exploit_flags']} of "
+                f"{row['rounds_trained']} rounds"
+            )
+    settings = summary["learner_settings"]
+    if not settings["shared_settings_equal"]:
         lines.append(
-            f"ratio RL-FT / {LABELS[name]}: {r['rl_over_sgft_episodes']:.2f}x episodes "
-            f"(target >= 3x: {'met' if r['meets_3x'] else 'NOT met'}; {r['note']}); "
-            f"{LABELS[name]} needs {r['sgft_minutes']:.2f} sim minutes of stand-in data "
-            f"(target < 5: {'met' if r['sgft_under_5_minutes'] else 'NOT met'})"
+            f"WARNING: arms differ outside their rows: {settings['differing_fields']} "
+            f"{settings['jobs_not_matching_their_row']}"
         )
+    for arm, c in summary["comparisons"].items():
+        tag = " (primary)" if arm == summary["primary"] else ""
+        d, r, v = c["auc_difference"], c["ratio_rl_over_sgft"], c["verdicts"]
+        minutes = summary["methods"][arm]["minutes_to_target"]
+        lines += [
+            f"--- {LABELS[arm]} vs RL-FT{tag}, paired over seeds {c['seeds']}",
+            f"{LABELS[arm]} - RL-FT AUC: {d['mean']:+.2f} (95% CI {_ci(d['ci95'], '+.2f')}): "
+            f"{d['verdict']}",
+            f"RL-FT/{LABELS[arm]} episodes to {cfg.target:.0%} held twice: "
+            f"{r['restricted_mean_ratio']:.2f} (95% CI {_ci(r['ci95'], '.2f')}); censored "
+            f"{r['rl_censored']}/{len(c['seeds'])} RL-FT, {r['sgft_censored']}/"
+            f"{len(c['seeds'])} SGFT: {r['note']}",
+            f"target ratio >= {RATIO_TARGET:g}x at the CI lower bound: {v['ratio_3x']}",
+            f"target < {MINUTES_TARGET:g} simulated minutes of stand-in data "
+            f"({minutes['restricted_mean']:.2f}, CI {_ci(minutes['ci95'], '.2f')}): "
+            f"{v['minutes_under_5']}"
+            + (
+                f" (the whole budget is {budget_minutes:.1f} min, so any seed that reaches "
+                "the target meets it)"
+                if budget_minutes < MINUTES_TARGET
+                else ""
+            ),
+            f"target no early dip ({LABELS[arm]}): {v['no_early_dip']}",
+        ]
     return "\n".join(lines)
+
+
+def step_values(episodes, success, grid) -> np.ndarray:
+    """The success step function (each rate holds until the next evaluation) on ``grid``."""
+    index = np.searchsorted(np.asarray(episodes), np.asarray(grid), side="right") - 1
+    return np.asarray(success, np.float64)[np.clip(index, 0, None)]
+
+
+def plot_curves(cfg: BenchConfig, jobs: list[dict[str, Any]], path: str | Path) -> Path:
+    """Mean success vs stand-in episodes per arm, min..max over seeds shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; no display on a robot PC or in CI
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    grid = np.arange(cfg.episode_budget + 1)
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for method in cfg.methods:
+        rows = [j for j in jobs if j["method"] == method and not j.get("time_limited")]
+        if not rows:
+            continue
+        values = np.asarray(
+            [step_values(j["curve"]["episodes"], j["curve"]["success"], grid) for j in rows]
+        )
+        (line,) = ax.step(grid, values.mean(0), where="post", label=LABELS[method])
+        ax.fill_between(grid, values.min(0), values.max(0), step="post", alpha=0.15,
+                        color=line.get_color())  # fmt: skip
+    ax.axhline(cfg.target, color="k", linestyle="--", linewidth=1, label="target")
+    ax.set_xlim(0, cfg.episode_budget)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # episodes are counts
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("stand-in episodes collected")
+    ax.set_ylabel(f"success on {cfg.eval_episodes} fixed starts")
+    ax.set_title(f"{cfg.task} on the {cfg.profile} STAND-IN (simulated), condition "
+                 f"{cfg.condition}: mean, min..max over seeds", fontsize=9)  # fmt: skip
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 # ---------------------------------------------------------------- driver
 def run(
     cfg: BenchConfig, work_dir: str | None = None, progress=print, time_limit_s: float = 0.0
 ) -> dict[str, Any]:
-    """Every (method, seed) job; zero-shot evaluations first (they are round 0 of all)."""
+    """The zero-shot evaluation (round 0 of every job), then every (method, seed) job."""
+    from simreal_ros.sim.profiles import check_profile
+
     unknown = [m for m in cfg.methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown methods {unknown}; choose from {', '.join(METHODS)}.")
@@ -676,7 +983,10 @@ def run(
             f"checkpoint {cfg.checkpoint} has no policy.json; pass --checkpoint with a "
             f"{cfg.task} checkpoint directory (the shipped one is checkpoints/{cfg.task})."
         )
-    learner_config(cfg, method="rl", task=cfg.task)  # a bad --learner override fails here
+    check_profile(cfg.profile)
+    for method in cfg.methods:  # a bad --learner override fails here, before any work
+        if METHODS[method] is not None:
+            arm_config(cfg, method)
     own_dir = work_dir is None
     work_dir = work_dir or tempfile.mkdtemp(prefix="sample_eff-")
     Path(work_dir).mkdir(parents=True, exist_ok=True)
@@ -706,45 +1016,53 @@ def run(
         cfg = dataclasses.replace(cfg, checkpoint=str(fitted))
     if time_limit_s > 0:
         cfg = dataclasses.replace(cfg, deadline=time.time() + time_limit_s)
+    # One zero-shot evaluation serves every seed and method: the base policy and the
+    # evaluation starts are the same for all of them.
+    zero = evaluate(cfg, None, workers=cfg.workers)
+    progress(
+        f"[{time.perf_counter() - started:6.0f}s] zero-shot: {zero['successes']}/"
+        f"{zero['episodes']} on the {cfg.profile} stand-in ({cfg.condition})"
+    )
+    for method in (m for m in cfg.methods if METHODS[m] is None):  # no training: inline
+        jobs += [method_job(cfg, method, seed, zero, work_dir) for seed in seeds]
     pool = None
     if cfg.workers > 1:
         pool = ProcessPoolExecutor(cfg.workers, mp_context=multiprocessing.get_context("spawn"))
     try:
-        round0 = {}
-        for result in _map(pool, zero_shot_job, [(cfg, s) for s in seeds]):
-            seed = result["seed"]
-            round0[seed] = result["evaluation"]
-            ev = result["evaluation"]
-            progress(
-                f"[{time.perf_counter() - started:6.0f}s] zero-shot seed {seed}: "
-                f"{ev['successes']}/{ev['episodes']} on the stand-in"
-            )
-        # Seed-major, so every method of a seed runs close together in time (a wall-clock
-        # limit then cuts all methods alike).
-        tasks = [(cfg, m, s, round0[s], work_dir) for s in seeds for m in cfg.methods]
+        # Seed-major, so every method of a seed runs close together in time (a deadline
+        # then cuts all methods alike).
+        tasks = [
+            (cfg, m, s, zero, work_dir)
+            for s in seeds
+            for m in cfg.methods
+            if METHODS[m] is not None
+        ]
         for job in _map(pool, method_job, tasks):
             jobs.append(job)
             last = job["rounds"][-1]
             progress(
                 f"[{time.perf_counter() - started:6.0f}s] {LABELS[job['method']]} seed "
-                f"{job['seed']}: {'reached' if job['reached'] else 'censored'} after "
-                f"{last['episodes']} episodes ({last['minutes']:.2f} sim min), final "
-                f"{last['evaluation']['successes']}/{last['evaluation']['episodes']}, "
-                f"{job['seconds']:.0f}s"
+                f"{job['seed']}: "
+                f"{'held the target' if job['reached'] else 'censored'} "
+                f"(episodes to target {job['episodes_to_target']}), AUC {job['auc']:.2f}, "
+                f"final {last['evaluation']['successes']}/{last['evaluation']['episodes']} "
+                f"after {last['episodes']} episodes, {job['seconds']:.0f}s"
+                + (" [time-limited]" if job.get("time_limited") else "")
             )
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
         if own_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
-    summary = summarise(cfg, jobs)
+    summary = summarise(cfg, jobs, zero)
     return {
         "config": dataclasses.asdict(cfg),
         "base_checkpoint": base_checkpoint,
         "v_sim_fit": v_sim_fit,
-        "stand_in": "real_twin profile: a simulated stand-in for the physical arm",
-        "zero_shot_round0": {str(k): v for k, v in round0.items()},
-        "jobs": jobs,
+        "stand_in": f"{cfg.profile} profile: a simulated stand-in for the physical arm",
+        "zero_shot": zero,
+        "evaluation_seeds": cfg.evaluation_seeds,
+        "jobs": sorted(jobs, key=lambda j: (j["seed"], cfg.methods.index(j["method"]))),
         "summary": summary,
         "wall_seconds": time.perf_counter() - started,
     }
@@ -761,22 +1079,39 @@ def _map(pool, fn, arg_list):
         yield future.result()
 
 
+QUICK = {"seeds": 5, "episodes_per_round": 5, "max_rounds": 5, "updates_per_round": 300,
+         "eval_episodes": 30}  # fmt: skip
+FULL = {"seeds": 8, "episodes_per_round": 5, "max_rounds": 12, "updates_per_round": 300,
+        "eval_episodes": 30}  # fmt: skip
+
+
 def parse_args(argv=None) -> tuple[BenchConfig, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default_ckpt = REPO / "checkpoints" / "push"
     parser.add_argument("--checkpoint", default=str(default_ckpt), help="base checkpoint dir")
     parser.add_argument("--task", default="push", choices=("push", "reach"))
-    parser.add_argument("--condition", default="shifted", choices=("train", "shifted"))
-    parser.add_argument("--seeds", type=int, default=None, help="seeds per method (>= 5)")
+    parser.add_argument("--condition", default="train", choices=("train", "shifted"))
+    parser.add_argument(
+        "--profile", default="real_twin", help="stand-in dynamics profile: a name or YAML path"
+    )
+    parser.add_argument("--seeds", type=int, default=None, help=f"bench seeds (>= {MIN_SEEDS})")
     parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated")
+    parser.add_argument(
+        "--methods",
+        default=",".join(PRIMARY_METHODS),
+        help=f"comma-separated, from {', '.join(METHODS)}; the H ablation: "
+        + ",".join(ABLATION_METHODS),
+    )
     parser.add_argument("--episodes-per-round", type=int, default=None)
     parser.add_argument("--max-rounds", type=int, default=None)
     parser.add_argument("--updates-per-round", type=int, default=None)
     parser.add_argument("--eval-episodes", type=int, default=None)
+    parser.add_argument("--eval-first-seed", type=int, default=900_000)
     parser.add_argument("--target", type=float, default=0.8)
-    parser.add_argument("--noise", type=float, default=0.1, help="exploration noise")
-    parser.add_argument("--bc-demos", type=int, default=None, help="expert demos/round (BC)")
+    parser.add_argument(
+        "--noise", type=float, default=0.0, help="extra Gaussian noise on the policy's samples"
+    )
+    parser.add_argument("--bc-demos", type=int, default=0, help="expert demos/round (BC)")
     parser.add_argument("--sim-episodes", type=int, default=10)
     parser.add_argument("--episode-seconds", type=float, default=6.0)
     parser.add_argument("--workers", type=int, default=2)
@@ -792,25 +1127,35 @@ def parse_args(argv=None) -> tuple[BenchConfig, argparse.Namespace]:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a LearnerConfig default for every method (repeatable)",
+        help="override a LearnerConfig default for every arm (repeatable)",
     )
+    parser.add_argument("--bootstrap-resamples", type=int, default=10_000)
     parser.add_argument(
         "--work-dir", default="", help="kept work directory (reuses a fitted V_sim there)"
     )
     parser.add_argument(
+        "--deadline-minutes",
         "--time-limit-min",
+        dest="deadline_minutes",
         type=float,
         default=0.0,
-        help="wall-clock limit: no new round starts after it (those seeds are flagged)",
+        help="wall-clock limit: no new round starts after it (those jobs are flagged and "
+        "left out of the statistics)",
     )
-    parser.add_argument("--quick", action="store_true", help="2 seeds, fewer rounds")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"the <= 20 min preset on 2 cores: {json.dumps(QUICK)}",
+    )
     parser.add_argument("--out", default="", help="write the results as JSON here")
+    parser.add_argument(
+        "--plot",
+        default=None,
+        help="PNG of the success curves; default <out dir>/sample_efficiency.png, or "
+        "bench/results/sample_efficiency.png without --out; 'none' for no plot",
+    )
     args = parser.parse_args(argv)
-    quick = {"seeds": 2, "episodes_per_round": 6, "max_rounds": 2, "updates_per_round": 150,
-             "eval_episodes": 10, "bc_demos": 1}  # fmt: skip
-    full = {"seeds": 5, "episodes_per_round": 10, "max_rounds": 5, "updates_per_round": 300,
-            "eval_episodes": 20, "bc_demos": 2}  # fmt: skip
-    preset = quick if args.quick else full
+    preset = QUICK if args.quick else FULL
     values = {
         k: getattr(args, k) if getattr(args, k) is not None else v for k, v in preset.items()
     }
@@ -819,20 +1164,32 @@ def parse_args(argv=None) -> tuple[BenchConfig, argparse.Namespace]:
         checkpoint=args.checkpoint,
         task=args.task,
         condition=args.condition,
+        profile=args.profile,
         first_seed=args.first_seed,
         methods=methods,
+        eval_first_seed=args.eval_first_seed,
         target=args.target,
         noise=args.noise,
+        bc_demos=args.bc_demos,
         sim_episodes=args.sim_episodes,
         episode_seconds=args.episode_seconds,
         workers=args.workers,
         fit_v_sim=args.fit_v_sim,
         learner_overrides=tuple(_override(text, parser) for text in args.learner),
         fit_v_sim_updates=args.fit_v_sim_updates,
+        bootstrap_resamples=args.bootstrap_resamples,
         **values,
     )
     if cfg.seeds < 1 or cfg.episodes_per_round < 1 or cfg.max_rounds < 1:
         parser.error("--seeds, --episodes-per-round and --max-rounds must be at least 1.")
+    if cfg.eval_episodes < 1:
+        parser.error("--eval-episodes must be at least 1.")
+    if args.plot is None:
+        args.plot = str(
+            Path(args.out).parent / "sample_efficiency.png"
+            if args.out
+            else REPO / "bench" / "results" / "sample_efficiency.png"
+        )
     return cfg, args
 
 
@@ -843,25 +1200,46 @@ def _override(text: str, parser) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+def design_warnings(cfg: BenchConfig) -> list[str]:
+    """Settings below the paired design's minimums: allowed for smoke runs, never silent."""
+    out = []
+    if cfg.seeds < MIN_SEEDS:
+        out.append(f"{cfg.seeds} seed(s) < {MIN_SEEDS}: the bootstrap intervals mean little")
+    if cfg.eval_episodes < MIN_EVAL_EPISODES:
+        out.append(
+            f"{cfg.eval_episodes} evaluation episodes < {MIN_EVAL_EPISODES}: each success "
+            "rate is coarse"
+        )
+    if "rl_ft" not in cfg.methods or not set(cfg.methods) & set(SGFT_ARMS):
+        out.append("no RL-FT vs SGFT pair among --methods: no decision lines")
+    return out
+
+
 def main(argv=None) -> None:
     import torch
 
     torch.set_num_threads(1)
     cfg, args = parse_args(argv)
     print(f"config: {json.dumps(dataclasses.asdict(cfg))}", flush=True)
+    for warning in design_warnings(cfg):
+        print(f"WARNING: {warning}; not decision-grade.", flush=True)
     try:
         result = run(
             cfg,
             work_dir=args.work_dir or None,
             progress=lambda line: print(line, flush=True),
-            time_limit_s=60.0 * args.time_limit_min,
+            time_limit_s=60.0 * args.deadline_minutes,
         )
     except (ValueError, FileNotFoundError) as error:
         sys.exit(f"sample_efficiency: {error}")
     table = format_table(cfg, result["summary"])
     result["table"] = table
+    result["warnings"] = design_warnings(cfg)
     print(table)
     print(f"wall time {result['wall_seconds']:.0f} s")
+    if args.plot and args.plot.lower() != "none":
+        result["plot"] = str(plot_curves(cfg, result["jobs"], args.plot))
+        print(f"wrote {result['plot']}")
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
         print(f"wrote {args.out}")

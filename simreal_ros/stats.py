@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+
+import numpy as np
 
 
 def wilson_interval(successes: int, trials: int, z: float = 1.959964) -> tuple[float, float]:
@@ -36,3 +39,145 @@ def percentile(values, q: float) -> float:
     upper = min(lower + 1, len(data) - 1)
     weight = position - lower
     return data[lower] * (1 - weight) + data[upper] * weight
+
+
+# ---------------------------------------------------------------- few-seed benchmarks
+# Benchmarks compare a handful of training seeds, so intervals come from resampling the
+# seeds (no normality assumption) and times-to-target from a censoring-aware estimator.
+def _percentile_interval(stats: np.ndarray, level: float) -> tuple[float, float]:
+    """Percentile interval that tolerates infinite statistics (e.g. a ratio over 0):
+    np.percentile interpolates inf - inf to NaN, which would hide an unbounded end."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level={level} must lie strictly between 0 and 1.")
+    data = np.sort(stats[~np.isnan(stats)])
+    if len(data) == 0:
+        return float("nan"), float("nan")
+
+    def at(q: float) -> float:
+        position = (len(data) - 1) * q
+        lower = math.floor(position)
+        upper = min(lower + 1, len(data) - 1)
+        a, b = float(data[lower]), float(data[upper])
+        return a if a == b else a + (b - a) * (position - lower)
+
+    tail = (1.0 - level) / 2.0
+    return at(tail), at(1.0 - tail)
+
+
+def bootstrap_ci(
+    values,
+    statistic: Callable[[np.ndarray], float] = np.mean,
+    resamples: int = 10000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``statistic`` over the rows of ``values``.
+
+    Rows (axis 0) are the independent units, e.g. training seeds; a 2-D array keeps each
+    row's columns together, which is how paired comparisons resample. A fixed ``seed``
+    makes the interval reproducible. NaN ends for no values.
+    """
+    data = np.asarray(values, dtype=np.float64)
+    if data.shape[0] == 0:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    index = rng.integers(0, data.shape[0], size=(int(resamples), data.shape[0]))
+    if statistic is np.mean and data.ndim == 1:  # the common case, vectorised
+        stats = data[index].mean(axis=1)
+    else:
+        stats = np.asarray([statistic(data[row]) for row in index], dtype=np.float64)
+    return _percentile_interval(stats, level)
+
+
+def paired_bootstrap_ci(
+    first,
+    second,
+    statistic: Callable[[np.ndarray, np.ndarray], float] | None = None,
+    resamples: int = 10000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Bootstrap interval of a statistic of two paired samples (default: the mean of
+    ``first - second``). A resample draws whole pairs (the same rows of both), so effects
+    shared by a pair, e.g. a training seed's start states, cancel."""
+    a = np.asarray(first, dtype=np.float64)
+    b = np.asarray(second, dtype=np.float64)
+    if a.shape[0] != b.shape[0]:
+        raise ValueError(f"paired samples differ in length: {a.shape[0]} vs {b.shape[0]}.")
+    if statistic is None:
+        return bootstrap_ci(a - b, np.mean, resamples, seed, level)
+    if a.shape[0] == 0:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    index = rng.integers(0, a.shape[0], size=(int(resamples), a.shape[0]))
+    stats = np.asarray([statistic(a[row], b[row]) for row in index], dtype=np.float64)
+    return _percentile_interval(stats, level)
+
+
+def kaplan_meier(times, censored) -> tuple[np.ndarray, np.ndarray]:
+    """Kaplan-Meier estimate of P(T > t): the event times and the survival just after each.
+
+    At a tie, events come before censorings (the usual convention): a unit censored at t
+    was still at risk at t.
+    """
+    t = np.asarray(times, dtype=np.float64)
+    c = np.asarray(censored, dtype=bool)
+    if t.shape != c.shape:
+        raise ValueError(f"times {t.shape} and censored {c.shape} differ in shape.")
+    if np.any(t < 0) or not np.all(np.isfinite(t)):
+        raise ValueError("times must be finite and non-negative.")
+    event_times = np.unique(t[~c])
+    survival = np.empty(len(event_times))
+    s = 1.0
+    for i, time in enumerate(event_times):
+        at_risk = int(np.sum(t >= time))
+        events = int(np.sum((t == time) & ~c))
+        s *= 1.0 - events / at_risk
+        survival[i] = s
+    return event_times, survival
+
+
+def restricted_mean_time(times, censored, horizon: float) -> float:
+    """Restricted mean time to event up to ``horizon``: the area under the Kaplan-Meier
+    curve from 0 to ``horizon``.
+
+    Without censoring it equals the plain mean of min(time, horizon). A unit censored
+    before the event happened only says "later than its time"; the KM curve then stays
+    above 0, so with censoring at the horizon the result is a lower bound on the
+    unrestricted mean. NaN for no units.
+    """
+    t = np.asarray(times, dtype=np.float64)
+    if t.size == 0:
+        return float("nan")
+    if horizon < 0:
+        raise ValueError(f"horizon={horizon} must be non-negative.")
+    event_times, survival = kaplan_meier(t, censored)
+    area, previous_time, previous_s = 0.0, 0.0, 1.0
+    for time, s in zip(event_times, survival, strict=True):
+        if time >= horizon:
+            break
+        area += previous_s * (time - previous_time)
+        previous_time, previous_s = time, s
+    return float(area + previous_s * (horizon - previous_time))
+
+
+def normalised_auc(episodes, success_rates, budget: float) -> float:
+    """Area under a success-vs-episodes step function over [0, budget], divided by it.
+
+    Each evaluated rate holds from its episode count until the next evaluation (the last
+    one until ``budget``); evaluations past the budget are ignored. 1.0 means 100% from
+    the start. The first evaluation must be at episode 0 (the untrained policy).
+    """
+    x = np.asarray(episodes, dtype=np.float64)
+    y = np.asarray(success_rates, dtype=np.float64)
+    if x.shape != y.shape or x.size == 0:
+        raise ValueError("episodes and success_rates need the same, non-zero length.")
+    if budget <= 0:
+        raise ValueError(f"budget={budget} must be positive.")
+    if x[0] != 0:
+        raise ValueError(f"the first evaluation is at episode {x[0]:g}; it must be at 0.")
+    if np.any(np.diff(x) < 0):
+        raise ValueError("episodes must be non-decreasing.")
+    ends = np.minimum(np.append(x[1:], budget), budget)
+    starts = np.minimum(x, budget)
+    return float(np.sum(y * (ends - starts)) / budget)

@@ -1,36 +1,23 @@
-"""Smoke run of bench/sample_efficiency.py's core on the real stack (MuJoCo stand-in, peft
-LoRA, the learner's session, the policy package's evaluation) with tiny numbers, plus the
-statistics that turn per-seed results into the reported table."""
+"""Smoke run of bench/sample_efficiency.py on the real stack (MuJoCo stand-in, peft LoRA,
+the learner's session, the policy package's evaluation) with tiny numbers, its V_sim fit and
+its --learner overrides. The statistics and the summary, without simulation, are in
+test_stats_bench.py."""
 
 from __future__ import annotations
 
-import importlib.util
+import dataclasses
+import itertools
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from core.bench_loader import sample_efficiency as bench
 
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.model import ActorCritic, Architecture
 from simreal_ros.policy.spec import default_spec
 from simreal_ros.robot.description import load_robot_description
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "sample_efficiency.py"
-
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("sample_efficiency_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while defining
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +38,14 @@ def base_dir(tmp_path_factory):
     return directory
 
 
-def test_one_seed_one_round_through_every_method(bench, base_dir, tmp_path):
+def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
+    methods = tuple(bench.METHODS)  # all 7 arms
+    assert len(methods) == 7
     cfg = bench.BenchConfig(
         checkpoint=str(base_dir),
         condition="train",
         seeds=1,
-        methods=("zero_shot", "bc_lora", "rl_ft", "sgft_h1", "sgft_h3"),
+        methods=methods,
         episodes_per_round=2,
         max_rounds=1,
         updates_per_round=4,
@@ -66,48 +55,108 @@ def test_one_seed_one_round_through_every_method(bench, base_dir, tmp_path):
         episode_seconds=0.5,
         workers=1,
         fit_v_sim="off",
+        # Without this the learner would run update_to_data x new real transitions updates.
+        learner_overrides=(("update_to_data", "0"),),
+        bootstrap_resamples=200,
     )
     lines: list[str] = []
     result = bench.run(cfg, work_dir=str(tmp_path / "work"), progress=lines.append)
+    assert result["config"]["checkpoint"] == str(base_dir)  # fit_v_sim off: the base itself
+    assert result["v_sim_fit"] is None
+    assert "stand-in" in result["stand_in"]
+    assert result["evaluation_seeds"] == cfg.evaluation_seeds == [900_000, 900_001]
     jobs = {j["method"]: j for j in result["jobs"]}
-    assert set(jobs) == set(cfg.methods)
-    steps_per_episode = round(0.5 * 20)
+    assert len(result["jobs"]) == len(methods) and set(jobs) == set(methods)
+    rate = float(ckpt.load_checkpoint(base_dir).spec.control_rate_hz)
+    steps_per_episode = round(cfg.episode_seconds * rate)
+    zero = result["zero_shot"]
+    assert zero["episodes"] == 2
     for method, job in jobs.items():
         assert job["seed"] == 0
-        assert job["rounds"][0]["evaluation"] == result["zero_shot_round0"]["0"]
-        trained = method != "zero_shot" and job["rounds"][0]["evaluation"]["success"] < 0.8
+        # Round 0 is the one shared zero-shot evaluation, for every arm.
+        assert job["rounds"][0]["evaluation"] == zero
+        trained = bench.METHODS[method] is not None
+        # One round always runs: two evaluations are needed to hold the target.
         assert len(job["rounds"]) == (2 if trained else 1), method
         for row in job["rounds"]:
             ev = row["evaluation"]
             assert ev["episodes"] == 2
             low, high = ev["ci95"]
             assert 0.0 <= low <= ev["success"] <= high <= 1.0
-        if trained:
-            last = job["rounds"][-1]
-            expected = 2 + (1 if method == "bc_lora" else 0)  # demos count as stand-in data
-            assert last["episodes"] == expected
-            assert last["demo_episodes"] == expected - 2
-            # Episodes end by success, cube loss or the 0.5 s limit: at most 10 steps each.
-            assert 0 < last["steps"] <= expected * steps_per_episode
-            assert last["minutes"] == pytest.approx(last["steps"] / 20.0 / 60.0)
+        assert job["curve"]["episodes"] == [r["episodes"] for r in job["rounds"]]
+        assert 0.0 <= job["auc"] <= 1.0
+        if not trained:
+            assert "learner_config" not in job
+            continue
+        last = job["rounds"][-1]
+        demos = 1 if method == "bc_lora" else 0  # expert demos count as stand-in data
+        assert last["episodes"] == 2 + demos and last["demo_episodes"] == demos
+        # Episodes end by success, cube loss or the 0.5 s limit.
+        assert 0 < last["steps"] <= last["episodes"] * steps_per_episode
+        assert last["minutes"] == pytest.approx(last["steps"] / rate / 60.0)
         if not job["reached"]:
-            assert job["episodes_to_target"] == max(job["rounds"][-1]["episodes"], 2)
-    # The actor-critic methods really trained (finite losses from the learner's tuner).
-    for method in ("rl_ft", "sgft_h1", "sgft_h3"):
-        if len(jobs[method]["rounds"]) > 1:
-            metrics = jobs[method]["rounds"][1]["metrics"]
-            assert math.isfinite(metrics["critic_loss"])
-    if len(jobs["sgft_h1"]["rounds"]) > 1:
-        assert jobs["sgft_h1"]["rounds"][1]["metrics"]["reward_scale"] > 0
+            assert job["episodes_to_target"] == cfg.episode_budget == 2
+            assert job["minutes_to_target"] == pytest.approx(last["minutes"])
+        if last["evaluated"]:  # BC skips a round with no successful episode to clone
+            metrics = last["metrics"]
+            assert metrics["updates"] == 4  # update_to_data=0: updates_per_round only
+            assert metrics["new_real_transitions"] == last["steps"]
+        else:
+            assert method == "bc_lora" and "skipped" in last["metrics"]
+            assert last["evaluation"] == zero
+    # The actor-critic arms really trained (finite losses from the learner's tuner).
+    actor_critic = [m for m, row in bench.METHODS.items() if row and row["method"] != "bc"]
+    assert len(actor_critic) == 5
+    for method in actor_critic:
+        metrics = jobs[method]["rounds"][1]["metrics"]
+        assert math.isfinite(metrics["critic_loss"]), method
+        assert math.isfinite(metrics["loss"]), method  # no actor step yet in critic warm-up
+    for method in bench.SGFT_ARMS:
+        assert jobs[method]["rounds"][1]["metrics"]["reward_scale"] > 0
+        assert jobs[method]["reward_scale"] > 0
+    # Each trained job records its full LearnerConfig: the shared settings (with the
+    # --learner override) plus its arm's row; the arms differ in their own rows alone.
+    configs = {}
+    for method in (m for m in methods if bench.METHODS[m] is not None):
+        recorded = jobs[method]["learner_config"]
+        expected = bench.arm_config(cfg, method, seed=0, store_root=recorded["store_root"])
+        assert recorded == dataclasses.asdict(expected), method
+        assert recorded["update_to_data"] == 0 and recorded["updates_per_round"] == 4
+        configs[method] = recorded
+    per_job = set(bench.PER_JOB_FIELDS)
+    for a, b in itertools.combinations(configs, 2):
+        own = set(bench.METHODS[a]) | set(bench.METHODS[b]) | per_job
+        differing = {k for k in configs[a] if k not in own and configs[a][k] != configs[b][k]}
+        assert not differing, (a, b, differing)
+    assert len({c["store_root"] for c in configs.values()}) == len(configs)
     summary = result["summary"]
-    assert set(summary["methods"]) == set(cfg.methods)
-    assert set(summary["ratios"]) == {"sgft_h1", "sgft_h3"}
+    assert summary["learner_settings"]["shared_settings_equal"]
+    assert set(summary["methods"]) == set(methods)
+    for row in summary["methods"].values():
+        assert row["seeds"] == 1 and row["seed_ids"] == [0] and row["time_limited"] == 0
+        assert row["zero_shot"] == zero["success"]
+    # One paired comparison against RL-FT per SGFT arm.
+    sgft_arms = {"sgft_h1", "sgft_h1_simadv", "sgft_h3", "sgft_hinf"}
+    assert set(summary["comparisons"]) == set(bench.SGFT_ARMS) == sgft_arms
+    for arm, comparison in summary["comparisons"].items():
+        assert comparison["seeds"] == [0]
+        assert comparison["auc_difference"]["mean"] == pytest.approx(
+            jobs[arm]["auc"] - jobs["rl_ft"]["auc"]
+        )
+        assert set(comparison["verdicts"]) == {"ratio_3x", "minutes_under_5", "no_early_dip"}
+    assert summary["primary"] == "sgft_h1"
     table = bench.format_table(cfg, summary)
-    assert "STAND-IN" in table and "RL-FT / SGFT H=3" in table
-    assert any("zero-shot seed 0" in line for line in lines)
+    assert "STAND-IN (simulated; not a physical arm)" in table
+    for arm in bench.SGFT_ARMS:
+        assert f"--- {bench.LABELS[arm]} vs RL-FT" in table
+    assert "--- SGFT H=1 vs RL-FT (primary)" in table
+    assert any("zero-shot: " in line and "real_twin stand-in" in line for line in lines)
+    for method in configs:
+        assert any(line.split("] ", 1)[-1].startswith(f"{bench.LABELS[method]} seed 0:")
+                   for line in lines), method  # fmt: skip
 
 
-def test_fit_sim_critic_changes_only_the_critic(bench, base_dir, tmp_path):
+def test_fit_sim_critic_changes_only_the_critic(base_dir, tmp_path):
     assert not bench.critic_was_trained(str(base_dir))
     out = tmp_path / "fitted"
     report = bench.fit_sim_critic(
@@ -135,46 +184,7 @@ def test_fit_sim_critic_changes_only_the_critic(bench, base_dir, tmp_path):
     assert fitted.metadata["training"]["critic_steps"] == 30  # the learner sees a trained critic
 
 
-def test_mean_ci_is_a_student_t_interval(bench):
-    mean, low, high = bench.mean_ci([1.0, 2.0, 3.0])
-    assert mean == pytest.approx(2.0)
-    assert high - mean == pytest.approx(4.303 / math.sqrt(3), rel=1e-3)
-    assert mean - low == pytest.approx(high - mean)
-    assert math.isnan(bench.mean_ci([4.0])[1])
-
-
-def _job(method, seed, episodes, reached, final=0.9):
-    evaluation = {"success": final, "successes": int(final * 10), "episodes": 10}
-    return {
-        "method": method,
-        "seed": seed,
-        "reached": reached,
-        "episodes_to_target": episodes,
-        "minutes_to_target": episodes * 6.0 / 60.0,
-        "final_success": final,
-        "rounds": [{"evaluation": evaluation}],
-    }
-
-
-def test_summary_ratio_and_censoring(bench):
-    cfg = bench.BenchConfig(checkpoint="x", methods=("rl_ft", "sgft_h1", "sgft_h3"))
-    jobs = [_job("rl_ft", s, 30, True) for s in range(3)]
-    jobs += [_job("sgft_h1", s, 10, True) for s in range(3)]
-    jobs += [_job("sgft_h3", 0, 50, False)] + [_job("sgft_h3", s, 40, True) for s in (1, 2)]
-    summary = bench.summarise(cfg, jobs)
-    h1 = summary["ratios"]["sgft_h1"]
-    assert h1["rl_over_sgft_episodes"] == pytest.approx(3.0)
-    assert h1["meets_3x"] and h1["sgft_minutes"] == pytest.approx(1.0)
-    assert h1["sgft_under_5_minutes"]
-    h3 = summary["ratios"]["sgft_h3"]
-    assert h3["rl_over_sgft_episodes"] == pytest.approx(30 / (130 / 3))
-    assert not h3["meets_3x"] and "upper bound" in h3["note"]
-    assert summary["methods"]["sgft_h3"]["censored"] == 1
-    table = bench.format_table(cfg, summary)
-    assert ">=" in table.splitlines()[4]  # the censored SGFT H=3 row is marked
-
-
-def test_learner_overrides_go_through_the_learner_schema(bench):
+def test_learner_overrides_go_through_the_learner_schema():
     cfg = bench.BenchConfig(
         checkpoint="x", learner_overrides=(("learning_rate", "3e-5"), ("ewc", "true"))
     )
