@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simreal_ros.config_schema import setting, validate
+from simreal_ros.policy.config import EXPLORATION_STD_MAX
 
 METHODS = ("bc", "rl", "sgft")
 CRITIC_INITS = ("auto", "fresh", "checkpoint", "checkpoint_lora", "sim_advantage")
@@ -80,6 +81,16 @@ class LearnerConfig:
         "default: the pretrained critic and V_sim are values of the reward alone, and SGFT's "
         "H=1 head regresses on r~ alone; entropy enters only through the actor's alpha * "
         "log pi term, the same for every method.",
+    )
+    exploration_std_max: float = setting(
+        EXPLORATION_STD_MAX,
+        "Exploration, the same for every method: collection samples the policy's own "
+        "tanh-Gaussian with its std capped here (normalised units; 0 = uncapped). SAC's "
+        "learned std is used where it is smaller; the cap keeps a std that pretraining never "
+        "calibrated (the shipped push actor's is 0.3-0.8, above its typical mean action) "
+        "from turning episodes into noise.",
+        low=0.0,
+        high=10.0,
     )
     weight_decay: float = setting(0.0, "AdamW weight decay on adapter weights.", low=0.0, high=1.0)
     grad_clip: float = setting(10.0, "Gradient norm clip; 0 disables.", low=0.0, high=1e6)

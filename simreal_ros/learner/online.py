@@ -150,7 +150,13 @@ class OnlineLearner:
                 sim = sim.subset(~sim.real_mask())
         elif cfg.sim_episodes > 0 and (cfg.sim_replay or cfg.ewc or cfg.method == "sgft"):
             self.state = "collecting sim data"
-            sim = collect_sim_transitions(checkpoint, cfg.task, cfg.sim_episodes, cfg.seed)
+            sim = collect_sim_transitions(
+                checkpoint,
+                cfg.task,
+                cfg.sim_episodes,
+                cfg.seed,
+                exploration_std_max=cfg.exploration_std_max,
+            )
         return LearnerSession(cfg, checkpoint=checkpoint, sim_data=sim)
 
     def _due(self) -> bool:

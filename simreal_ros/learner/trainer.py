@@ -131,10 +131,12 @@ def collect_sim_transitions(
     noise: float | None = None,
     converter=None,
     episode_seconds: float | None = None,
+    exploration_std_max: float = LearnerConfig.exploration_std_max,
 ) -> Transitions:
     """Roll out the base policy in sim: replay/EWC data. Exploration: ``noise`` None samples
-    from the policy's own tanh-Gaussian (its learned sigma); a number adds N(0, noise) to
-    the mean action instead (0: deterministic)."""
+    from the policy's own tanh-Gaussian, its std capped at ``exploration_std_max`` (the
+    learner's shared rule); a number adds N(0, noise) to the mean action instead (0:
+    deterministic)."""
     from simreal_ros.sim.env import ArmTaskEnv
 
     converter = converter or make_converter(checkpoint)
@@ -155,7 +157,7 @@ def collect_sim_transitions(
                 obs_t = torch.as_tensor(o, dtype=torch.float32)
                 with torch.no_grad():
                     if noise is None:
-                        a = actor.sample(obs_t.unsqueeze(0))[0][0].numpy()
+                        a = actor.explore(obs_t, exploration_std_max).numpy()
                     else:
                         a = actor(obs_t).numpy() + noise * rng.standard_normal(act_dim)
                 a = np.clip(a, -1.0, 1.0)

@@ -26,6 +26,11 @@ class LoopConfig:
         0, "scripted-expert demonstrations per round for methods that use them (bc)", low=0,
         high=1000,
     )  # fmt: skip
+    explore_collection: bool = setting(
+        True,
+        "collection episodes explore from the policy's own distribution (the policy node's "
+        "explore); evaluation episodes never do",
+    )
     stand_in_profile: str = setting(
         "real_twin",
         "sim dynamics standing in for the physical arm (the stand-in, never the arm): a "

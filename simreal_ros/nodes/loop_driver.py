@@ -13,6 +13,8 @@ from typing import Any
 
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
+from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+from rcl_interfaces.srv import SetParameters
 from rclpy.node import Node
 from std_srvs.srv import SetBool, Trigger
 
@@ -58,6 +60,7 @@ class LoopDriverNode(Node):
         self._train_now = self.create_client(Trigger, "/learner/train_now")
         self._policy_state = self.create_client(ChangeState, "/policy/change_state")
         self._sim_pause = self.create_client(SetBool, "/sim_bridge/pause")
+        self._policy_parameters = self.create_client(SetParameters, "/policy/set_parameters")
         self.create_subscription(
             PolicyUpdate, "/learner/policy_update", self._on_update, qos.LATCHED
         )
@@ -185,6 +188,19 @@ class LoopDriverNode(Node):
         if not future.result().success:
             state = "activate" if active else "deactivate"
             raise RuntimeError(f"the policy node refused to {state}.")
+
+    def set_policy_exploration(self, explore: bool, timeout_s: float = 10.0) -> None:
+        """Turn the policy node's exploration on (collection) or off (evaluation)."""
+        if not self._policy_parameters.wait_for_service(timeout_sec=timeout_s):
+            raise TimeoutError("no /policy/set_parameters service: is the policy node running?")
+        value = ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=explore)
+        request = SetParameters.Request(parameters=[Parameter(name="explore", value=value)])
+        future = self._policy_parameters.call_async(request)
+        if not self._answered(future, timeout_s):
+            raise TimeoutError("the policy node did not answer /policy/set_parameters.")
+        result = future.result().results[0]
+        if not result.successful:
+            raise RuntimeError(f"the policy node refused explore={explore}: {result.reason}")
 
     def wait_for_policy_version(self, version: str, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s

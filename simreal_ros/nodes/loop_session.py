@@ -219,9 +219,15 @@ class LoopSession:
                 self.config.expert_demos if self.config.method == "bc" else 0,
             )
             self.say(f"round {index}: collecting {plan.episodes} ({plan.reason})")
-            for phase, condition in enumerate(CONDITIONS):
-                seeds = self._seeds(index, phase, plan.episodes.get(condition, 0))
-                episodes += self._episodes(trial, condition, seeds, "collection")
+            # Collection explores from the policy's own distribution (the learner's rule);
+            # evaluation below runs the deterministic policy, as deployment does.
+            driver.set_policy_exploration(self.config.explore_collection)
+            try:
+                for phase, condition in enumerate(CONDITIONS):
+                    seeds = self._seeds(index, phase, plan.episodes.get(condition, 0))
+                    episodes += self._episodes(trial, condition, seeds, "collection")
+            finally:
+                driver.set_policy_exploration(False)
             record.collected = dict(plan.episodes)
             if plan.expert_demos:
                 episodes += self._demonstrations(trial, driver, index, plan.expert_demos)

@@ -62,7 +62,10 @@ MAX_CACHED_VERSIONS = 8
 class PolicyNode(AutostartLifecycleNode):
     def __init__(self, **kwargs) -> None:
         super().__init__("policy", **kwargs)
-        self.config: PolicyNodeConfig = declare_config(self, PolicyNodeConfig)
+        self.config: PolicyNodeConfig = declare_config(
+            self, PolicyNodeConfig, apply=self._apply_config
+        )
+        self._explore_rng = np.random.default_rng()
         self.robot = load_robot_description()
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy-loader")
         self._lock = threading.Lock()  # guards the version tables, not the control path
@@ -111,6 +114,11 @@ class PolicyNode(AutostartLifecycleNode):
             Rollback, "~/rollback", self._on_rollback, callback_group=self._rollback_group
         )
         self.autostart(self.config.autostart)
+
+    def _apply_config(self, config: PolicyNodeConfig) -> None:
+        if config.explore != self.config.explore:
+            self.get_logger().info(f"exploration {'on' if config.explore else 'off'}")
+        self.config = config
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -287,8 +295,10 @@ class PolicyNode(AutostartLifecycleNode):
             "goal_position": np.array([g.x, g.y, g.z]),
         }
         start = time.perf_counter()
+        config = self.config  # one read: a parameter change lands between ticks
         try:
-            target = policy.act(observation)
+            rng = self._explore_rng if config.explore else None
+            target = policy.act(observation, config.exploration_std_max, rng)
         except ValueError as error:
             self._act_errors += 1
             self.get_logger().error(f"no action this tick: {error}", throttle_duration_sec=2.0)

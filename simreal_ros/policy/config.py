@@ -6,6 +6,10 @@ import dataclasses
 
 from simreal_ros.config_schema import setting, validate
 
+# Exploration std cap (normalised action units), shared by the learner's own collection and
+# the policy node's collection episodes, so both explore alike.
+EXPLORATION_STD_MAX = 0.1
+
 
 @dataclasses.dataclass
 class PolicyNodeConfig:
@@ -42,6 +46,21 @@ class PolicyNodeConfig:
         1.0, "Period of /diagnostics", low=0.05, high=60.0, unit="s"
     )
     autostart: bool = setting(False, "Configure and activate at start-up")
+    explore: bool = setting(
+        False,
+        "Sample actions from the policy's own tanh-Gaussian (its std capped at "
+        "exploration_std_max) instead of its mean: on for data-collection episodes, off "
+        "for evaluation and deployment",
+        dynamic=True,
+    )
+    exploration_std_max: float = setting(
+        EXPLORATION_STD_MAX,
+        "Cap on the exploration std, in normalised action units (0: uncapped); the learner's "
+        "exploration_std_max, so the arm explores like the learner's own collection",
+        low=0.0,
+        high=10.0,
+        dynamic=True,
+    )
 
     def __post_init__(self) -> None:
         validate(self)

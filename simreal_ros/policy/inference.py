@@ -29,8 +29,13 @@ if TYPE_CHECKING:
     import torch
 
 
+# The actor's log-std clamp (``policy.model`` uses the same; torch-free here for the node).
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
 class NumpyActor:
-    """The deterministic actor (ReLU trunk, tanh(mean_head)) in float64 numpy."""
+    """The actor (ReLU trunk, tanh(mean_head)) in float64 numpy: deterministic by default,
+    or exploring from its own tanh-Gaussian (``explore``)."""
 
     def __init__(self, actor: torch.nn.Module) -> None:
         state = {name: value.detach().numpy() for name, value in actor.state_dict().items()}
@@ -57,14 +62,32 @@ class NumpyActor:
         self.biases = [f64(f"trunk.{i}.bias").copy() for i in trunk]
         self.head_w = f64("mean_head.weight").T.copy()
         self.head_b = f64("mean_head.bias").copy()
+        self.log_std_w = self.log_std_b = None
+        if "log_std_head.weight" in state:
+            self.log_std_w = f64("log_std_head.weight").T.copy()
+            self.log_std_b = f64("log_std_head.bias").copy()
 
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
+    def _features(self, obs: np.ndarray) -> np.ndarray:
         x = obs
         for w, b in zip(self.weights, self.biases, strict=True):
             x = x @ w
             x += b
             np.maximum(x, 0.0, out=x)
-        return np.tanh(x @ self.head_w + self.head_b)
+        return x
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        return np.tanh(self._features(obs) @ self.head_w + self.head_b)
+
+    def explore(self, obs: np.ndarray, std_max: float, rng: np.random.Generator) -> np.ndarray:
+        """tanh(mean + min(std, std_max) * N(0, 1)): the learner's exploration rule
+        (``Actor.explore``), for collection episodes on the arm."""
+        if self.log_std_w is None:
+            raise ValueError("this actor has no log_std_head, so it cannot explore.")
+        x = self._features(obs)
+        log_std = np.clip(x @ self.log_std_w + self.log_std_b, LOG_STD_MIN, LOG_STD_MAX)
+        std = np.minimum(np.exp(log_std), std_max) if std_max > 0 else np.exp(log_std)
+        mean = x @ self.head_w + self.head_b
+        return np.tanh(mean + std * rng.standard_normal(mean.shape))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,10 +101,21 @@ class DeployedPolicy:
     adapter_dir: Path | None = None
     adapter_sha256: str = ""  # of adapter_model.safetensors, for cache hits
 
-    def act(self, obs: Mapping[str, Any]) -> np.ndarray:
-        """Observation dict (SI units) -> absolute joint position targets (controller order)."""
+    def act(
+        self,
+        obs: Mapping[str, Any],
+        exploration_std_max: float = 0.0,
+        rng: np.random.Generator | None = None,
+    ) -> np.ndarray:
+        """Observation dict (SI units) -> absolute joint position targets (controller order).
+
+        With ``rng``, the action explores from the policy's own distribution, its std
+        capped at ``exploration_std_max`` (0: uncapped); without, it is deterministic."""
         normalized = self.converter.normalized_observation(obs)
-        action = self.actor(normalized)
+        if rng is None:
+            action = self.actor(normalized)
+        else:
+            action = self.actor.explore(normalized, exploration_std_max, rng)
         return self.converter.command_from_action(action, obs["joint_position"])
 
 

@@ -14,7 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+from simreal_ros.policy.inference import LOG_STD_MAX, LOG_STD_MIN  # one clamp for both
+
 ACTOR_LORA_TARGETS = ("trunk.0", "trunk.2", "mean_head")
 
 
@@ -78,6 +79,15 @@ class Actor(nn.Module):
         features = self.trunk(obs)
         log_std = self.log_std_head(features).clamp(LOG_STD_MIN, LOG_STD_MAX)
         return self.mean_head(features), log_std
+
+    def explore(self, obs: torch.Tensor, std_max: float = 0.0) -> torch.Tensor:
+        """An exploratory action from the policy's own tanh-Gaussian, its std capped at
+        ``std_max`` (0: uncapped)."""
+        mean, log_std = self.distribution(obs)
+        std = log_std.exp()
+        if std_max > 0:
+            std = std.clamp(max=std_max)
+        return torch.tanh(mean + std * torch.randn_like(mean))
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterised tanh-Gaussian sample and its log-probability."""

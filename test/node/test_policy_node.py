@@ -307,3 +307,33 @@ def test_store_scan_skips_staging_and_rejected_versions(tmp_path):
     assert not _rejected(unknown)  # placed by hand, no decision: usable
     (unknown / "screening.json").write_text("{not json")
     assert _rejected(unknown)  # an unreadable decision is never run
+
+
+def test_exploration_is_a_run_time_switch_capped_by_its_std(rclpy_context, executor, tmp_path):
+    """explore on: actions scatter around the deterministic one, no further than the std
+    cap allows; off again: exactly the deterministic action. Collection episodes use it."""
+    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, version="base-v1")
+    world = World(rclpy_context, executor)
+    node = make_policy(rclpy_context, executor, checkpoint=str(base_dir), autostart=True)
+    expected = deploy_base(ckpt.load_checkpoint(base_dir)).act(world.observation())
+    assert spin_until(executor, lambda: len(world.actions) >= 3, 10.0)
+    np.testing.assert_allclose(world.actions[-1].values, expected, atol=1e-9)
+    cap = 0.05
+    result = node.set_parameters(
+        [Parameter("exploration_std_max", value=cap), Parameter("explore", value=True)]
+    )
+    assert all(r.successful for r in result)
+    start = len(world.actions)
+    assert spin_until(executor, lambda: len(world.actions) >= start + 40, 10.0)
+    spin_until(executor, lambda: False, 0.1)
+    explored = np.array([a.values for a in world.actions[start + 2 :]])
+    scale = np.asarray(node._checkpoint.spec.action_scale)
+    deviation = (explored - expected) / scale  # in normalised action units
+    assert np.abs(deviation).max() > 1e-3, "explore on, but actions did not change"
+    # tanh is 1-Lipschitz: |tanh(m + s e) - tanh(m)| <= cap * |e|, and |e| < 5 here.
+    assert np.abs(deviation).max() <= 5 * cap
+    assert np.std(deviation[:, :6]) < 2 * cap
+    assert node.set_parameters([Parameter("explore", value=False)])[0].successful
+    start = len(world.actions)
+    assert spin_until(executor, lambda: len(world.actions) >= start + 5, 10.0)
+    np.testing.assert_allclose(world.actions[-1].values, expected, atol=1e-9)
