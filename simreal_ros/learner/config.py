@@ -112,7 +112,7 @@ class LearnerConfig:
         high=100.0,
     )
     anchor_weight: float = setting(
-        2.0,
+        10.0,
         "RL/SGFT: trust region to the sim policy. Weight w of the squared distance between "
         "the adapted and the base actor's deterministic actions, against the actor's Q term "
         "divided by the mean norm of its action-gradient: the action settles about "

@@ -14,6 +14,8 @@ ORDER = (
     "randomized/shifted",
     "real_twin/train",
     "real_twin/shifted",
+    "real_twin_mild/train",
+    "real_twin_mild/shifted",
 )
 
 
@@ -72,7 +74,8 @@ def render_readme(metadata: dict[str, Any], notes: str = "") -> str:
     lines += [
         "",
         "`real_twin` is a simulated stand-in for the physical arm (a hidden, fixed dynamics "
-        "gap), never the arm itself. Reproduce a row with "
+        "gap outside the training randomization), never the arm itself; `real_twin_mild` is "
+        "the first stand-in, inside it. Reproduce a row with "
         "`simreal eval --checkpoint <this dir> --profile P --condition C --episodes N`.",
     ]
     if notes:
