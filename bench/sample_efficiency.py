@@ -128,7 +128,8 @@ class BenchConfig:
     eval_episodes: int = 30
     eval_first_seed: int = 900_000
     target: float = 0.8
-    # Extra Gaussian noise on top of the policy's own samples (normalised units); 0 = none.
+    # > 0: explore with N(0, noise) around the mean action (normalised units) instead of
+    # the policy's own capped distribution (the learner's rule, the default).
     noise: float = 0.0
     bc_demos: int = 0
     sim_episodes: int = 10
@@ -162,76 +163,6 @@ class BenchConfig:
     def demo_seeds(self, seed: int, round_index: int) -> list[int]:
         base = 10_000_000 * (seed + 1) + 1_000 * round_index + 500
         return list(range(base, base + self.bc_demos))
-
-
-# ---------------------------------------------------------------- stand-in episodes
-def collect_transitions(env, converter, episode_seeds, condition, *, actor=None, expert=None,
-                        noise=0.0, prefix="ep", source="real_twin",
-                        explore_std_max=0.0):  # fmt: skip
-    """Episodes on ``env`` as learner Transitions (actor's normalised coordinates).
-
-    ``actor``: a module with ``sample(obs)`` (the LoRA actor); actions are drawn from its
-    own tanh-Gaussian, under a torch RNG seeded by the episode seed, so two arms whose
-    policies agree draw the same actions (common random numbers), and the global RNG the
-    learner uses is left untouched. ``noise`` adds N(0, noise) on top, also seeded.
-    Same conversion as ``trainer.collect_sim_transitions``: the recorded action is what the
-    arm received, re-expressed as an action. With ``expert`` the expert's command is first
-    clipped to the policy's action range, so the recorded action is exactly what ran.
-    Returns (transitions, per-episode [(episode_id, steps, success)]).
-    """
-    import torch
-
-    from simreal_ros.learner.replay import Transitions
-
-    rows: dict[str, list] = {k: [] for k in ("o", "a", "r", "n", "t", "u", "e", "s")}
-    episodes = []
-    for seed in episode_seeds:
-        obs, _ = env.reset(seed=int(seed), options={"condition": condition})
-        start, success, done = len(rows["r"]), False, False
-        episode_id = f"{prefix}-{seed}"
-        rng = np.random.default_rng(int(seed))
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(seed))
-            while not done:
-                o = converter.normalized_observation(obs)
-                q = obs["joint_position"]
-                if expert is not None:
-                    a = converter.action_from_command(expert.act(obs), q)
-                else:
-                    with torch.no_grad():
-                        obs_t = torch.as_tensor(o, dtype=torch.float32)
-                        a = actor.explore(obs_t, explore_std_max).numpy()
-                    if noise > 0:
-                        a = np.clip(a + noise * rng.standard_normal(a.shape), -1.0, 1.0)
-                command = converter.command_from_action(a, q)
-                next_obs, reward, terminated, truncated, info = env.step(command)
-                success = success or bool(info.get("success", False))
-                rows["o"].append(o)
-                rows["a"].append(converter.action_from_command(command, q))
-                rows["r"].append(reward)
-                rows["n"].append(converter.normalized_observation(next_obs))
-                rows["t"].append(bool(terminated))
-                rows["u"].append(bool(truncated) and not terminated)
-                rows["e"].append(episode_id)
-                done = terminated or truncated
-                obs = next_obs
-        steps = len(rows["r"]) - start
-        rows["s"] += [success] * steps
-        episodes.append((episode_id, steps, success))
-    n = len(rows["r"])
-    transitions = Transitions(
-        obs=np.asarray(rows["o"], np.float32),
-        actions=np.asarray(rows["a"], np.float32),
-        rewards=np.asarray(rows["r"], np.float32),
-        next_obs=np.asarray(rows["n"], np.float32),
-        terminals=np.asarray(rows["t"], bool),
-        truncateds=np.asarray(rows["u"], bool),
-        episode_ids=np.asarray(rows["e"]),
-        sources=np.asarray([source] * n),
-        interventions=np.zeros(n, bool),
-        episode_success=np.asarray(rows["s"], bool),
-    )
-    return transitions, episodes
 
 
 def evaluate(cfg: BenchConfig, adapter_dir: str | None, workers: int = 1) -> dict[str, Any]:
@@ -457,7 +388,13 @@ def method_job(
     from simreal_ros.learner import lora
     from simreal_ros.learner.gate import GateDecision
     from simreal_ros.learner.replay import Transitions
-    from simreal_ros.learner.trainer import LearnerSession, collect_sim_transitions
+    from simreal_ros.learner.trainer import (
+        LearnerSession,
+        collect_sim_transitions,
+        expert_actions,
+        policy_actions,
+        rollout_transitions,
+    )
     from simreal_ros.policy.checkpoint import load_checkpoint
     from simreal_ros.sim.env import ArmTaskEnv
 
@@ -500,16 +437,20 @@ def method_job(
                 out["time_limited"] = True
                 break
             t0 = time.perf_counter()
-            part, collected = collect_transitions(
-                env, converter, cfg.collection_seeds(seed, round_index), cfg.condition,
-                actor=lora.inner(session.actor_peft), noise=cfg.noise, prefix=f"s{seed}",
-                explore_std_max=config.exploration_std_max,
+            act = policy_actions(
+                lora.inner(session.actor_peft), cfg.noise or None, config.exploration_std_max
+            )
+            seeds = cfg.collection_seeds(seed, round_index)
+            part, collected = rollout_transitions(
+                env, converter, seeds, cfg.condition, act, source="real_twin",
+                episode_ids=[f"s{seed}-{s}" for s in seeds],
             )  # fmt: skip
             parts = [part]
             if expert is not None:
-                part, demo_eps = collect_transitions(
-                    env, converter, cfg.demo_seeds(seed, round_index), cfg.condition,
-                    expert=expert, prefix="demo",
+                seeds = cfg.demo_seeds(seed, round_index)
+                part, demo_eps = rollout_transitions(
+                    env, converter, seeds, cfg.condition, expert_actions(expert, converter),
+                    source="real_twin", episode_ids=[f"demo-{s}" for s in seeds],
                 )  # fmt: skip
                 parts.append(part)
                 collected += demo_eps
@@ -1109,7 +1050,10 @@ def parse_args(argv=None) -> tuple[BenchConfig, argparse.Namespace]:
     parser.add_argument("--eval-first-seed", type=int, default=900_000)
     parser.add_argument("--target", type=float, default=0.8)
     parser.add_argument(
-        "--noise", type=float, default=0.0, help="extra Gaussian noise on the policy's samples"
+        "--noise",
+        type=float,
+        default=0.0,
+        help="> 0: Gaussian noise around the mean instead of the policy's own distribution",
     )
     parser.add_argument("--bc-demos", type=int, default=0, help="expert demos/round (BC)")
     parser.add_argument("--sim-episodes", type=int, default=10)

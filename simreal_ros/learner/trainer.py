@@ -122,6 +122,97 @@ def load_episodes(paths, checkpoint, converter=None) -> tuple[Transitions | None
     return transitions_from_dataset(data, converter, success), manifest
 
 
+def policy_actions(actor, noise: float | None = None, exploration_std_max: float = 0.0):
+    """The action rule of a collection policy, for ``rollout_transitions``: ``noise`` None
+    samples the actor's own tanh-Gaussian, its std capped at ``exploration_std_max`` (the
+    learner's shared rule); a number adds N(0, noise) to the mean action instead (0:
+    deterministic)."""
+
+    def act(obs, normalized: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        obs_t = torch.as_tensor(normalized, dtype=torch.float32)
+        with torch.no_grad():
+            if noise is None:
+                action = actor.explore(obs_t, exploration_std_max).numpy()
+            else:
+                action = actor(obs_t).numpy()
+                action = action + noise * rng.standard_normal(action.shape)
+        return np.clip(action, -1.0, 1.0)
+
+    return act
+
+
+def expert_actions(expert, converter):
+    """The action rule of a scripted expert: its command, as the policy's action."""
+
+    def act(obs, normalized: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return converter.action_from_command(expert.act(obs), obs["joint_position"])
+
+    return act
+
+
+def rollout_transitions(
+    env,
+    converter,
+    episode_seeds,
+    condition: str,
+    act,
+    *,
+    source: str = "sim",
+    episode_ids=None,
+) -> tuple[Transitions, list[tuple[str, int, bool]]]:
+    """Episodes on a gymnasium ``env`` as learner Transitions (the actor's coordinates).
+
+    ``act(obs, normalized_obs, rng)`` gives a normalised action (``policy_actions``,
+    ``expert_actions``). Each episode runs under a torch RNG and a numpy ``rng`` seeded by
+    its start seed, so two policies that agree draw the same actions (common random
+    numbers) and the caller's global torch RNG is left as it was. The recorded action is
+    what the arm received, re-expressed as an action (clipping included). Returns the
+    transitions and per episode (episode_id, steps, success).
+    """
+    rows: dict[str, list] = {k: [] for k in ("o", "a", "r", "n", "t", "u", "e", "s")}
+    episodes = []
+    seeds = [int(s) for s in episode_seeds]
+    ids = list(episode_ids) if episode_ids is not None else [f"ep-{s}" for s in seeds]
+    for seed, episode_id in zip(seeds, ids, strict=True):
+        obs, _ = env.reset(seed=seed, options={"condition": condition})
+        start, success, done = len(rows["r"]), False, False
+        rng = np.random.default_rng(seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            while not done:
+                o = converter.normalized_observation(obs)
+                q = obs["joint_position"]
+                command = converter.command_from_action(act(obs, o, rng), q)
+                next_obs, reward, terminated, truncated, info = env.step(command)
+                success = success or bool(info.get("success", False))
+                rows["o"].append(o)
+                rows["a"].append(converter.action_from_command(command, q))
+                rows["r"].append(reward)
+                rows["n"].append(converter.normalized_observation(next_obs))
+                rows["t"].append(bool(terminated))
+                rows["u"].append(bool(truncated) and not terminated)
+                rows["e"].append(episode_id)
+                done = terminated or truncated
+                obs = next_obs
+        steps = len(rows["r"]) - start
+        rows["s"] += [success] * steps
+        episodes.append((episode_id, steps, success))
+    n = len(rows["r"])
+    transitions = Transitions(
+        obs=np.asarray(rows["o"], np.float32).reshape(n, converter.spec.obs_dim),
+        actions=np.asarray(rows["a"], np.float32).reshape(n, converter.spec.act_dim),
+        rewards=np.asarray(rows["r"], np.float32),
+        next_obs=np.asarray(rows["n"], np.float32).reshape(n, converter.spec.obs_dim),
+        terminals=np.asarray(rows["t"], bool),
+        truncateds=np.asarray(rows["u"], bool),
+        episode_ids=np.asarray(rows["e"]),
+        sources=np.asarray([source] * n),
+        interventions=np.zeros(n, bool),
+        episode_success=np.asarray(rows["s"], bool),
+    )
+    return transitions, episodes
+
+
 def collect_sim_transitions(
     checkpoint,
     task: str,
@@ -133,63 +224,26 @@ def collect_sim_transitions(
     episode_seconds: float | None = None,
     exploration_std_max: float = LearnerConfig.exploration_std_max,
 ) -> Transitions:
-    """Roll out the base policy in sim: replay/EWC data. Exploration: ``noise`` None samples
-    from the policy's own tanh-Gaussian, its std capped at ``exploration_std_max`` (the
-    learner's shared rule); a number adds N(0, noise) to the mean action instead (0:
-    deterministic)."""
+    """Roll out the base policy in sim (train condition, seeds seed..): replay/EWC data.
+    Exploration as ``policy_actions``."""
     from simreal_ros.sim.env import ArmTaskEnv
 
     converter = converter or make_converter(checkpoint)
     kwargs = {} if episode_seconds is None else {"episode_seconds": episode_seconds}
     env = ArmTaskEnv(task=task, profile=profile, **kwargs)
-    rng = np.random.default_rng(seed)
-    actor = checkpoint.model.actor
-    act_dim = checkpoint.arch.act_dim
-    if noise is None:  # seeded, so the replay data of a run is reproducible
-        torch.manual_seed(seed)
-    rows: dict[str, list] = {k: [] for k in ("o", "a", "r", "n", "t", "u", "e", "s")}
+    act = policy_actions(checkpoint.model.actor, noise, exploration_std_max)
     try:
-        for episode in range(episodes):
-            obs, _ = env.reset(seed=seed + episode, options={"condition": "train"})
-            start, success, done = len(rows["r"]), False, False
-            while not done:
-                o = converter.normalized_observation(obs)
-                obs_t = torch.as_tensor(o, dtype=torch.float32)
-                with torch.no_grad():
-                    if noise is None:
-                        a = actor.explore(obs_t, exploration_std_max).numpy()
-                    else:
-                        a = actor(obs_t).numpy() + noise * rng.standard_normal(act_dim)
-                a = np.clip(a, -1.0, 1.0)
-                command = converter.command_from_action(a, obs["joint_position"])
-                next_obs, reward, terminated, truncated, info = env.step(command)
-                success = success or bool(info.get("success", False))
-                rows["o"].append(o)
-                # What the arm received, re-expressed as an action (clipping included).
-                rows["a"].append(converter.action_from_command(command, obs["joint_position"]))
-                rows["r"].append(reward)
-                rows["n"].append(converter.normalized_observation(next_obs))
-                rows["t"].append(bool(terminated))
-                rows["u"].append(bool(truncated) and not terminated)
-                rows["e"].append(f"sim-{seed}-{episode}")
-                done = terminated or truncated
-                obs = next_obs
-            rows["s"] += [success] * (len(rows["r"]) - start)
+        transitions, _ = rollout_transitions(
+            env,
+            converter,
+            range(seed, seed + episodes),
+            "train",
+            act,
+            episode_ids=[f"sim-{seed}-{e}" for e in range(episodes)],
+        )
     finally:
         env.close()
-    n = len(rows["r"])
-    return Transitions(
-        obs=np.asarray(rows["o"], np.float32),
-        actions=np.asarray(rows["a"], np.float32),
-        rewards=np.asarray(rows["r"], np.float32),
-        next_obs=np.asarray(rows["n"], np.float32),
-        terminals=np.asarray(rows["t"], bool),
-        truncateds=np.asarray(rows["u"], bool),
-        episode_ids=np.asarray(rows["e"]),
-        sources=np.asarray(["sim"] * n),
-        interventions=np.zeros(n, bool),
-        episode_success=np.asarray(rows["s"], bool),
-    )
+    return transitions
 
 
 # ---------------------------------------------------------------- candidates
