@@ -181,3 +181,22 @@ def normalised_auc(episodes, success_rates, budget: float) -> float:
     ends = np.minimum(np.append(x[1:], budget), budget)
     starts = np.minimum(x, budget)
     return float(np.sum(y * (ends - starts)) / budget)
+
+
+def rank_correlation(x, y) -> float:
+    """Spearman's rho: the Pearson correlation of the ranks (ties share their mean rank);
+    0 when either series is constant."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    if len(x) != len(y) or len(x) < 2:
+        raise ValueError("rank correlation needs two equally long series of >= 2 values.")
+    rx, ry = _mean_ranks(x), _mean_ranks(y)
+    if rx.std() == 0 or ry.std() == 0:
+        return 0.0
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def _mean_ranks(values: np.ndarray) -> np.ndarray:
+    """0-based ranks, tied values averaged."""
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    first = np.cumsum(counts) - counts  # rank of each distinct value's first occurrence
+    return (first + (counts - 1) / 2.0)[inverse]

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from simreal_ros.config_schema import setting, validate
 from simreal_ros.policy.config import EXPLORATION_STD_MAX
+from simreal_ros.sim.profiles import check_profile
 
 METHODS = ("bc", "rl", "sgft")
 CRITIC_INITS = ("auto", "fresh", "checkpoint", "checkpoint_lora", "sim_advantage")
@@ -271,8 +272,6 @@ class LearnerConfig:
 
     def __post_init__(self) -> None:
         validate(self)
-        from simreal_ros.sim.profiles import check_profile
-
         check_profile(self.screen_profile)
         critic_from_checkpoint = self.critic_init in ("checkpoint", "checkpoint_lora")
         if self.method == "sgft" and critic_from_checkpoint and self.horizon != 0:

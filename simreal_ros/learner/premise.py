@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from simreal_ros.config_schema import setting, validate
+from simreal_ros.stats import rank_correlation
 
 
 @dataclasses.dataclass
@@ -70,27 +71,6 @@ class PremiseResult:
             "checks": self.checks,
             "holds": self.holds,
         }
-
-
-def rank_correlation(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman's rho: the Pearson correlation of the ranks (ties get their mean rank)."""
-    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-    if len(x) != len(y) or len(x) < 2:
-        raise ValueError("rank correlation needs two equally long series of >= 2 values.")
-    rx, ry = _ranks(x), _ranks(y)
-    if rx.std() == 0 or ry.std() == 0:
-        return 0.0
-    return float(np.corrcoef(rx, ry)[0, 1])
-
-
-def _ranks(values: np.ndarray) -> np.ndarray:
-    order = np.argsort(values, kind="stable")
-    ranks = np.empty(len(values))
-    ranks[order] = np.arange(len(values), dtype=np.float64)
-    for value in np.unique(values[np.r_[np.diff(np.sort(values)) == 0, False]]):
-        tied = values == value
-        ranks[tied] = ranks[tied].mean()
-    return ranks
 
 
 def returns_to_go(transitions, gamma: float, failure_value: float) -> np.ndarray:

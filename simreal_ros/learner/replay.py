@@ -138,6 +138,11 @@ class Batch:
     v_sim_next: torch.Tensor | None
     index: np.ndarray  # row indices into the source buffers (real rows first)
 
+    @property
+    def failures(self) -> torch.Tensor:
+        """Float 0/1: terminal failures, as ``Transitions.failures``."""
+        return self.terminals * (1.0 - self.episode_success)
+
 
 def batch_from(transitions: Transitions, index: np.ndarray, is_real: np.ndarray) -> Batch:
     def tensor(a):

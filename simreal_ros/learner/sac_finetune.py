@@ -3,14 +3,14 @@
 - ``shaping=False, horizon=None``: plain SAC on the real reward, warm-started from the
   pretrained actor (+ LoRA) and, by default, the pretrained critics. This is the baseline
   SGFT has to beat.
+- ``shaping=True``: the reward is r~ from the frozen V_sim (cached on the transitions) and
+  the critic is horizon-indexed (see ``sgft``); H = None is SAC on r~.
 
 What every method shares, so a comparison measures the method and nothing else (the
 session passes the same settings to all): the reward scale rule (``reward_scale``, unit
 std of the method's own training reward on sim), the terminal failure value, the entropy
 treatment (``entropy_backup``: off by default, so entropy is only the actor's
 alpha * log pi term), the co-training sampler, the update budget and the trust region.
-- ``shaping=True``: the reward is r~ from the frozen V_sim (cached on the transitions) and
-  the critic is horizon-indexed (see ``sgft``); H = None is SAC on r~.
 
 The actor is ``inner(actor_peft)``, an ``Actor`` with LoRA layers: ``sample(obs)`` gives a
 reparameterised tanh-Gaussian action and its log-probability.
@@ -133,8 +133,7 @@ class ActorCriticFineTuner:
         return float(self.log_alpha.exp().detach())
 
     def training_rewards(self, batch: Batch) -> torch.Tensor:
-        failures = batch.terminals * (1.0 - batch.episode_success)
-        rewards = batch.rewards + self.gamma * self.failure_value * failures
+        rewards = batch.rewards + self.gamma * self.failure_value * batch.failures
         if not self.shaping:
             return rewards * self.reward_scale
         keep = 1.0 - batch.terminals

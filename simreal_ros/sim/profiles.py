@@ -23,7 +23,6 @@ from simreal_ros import resources
 
 # The shipped profiles, by name; any other profile is a YAML path.
 PROFILE_NAMES = ("nominal", "randomized", "real_twin", "real_twin_mild")
-STAND_IN = "real_twin"  # the stand-in of make demo and of every experiment
 
 
 def profiles_dir() -> Path:

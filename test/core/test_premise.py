@@ -10,11 +10,11 @@ from simreal_ros.learner.premise import (
     PremiseConfig,
     check_premise,
     format_premise,
-    rank_correlation,
     returns_to_go,
 )
 from simreal_ros.learner.replay import Transitions
 from simreal_ros.policy.checkpoint import shipped_checkpoint
+from simreal_ros.stats import rank_correlation
 
 torch.set_num_threads(1)
 
