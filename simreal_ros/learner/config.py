@@ -234,18 +234,69 @@ class LearnerConfig:
         high=2**31 - 1,
         dynamic=True,
     )
+    gate_rule: str = setting(
+        "broken_only",
+        "Screening rule. broken_only: sim kills only what is clearly broken (success floor "
+        "on the Wilson upper bound, safety-filter interventions, non-finite or saturated "
+        "actions, divergence from the base) and never rejects a candidate for doing worse "
+        "than the running policy in a sim known to be misspecified; relative: the old rule, "
+        "also no worse than the running policy (or the base) by more than promote_tolerance. "
+        "Details: simreal_ros/learner/gate.py.",
+        choices=("broken_only", "relative"),
+        dynamic=True,
+    )
+    promote_success_floor: float = setting(
+        0.25,
+        "Reject if even the Wilson 95% UPPER bound of the sim success rate is below this "
+        "(sim is confident the candidate fails more than 3 times in 4: 0/20 or 1/20 of 20).",
+        low=0.0,
+        high=1.0,
+        dynamic=True,
+    )
     promote_ci_low: float = setting(
-        0.3,
-        "Promote only if the Wilson 95% lower bound of the success rate clears this.",
+        0.0,
+        "Reject unless the Wilson 95% LOWER bound of the sim success rate clears this; it "
+        "certifies in sim, so it is off (0) by default. The old gate: 0.3 with gate_rule "
+        "relative.",
         low=0.0,
         high=1.0,
         dynamic=True,
     )
     promote_tolerance: float = setting(
         0.1,
-        "Reject a candidate whose success rate is below the running policy's by more.",
+        "gate_rule relative only: reject a candidate whose sim success rate is below the "
+        "running policy's (or the base's, if better) by more.",
         low=0.0,
         high=1.0,
+        dynamic=True,
+    )
+    screen_max_intervention_rate: float = setting(
+        0.8,
+        "Reject if the safety filter intervened in more than this share of the screening "
+        "control steps, not counting the velocity/acceleration/jerk shaping every 20 Hz "
+        "step gets (the shipped push and reach policies: 0.42-0.44, in randomized sim and "
+        "on the stand-in). Needs screen_safety_filter.",
+        low=0.0,
+        high=1.0,
+        dynamic=True,
+    )
+    screen_max_saturated_share: float = setting(
+        0.5,
+        "Reject if more than this share of the actor's action components sit at the tanh "
+        "bound (|a| >= 0.99) in screening (the shipped policies: under 0.01). Any "
+        "non-finite action rejects, whatever this is.",
+        low=0.0,
+        high=1.0,
+        dynamic=True,
+    )
+    screen_max_divergence: float = setting(
+        0.5,
+        "Reject if the mean |candidate action - base action| on the candidate's own "
+        "screening states exceeds this, per component in normalised action units ([-1, 1]; "
+        "times the spec's action scale is rad per step). A quarter of the action range: far "
+        "beyond the trust region's ~1/(2 anchor_weight).",
+        low=0.0,
+        high=2.0,
         dynamic=True,
     )
     task: str = setting("push", "Task screened and trained.", choices=("push", "reach"))

@@ -31,7 +31,7 @@ from simreal_ros.learner import lora
 from simreal_ros.learner.bc import BehaviourCloning
 from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.ewc import ElasticWeightConsolidation
-from simreal_ros.learner.gate import EvaluationSummary, Evaluator, GateDecision
+from simreal_ros.learner.gate import EvaluationSummary, Evaluator, GateDecision, GateSettings
 from simreal_ros.learner.gate import screen as gate_screen
 from simreal_ros.learner.replay import REAL_SOURCES, Transitions
 from simreal_ros.learner.sac_finetune import ActorCriticFineTuner, ColumnCritic
@@ -684,6 +684,7 @@ class LearnerSession:
             cfg.promote_tolerance,
             cfg.screen_profile,
             self.baseline_cache,
+            gate_settings(cfg),
         )
 
     def commit(self, candidate: Candidate, decision: GateDecision) -> StoredVersion:
@@ -721,9 +722,24 @@ class LearnerSession:
 
 
 # ---------------------------------------------------------------- evaluation in sim
+def gate_settings(config: LearnerConfig) -> GateSettings:
+    """The gate's thresholds from the learner's settings."""
+    return GateSettings(
+        rule=config.gate_rule,
+        success_floor=config.promote_success_floor,
+        ci_low=config.promote_ci_low,
+        tolerance=config.promote_tolerance,
+        max_intervention_rate=config.screen_max_intervention_rate,
+        max_saturated_share=config.screen_max_saturated_share,
+        max_divergence=config.screen_max_divergence,
+    )
+
+
 def policy_evaluator(config: LearnerConfig) -> Evaluator:
     """The gate's evaluator: the policy package's parallel spawned-worker sim evaluation
-    (the deployed, merged form of base + adapter, with the adapter's checksum checked)."""
+    (the deployed, merged form of base + adapter, with the adapter's checksum checked) in
+    ``screen_profile`` (a shipped name or a profile YAML, e.g. an identified one). An
+    adapter's actions are compared with the base's on its own states (divergence)."""
     from simreal_ros.policy.evaluate import PolicySource, evaluate_policy
 
     def evaluate(checkpoint_dir, adapter_dir, condition, seeds) -> EvaluationSummary:
@@ -737,6 +753,7 @@ def policy_evaluator(config: LearnerConfig) -> Evaluator:
             seeds=list(seeds),
             workers=config.screen_workers,
             safety_filter=config.screen_safety_filter,
+            reference=None if adapter_dir is None else PolicySource(str(checkpoint_dir)),
         )
         return summary_from_evaluation(result)
 
@@ -744,12 +761,25 @@ def policy_evaluator(config: LearnerConfig) -> Evaluator:
 
 
 def summary_from_evaluation(result) -> EvaluationSummary:
-    """``simreal_ros.policy.evaluate.EvaluationResult`` -> the gate's summary."""
+    """``simreal_ros.policy.evaluate.EvaluationResult`` -> the gate's summary (divergence:
+    the step-weighted mean over the episodes that measured it)."""
+    records = result.records
+    compared = [r for r in records if math.isfinite(r.divergence) and r.action_components]
+    weight = sum(r.action_components for r in compared)
+    divergence = (
+        sum(r.divergence * r.action_components for r in compared) / weight if weight else None
+    )
     return EvaluationSummary(
         episodes=int(result.episodes),
         successes=int(result.successes),
         mean_return=float(result.mean_return),
-        per_seed_success=[bool(r.success) for r in result.records],
+        per_seed_success=[bool(r.success) for r in records],
+        steps=sum(int(r.length) for r in records),
+        intervened_steps=sum(int(r.intervened_steps) for r in records),
+        action_components=sum(int(r.action_components) for r in records),
+        saturated_actions=sum(int(r.saturated_actions) for r in records),
+        nonfinite_steps=sum(int(r.nonfinite_steps) for r in records),
+        divergence=divergence,
     )
 
 

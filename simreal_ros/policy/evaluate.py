@@ -5,6 +5,12 @@ policy is given as a ``PolicySource``: a checkpoint directory plus an optional p
 adapter directory (``build_policy`` is the one hook that turns a source into a runnable
 policy), or an in-memory actor (its weights are shipped to the workers as arrays).
 Episodes run the deployed (numpy, merged) form of the policy, the same code the node runs.
+
+Each episode record also carries the screening gate's evidence of brokenness: the safety
+filter's interventions (when it runs), actions that are non-finite or at the tanh bound
+(``SATURATED``, normalised units), and, given a ``reference`` policy, the mean absolute
+difference between the policy's and the reference's normalised actions on the states the
+policy visits (the reference acts on them but never steps the arm).
 """
 
 from __future__ import annotations
@@ -23,6 +29,12 @@ from simreal_ros.sim.profiles import check_profile
 from simreal_ros.stats import wilson_interval
 
 CONDITIONS = ("train", "shifted")
+# |normalised action| at or above this is "at its bound": tanh of a pre-activation >= 2.65.
+SATURATED = 0.99
+# The filter shapes every 20 Hz step into its 100 Hz trajectory within these limits, for
+# a healthy policy too (the shipped ones: every step); the other reasons (position and
+# workspace limits, tracking error, refusals, holds) are what ``intervened_steps`` counts.
+SHAPING_LIMITS = ("velocity", "acceleration", "jerk")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +57,12 @@ class EpisodeRecord:
     length: int
     failure: bool
     final_goal_distance: float
+    interventions: int = 0  # the safety filter's, every reason (0 without the filter)
+    intervened_steps: int = 0  # control steps with an intervention not in SHAPING_LIMITS
+    saturated_actions: int = 0  # action components with |a| >= SATURATED
+    action_components: int = 0  # steps x action dimension
+    nonfinite_steps: int = 0  # steps whose action had a NaN or inf (the arm was held)
+    divergence: float = float("nan")  # mean |a - a_reference| per component; nan: none
 
 
 @dataclasses.dataclass
@@ -120,13 +138,17 @@ def build_policy(source: PolicySource, description: Any = None):
     return deployed
 
 
-def run_episode(env, policy, seed: int, condition: str) -> EpisodeRecord:
+def run_episode(env, policy, seed: int, condition: str, reference=None) -> EpisodeRecord:
     observation, _ = env.reset(seed=int(seed), options={"condition": condition})
     total, steps, success, failure = 0.0, 0, False, False
     terminated = truncated = False
     info: dict[str, Any] = {}
+    stats = _ActionStats()
     while not (terminated or truncated):
-        observation, reward, terminated, truncated, info = env.step(policy.act(observation))
+        before = _hard_interventions(env)
+        command = stats.command(policy, observation, reference)
+        observation, reward, terminated, truncated, info = env.step(command)
+        stats.intervened_steps += _hard_interventions(env) > before
         total += float(reward)
         steps += 1
         success = success or bool(info.get("success", False))
@@ -138,7 +160,50 @@ def run_episode(env, policy, seed: int, condition: str) -> EpisodeRecord:
         length=steps,
         failure=failure,
         final_goal_distance=float(info.get("goal_distance", float("nan"))),
+        interventions=int(info.get("safety_interventions", 0)),
+        intervened_steps=stats.intervened_steps,
+        saturated_actions=stats.saturated,
+        action_components=stats.components,
+        nonfinite_steps=stats.nonfinite,
+        divergence=stats.divergence(),
     )
+
+
+def _hard_interventions(env) -> int:
+    """The running episode's safety-filter interventions outside ``SHAPING_LIMITS``."""
+    safety = getattr(getattr(env, "core", None), "safety", None)
+    if safety is None:
+        return 0
+    return sum(n for limit, n in safety.counts.items() if limit not in SHAPING_LIMITS)
+
+
+class _ActionStats:
+    """Per-episode action evidence for the screening gate (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.intervened_steps = self.saturated = self.components = self.nonfinite = 0
+        self._difference = 0.0
+        self._compared = 0
+
+    def command(self, policy, observation, reference) -> np.ndarray:
+        if not (hasattr(policy, "converter") and hasattr(policy, "actor")):
+            return policy.act(observation)  # a policy without a normalised action
+        normalized = policy.converter.normalized_observation(observation)
+        action = np.asarray(policy.actor(normalized), dtype=np.float64)
+        joints = np.asarray(observation["joint_position"], dtype=np.float64)
+        self.components += action.size
+        if not np.all(np.isfinite(action)):
+            self.nonfinite += 1
+            return joints.copy()  # hold, as the safety filter would
+        self.saturated += int(np.sum(np.abs(action) >= SATURATED))
+        if reference is not None:
+            other = np.asarray(reference.actor(normalized), dtype=np.float64)
+            self._difference += float(np.sum(np.abs(action - other)))
+            self._compared += action.size
+        return policy.converter.command_from_action(action, joints)
+
+    def divergence(self) -> float:
+        return self._difference / self._compared if self._compared else float("nan")
 
 
 def _worker(
@@ -147,6 +212,7 @@ def _worker(
     condition: str,
     seeds: list[int],
     safety_filter: bool = False,
+    reference: PolicySource | None = None,
 ) -> tuple[str, str, list[EpisodeRecord]]:
     import torch
 
@@ -154,6 +220,7 @@ def _worker(
     from simreal_ros.sim.env import ArmTaskEnv
 
     policy = build_policy(source)
+    other = None if reference is None else build_policy(reference)
     spec = policy.converter.spec
     env = ArmTaskEnv(
         task=spec.task,
@@ -163,7 +230,7 @@ def _worker(
         safety_filter=safety_filter,
     )
     try:
-        records = [run_episode(env, policy, seed, condition) for seed in seeds]
+        records = [run_episode(env, policy, seed, condition, other) for seed in seeds]
     finally:
         env.close()
     return spec.task, policy.version, records
@@ -176,31 +243,38 @@ def evaluate_policy(
     seeds: Sequence[int] | int = 100,
     workers: int = 1,
     safety_filter: bool = False,
+    reference: PolicySource | str | Path | None = None,
 ) -> EvaluationResult:
     """Run one episode per seed; success rate with a Wilson 95% CI, return and length.
 
     ``policy``: a checkpoint directory or a ``PolicySource``. ``seeds``: a list of seeds,
     or a count N meaning seeds 0..N-1. ``workers`` > 1 uses spawned processes.
     ``safety_filter`` puts the safety filter between the policy and the arm, as the
-    graph does.
+    graph does. ``reference`` (a checkpoint directory or ``PolicySource``): also measure
+    each step's action difference to it on the same observation (``divergence``).
     """
     check_profile(profile)
     if condition not in CONDITIONS:
         raise ValueError(f"condition {condition!r}: use one of {', '.join(CONDITIONS)}.")
     source = policy if isinstance(policy, PolicySource) else PolicySource(str(policy))
+    if reference is not None and not isinstance(reference, PolicySource):
+        reference = PolicySource(str(reference))
     seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
     if not seed_list:
         raise ValueError("no seeds to evaluate; give at least one episode.")
     workers = max(1, min(int(workers), len(seed_list)))
     start = time.perf_counter()
     if workers == 1:
-        task, version, records = _worker(source, profile, condition, seed_list, safety_filter)
+        task, version, records = _worker(
+            source, profile, condition, seed_list, safety_filter, reference
+        )
     else:
         chunks = [seed_list[i::workers] for i in range(workers)]
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             futures = [
-                pool.submit(_worker, source, profile, condition, c, safety_filter) for c in chunks
+                pool.submit(_worker, source, profile, condition, c, safety_filter, reference)
+                for c in chunks
             ]
             results = [f.result() for f in futures]
         task, version = results[0][0], results[0][1]

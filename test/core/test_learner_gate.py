@@ -1,8 +1,9 @@
-"""The screening gate: the promotion rule on numbers, and sabotaged candidates rejected.
+"""The screening gate: both rules on numbers, and sabotaged candidates rejected.
 
 The end-to-end part screens real adapter directories through ``gate.screen`` with an
 evaluator on the toy system (test/core/learner_toy.py); the same gate runs with the
-policy package's MuJoCo evaluation in test_learner_session.py.
+policy package's MuJoCo evaluation in test_learner_gate_mujoco.py and
+test_learner_session.py.
 """
 
 from __future__ import annotations
@@ -23,11 +24,20 @@ from core.learner_toy import (
 
 from simreal_ros.learner import lora
 from simreal_ros.learner.bc import BehaviourCloning
-from simreal_ros.learner.gate import EvaluationSummary, GateDecision, decide, screen
+from simreal_ros.learner.gate import (
+    EvaluationSummary,
+    GateDecision,
+    GateSettings,
+    decide,
+    screen,
+)
+
+torch.set_num_threads(1)
+RELATIVE = GateSettings(rule="relative")
 
 
-def summary(successes, episodes=20, mean_return=0.0):
-    return EvaluationSummary(episodes, successes, mean_return)
+def summary(successes, episodes=20, mean_return=0.0, **evidence):
+    return EvaluationSummary(episodes, successes, mean_return, **evidence)
 
 
 def test_promotes_when_ci_clears_threshold_and_not_worse_than_running():
@@ -36,6 +46,7 @@ def test_promotes_when_ci_clears_threshold_and_not_worse_than_running():
         {"train": summary(17), "shifted": summary(15)},
         ci_low_threshold=0.5,
         tolerance=0.1,
+        settings=RELATIVE,
     )
     assert decision.promoted, decision.reason
     assert decision.reason.startswith("promoted")
@@ -56,18 +67,80 @@ def test_rejects_a_candidate_worse_than_the_running_policy_beyond_tolerance():
         {"train": summary(17), "shifted": summary(18)},
         ci_low_threshold=0.2,
         tolerance=0.1,
+        settings=RELATIVE,
     )
     assert not decision.promoted
     assert "shifted" in decision.reason and "worse than the reference policy" in decision.reason
     assert decision.results[0].passed and not decision.results[1].passed_tolerance
     # Within tolerance passes.
+    assert decide(
+        {"train": summary(16)}, {"train": summary(17)}, 0.2, 0.1, settings=RELATIVE
+    ).promoted
     assert decide({"train": summary(16)}, {"train": summary(17)}, 0.2, 0.1).promoted
+    # The default rule does not ask "no worse than the running policy".
+    assert decide({"train": summary(12)}, {"train": summary(18)}, 0.0, 0.1).promoted
+
+
+def test_broken_only_floor_is_on_the_wilson_upper_bound():
+    # 1/20: upper bound 0.236 < 0.25, sim is confident it is broken; 2/20: 0.301, passes.
+    low = decide({"train": summary(1)}, {"train": summary(20)}, 0.0, 0.1)
+    assert not low.promoted and "upper bound is below the floor 0.25" in low.reason
+    assert "1/20" in low.reason and not low.results[0].passed_floor
+    assert decide({"train": summary(2)}, {"train": summary(20)}, 0.0, 0.1).promoted
+    # With few episodes nothing is clearly broken: 0/4 has upper bound 0.49.
+    assert decide({"train": summary(0, 4)}, {"train": summary(4, 4)}, 0.0, 0.1).promoted
+    # The optional certifying floor (the lower bound) still works when asked for.
+    assert not decide({"train": summary(8)}, {"train": summary(8)}, 0.5, 0.1).promoted
+
+
+@pytest.mark.parametrize(
+    ("evidence", "words"),
+    [
+        ({"steps": 400, "nonfinite_steps": 1}, "1 step(s) with non-finite actions"),
+        ({"action_components": 1000, "saturated_actions": 600}, "0.60 of the action components"),
+        ({"steps": 400, "intervened_steps": 360}, "intervened in 360/400 steps = 0.90"),
+        ({"divergence": 0.9}, "mean |action - base action| 0.900"),
+    ],
+)
+def test_broken_only_rejects_broken_actions_with_the_numbers(evidence, words):
+    # Every success number is fine (18/20, as the running policy): only the evidence fails.
+    decision = decide({"train": summary(18, **evidence)}, {"train": summary(18)}, 0.0, 0.1)
+    assert not decision.promoted and words in decision.reason, decision.reason
+    # ... and each limit is a setting: at the edge the same numbers pass.
+    edge = GateSettings(max_intervention_rate=0.9, max_saturated_share=0.6, max_divergence=0.9)
+    if "nonfinite_steps" not in evidence:
+        assert decide({"train": summary(18, **evidence)}, {"train": summary(18)}, 0.0, 0.1,
+                      settings=edge).promoted  # fmt: skip
+    # The relative rule applies the same checks.
+    assert not decide({"train": summary(18, **evidence)}, {"train": summary(18)}, 0.0, 0.1,
+                      settings=RELATIVE).promoted  # fmt: skip
+
+
+def test_the_measured_misspecified_case_both_rules_on_the_same_numbers():
+    # The issue's measurement: the best adapted candidate, 12/30 on the stand-in vs 5/30
+    # zero-shot, screened 16/20 in randomized sim against the running policy's 20/20.
+    candidate, running = {"train": summary(16)}, {"train": summary(20)}
+    old = decide(candidate, running, 0.3, 0.1, "randomized", settings=RELATIVE)
+    new = decide(candidate, running, 0.0, 0.1, "randomized")
+    assert not old.promoted and "worse than the reference policy's 1.00" in old.reason
+    assert new.promoted and "broken_only" in new.reason, new.reason
+
+
+def test_settings_are_validated_with_a_clear_error():
+    with pytest.raises(ValueError, match="gate rule 'strict' unknown"):
+        GateSettings(rule="strict")
+    with pytest.raises(ValueError, match="success_floor"):
+        GateSettings(success_floor=1.5)
 
 
 def test_decision_round_trips_through_json_form():
     decision = decide({"train": summary(18)}, {"train": summary(17)}, 0.5, 0.1, "randomized")
     again = GateDecision.from_dict(decision.to_dict())
     assert again == decision
+    # A decision stored before the rule existed reads back as the relative rule.
+    old = decision.to_dict()
+    old.pop("settings")
+    assert GateDecision.from_dict(old).settings.rule == "relative"
 
 
 def test_missing_baseline_or_empty_screen_is_an_error():
@@ -100,13 +173,15 @@ def toy(tmp_path_factory):
     return actor, root
 
 
-def toy_evaluator(actor):
+def toy_evaluator(actor, fixed_bias=None):
+    """Evaluation on the toy: the 'real' drift (train; shifted adds 0.1) or ``fixed_bias``."""
     calls = []
 
     def evaluate(checkpoint_dir, adapter_dir, condition, seeds):
         calls.append((adapter_dir, condition))
         policy = actor if adapter_dir is None else lora.merged(lora.load(actor, adapter_dir))
         bias = REAL_BIAS if condition == "train" else REAL_BIAS + 0.1
+        bias = bias if fixed_bias is None else fixed_bias
         rows = success_rate(policy, seeds, bias=bias)
         return EvaluationSummary(
             len(rows), sum(s for s, _ in rows), float(np.mean([r for _, r in rows])),
@@ -117,10 +192,11 @@ def toy_evaluator(actor):
     return evaluate
 
 
-def screen_toy(actor, adapter, running=None, cache=None):
+def screen_toy(actor, adapter, running=None, cache=None, settings=RELATIVE):
     return screen(
         toy_evaluator(actor), None, adapter, running, ["train", "shifted"],
         list(range(100, 140)), ci_low_threshold=0.4, tolerance=0.1, baseline_cache=cache,
+        settings=settings,
     )  # fmt: skip
 
 
@@ -130,7 +206,8 @@ def test_a_good_candidate_is_promoted(toy):
     assert decision.promoted, decision.reason
 
 
-def test_an_adapter_inverting_the_action_head_is_rejected(toy):
+@pytest.mark.parametrize("settings", [RELATIVE, GateSettings()], ids=lambda s: s.rule)
+def test_an_adapter_inverting_the_action_head_is_rejected(toy, settings):
     actor, root = toy
     merged = lora.merged(lora.load(actor, root / "inverted"))
     obs = torch.randn(8, 2)
@@ -140,14 +217,15 @@ def test_an_adapter_inverting_the_action_head_is_rejected(toy):
         torch.testing.assert_close(
             merged.mean_head(features) - bias, -(actor.mean_head(features) - bias)
         )
-    decision = screen_toy(actor, root / "inverted")
+    decision = screen_toy(actor, root / "inverted", settings=settings)
     assert not decision.promoted
     assert "rejected" in decision.reason and "0/40" in decision.reason
 
 
-def test_a_candidate_trained_on_mislabelled_actions_is_rejected(toy):
+@pytest.mark.parametrize("settings", [RELATIVE, GateSettings()], ids=lambda s: s.rule)
+def test_a_candidate_trained_on_mislabelled_actions_is_rejected(toy, settings):
     actor, root = toy
-    decision = screen_toy(actor, root / "mislabelled")
+    decision = screen_toy(actor, root / "mislabelled", settings=settings)
     assert not decision.promoted, decision.reason
     assert all(not r.passed for r in decision.results)
 
@@ -158,7 +236,7 @@ def test_running_policy_is_screened_once_per_seed_set(toy):
     evaluator = toy_evaluator(actor)
     for name in ("good", "inverted"):
         screen(evaluator, None, root / name, None, ["train"], [1, 2, 3], 0.0, 1.0,
-               baseline_cache=cache)  # fmt: skip
+               baseline_cache=cache, settings=RELATIVE)  # fmt: skip
     assert [c for c in evaluator.calls if c[0] is None] == [(None, "train")]
 
 
@@ -176,10 +254,10 @@ def test_the_tolerance_is_against_the_base_too_so_promotions_cannot_ratchet_down
     cache = {}
     seeds = list(range(20))
     first = screen(evaluator, None, tmp_path / "v1", None, ["train"], seeds, 0.3, 0.1,
-                   baseline_cache=cache)  # fmt: skip
+                   baseline_cache=cache, settings=RELATIVE)  # fmt: skip
     assert first.promoted, first.reason
     second = screen(evaluator, None, tmp_path / "v2", tmp_path / "v1", ["train"], seeds, 0.3,
-                    0.1, baseline_cache=cache)  # fmt: skip
+                    0.1, baseline_cache=cache, settings=RELATIVE)  # fmt: skip
     assert not second.promoted
     assert second.results[0].baseline_successes == 20  # the base, which screens better
     assert "the better of the running version and the base" in second.reason
@@ -188,5 +266,5 @@ def test_the_tolerance_is_against_the_base_too_so_promotions_cannot_ratchet_down
     rates["v1"] = 20
     rates[None] = 15
     third = screen(evaluator, None, tmp_path / "v2", tmp_path / "v1", ["train"], seeds, 0.3,
-                   0.1, baseline_cache={})  # fmt: skip
+                   0.1, baseline_cache={}, settings=RELATIVE)  # fmt: skip
     assert not third.promoted and third.results[0].baseline_successes == 20
