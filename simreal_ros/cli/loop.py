@@ -26,15 +26,23 @@ def add_parser(subparsers) -> None:
     for field in dataclasses.fields(LoopConfig):
         default = field.default
         flag = "--" + field.name.replace("_", "-")
+        kind = _boolean if isinstance(default, bool) else type(default)
         kwargs = {"default": default, "help": describe(field)}
         if field.metadata.get("choices"):
             kwargs["choices"] = field.metadata["choices"]
-        parser.add_argument(flag, type=type(default), **kwargs)
+        parser.add_argument(flag, type=kind, **kwargs)
     parser.add_argument("--runs-dir", default="runs", help="where run directories are made")
     parser.add_argument(
         "--run-id", default="", help="run directory name (default: a new timestamped one)"
     )
     parser.set_defaults(func=run)
+
+
+def _boolean(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false", "1", "0", "yes", "no"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give true or false.")
+    return value in ("true", "1", "yes")
 
 
 def run(args) -> int:
@@ -43,7 +51,8 @@ def run(args) -> int:
 
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(LoopConfig)}
     config = from_mapping(LoopConfig, values)
-    run_id = args.run_id or time.strftime(f"{config.task}-{config.method}-%Y%m%d-%H%M%S")
+    methods = "+".join(config.round_methods())
+    run_id = args.run_id or time.strftime(f"{config.task}-{methods}-%Y%m%d-%H%M%S")
     run_dir = RunDirectory(args.runs_dir, run_id)
     print(f"[simreal loop] run {run_dir.path} (the arm is the real_twin stand-in, simulated)")
     summary = LoopSession(config, run_dir).execute()
@@ -67,6 +76,10 @@ def run(args) -> int:
                     f"-> {b.successes}/{b.episodes} [{b.ci_low:.0%}, {b.ci_high:.0%}] at "
                     f"round {last.index} ({last.policy_version})"
                 )
+    for record in rounds:
+        if record.arm_decision:
+            print(f"[simreal loop] round {record.index} ({record.method}): the arm "
+                  f"{record.arm_decision['kind']}: {record.arm_decision['reason']}")  # fmt: skip
     if first.policy_version == last.policy_version:
         print(
             "[simreal loop] no candidate was promoted: the difference between rounds is "

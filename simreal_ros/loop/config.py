@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from simreal_ros.config_schema import setting
-
-METHODS = ("sgft", "rl", "bc")
+from simreal_ros.config_schema import setting, validate
+from simreal_ros.learner.config import METHODS
+from simreal_ros.loop.arm_decision import INCONCLUSIVE
 
 
 @dataclasses.dataclass
@@ -14,6 +14,29 @@ class LoopConfig:
     task: str = setting("push", "task to fine-tune", choices=("push", "reach"))
     checkpoint: str = setting("", "base checkpoint directory (empty: the shipped one)")
     method: str = setting("sgft", "fine-tuning method of the learner", choices=METHODS)
+    methods: str = setting(
+        "",
+        "comma-separated methods the rounds alternate (round 1 the first, round 2 the "
+        "second, ...), e.g. sgft,sysid; empty: --method every round. A change of method "
+        "restarts the learner node with it (a method's critic and value are its own)",
+    )
+    arm_decision: bool = setting(
+        True,
+        "after a promotion, the incumbent replays the candidate's evaluation seeds on the "
+        "stand-in and the paired comparison keeps the candidate or rolls it back "
+        "(simreal_ros/loop/arm_decision.py)",
+    )
+    arm_inconclusive: str = setting(
+        "point_estimate",
+        "what an inconclusive arm comparison does: point_estimate keeps the candidate "
+        "unless its mean paired difference is negative; keep; rollback",
+        choices=INCONCLUSIVE,
+    )
+    learner_set: str = setting(
+        "",
+        "learner settings for this run, KEY=VALUE separated by ';' (YAML values), e.g. "
+        "'gate_rule=relative;promote_ci_low=0.3'",
+    )
     horizon: int = setting(1, "SGFT horizon H (0 = infinite: plain shaping)", low=0, high=64)
     rounds: int = setting(3, "fine-tuning rounds after the zero-shot round 0", low=0, high=100)
     eval_episodes: int = setting(
@@ -71,3 +94,40 @@ class LoopConfig:
     )
     seed: int = setting(0, "seed of the run (episode seeds derive from it)", low=0, high=2**31)
     domain_id: int = setting(-1, "ROS_DOMAIN_ID for the graph (-1: inherit)", low=-1, high=101)
+
+    def __post_init__(self) -> None:
+        validate(self)
+        self.round_methods()
+        self.learner_overrides()
+
+    def round_methods(self) -> list[str]:
+        """The methods the rounds cycle through, validated."""
+        names = [m.strip() for m in self.methods.split(",") if m.strip()] or [self.method]
+        unknown = [m for m in names if m not in METHODS]
+        if unknown:
+            raise ValueError(f"methods {unknown} unknown; the learner has {', '.join(METHODS)}.")
+        return names
+
+    def method_of_round(self, index: int) -> str:
+        """Round 0 is zero-shot (no training): the first method; round i >= 1 cycles."""
+        names = self.round_methods()
+        return names[(max(index, 1) - 1) % len(names)]
+
+    def learner_overrides(self) -> dict:
+        """``learner_set`` as a mapping, each key a LearnerConfig setting."""
+        import yaml
+
+        from simreal_ros.learner.config import LearnerConfig
+
+        known = {f.name for f in dataclasses.fields(LearnerConfig)}
+        out = {}
+        for item in filter(None, (p.strip() for p in self.learner_set.split(";"))):
+            key, sep, value = item.partition("=")
+            key = key.strip()
+            if not sep or key not in known:
+                raise ValueError(
+                    f"learner_set item {item!r}: write KEY=VALUE with KEY a learner setting "
+                    "(see simreal_ros/learner/config.py)."
+                )
+            out[key] = yaml.safe_load(value)
+        return out

@@ -110,6 +110,59 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _arm_section(records) -> str:
+    """The arm's decisions; a candidate that passed the sim screen and lost on the arm is
+    the loop's most important event, so each gets its own box above everything else."""
+    decided = [r for r in records if r.arm_decision]
+    if not decided:
+        return ""
+    boxes = []
+    for record in decided:
+        arm = record.arm_decision
+        if arm.get("kind") != "passed_sim_lost_on_arm":
+            continue
+        diagnosis = record.arm_diagnosis or {}
+        boxes.append(
+            '<div class="lost"><b>Round '
+            f"{record.index}: {html.escape(arm['candidate'])} passed the sim screen and lost "
+            f"on the arm; rolled back to {html.escape(arm['incumbent'])}.</b><br>"
+            f"{html.escape(arm['reason'])}<br>Diagnosis of its arm episodes: "
+            f"<b>{html.escape(str(diagnosis.get('label', '-')))}</b> "
+            f"{html.escape(str(diagnosis.get('summary', '')))}</div>"
+        )
+    rows = [
+        [
+            str(r.index),
+            r.method or "-",
+            r.arm_decision["candidate"],
+            r.arm_decision["incumbent"],
+            r.arm_decision["kind"],
+            str(r.arm_decision["pairs"]),
+            f"{r.arm_decision['candidate_successes']} vs {r.arm_decision['incumbent_successes']}",
+            _ci(r.arm_decision["success_difference"], r.arm_decision["success_ci"]),
+            _ci(r.arm_decision["return_difference"], r.arm_decision["return_ci"]),
+            r.arm_decision["basis"],
+        ]
+        for r in decided
+    ]
+    table = _table(
+        ["round", "method", "candidate", "incumbent", "decision", "pairs", "successes",
+         "success diff [95% CI]", "return diff [95% CI]", "basis"],
+        rows,
+    )  # fmt: skip
+    return (
+        "<h2>The arm decides</h2>"
+        + "".join(boxes)
+        + '<p class="note">After each promotion the incumbent replays the candidate\'s '
+        "evaluation seeds on the stand-in; differences are candidate minus incumbent, "
+        "paired by seed, with paired-bootstrap 95% CIs.</p>" + table
+    )
+
+
+def _ci(mean: float, ci) -> str:
+    return f"{mean:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]"
+
+
 def render_report(summary: LoopSummary) -> str:
     records = summary.completed_rounds()
     images = [
@@ -126,7 +179,7 @@ def render_report(summary: LoopSummary) -> str:
     ]
     rounds_rows = []
     for record in records:
-        cells = [str(record.index), record.policy_version]
+        cells = [str(record.index), record.method or "-", record.policy_version]
         scores = [record.score(c) for c in CONDITIONS]
         scores += [record.check_score(c) for c in CONDITIONS]
         for score in scores:
@@ -145,8 +198,10 @@ def render_report(summary: LoopSummary) -> str:
     gate_rows = [
         [
             str(record.index),
+            record.method or record.update.get("method", "-"),
             record.update.get("version", "-"),
-            "promoted" if record.update.get("promoted") else "rejected",
+            ("promoted" if record.update.get("promoted") else "rejected")
+            + (f", then {record.arm_decision['kind']} on the arm" if record.arm_decision else ""),
             "; ".join(
                 f"{s['condition']} {s['successes']}/{s['episodes']} "
                 f"[{s['ci_low']:.0%}, {s['ci_high']:.0%}] "
@@ -172,6 +227,7 @@ table {{ border-collapse: collapse; margin: 1em 0; }}
 td, th {{ border: 1px solid #ccc; padding: 4px 8px; font-size: 13px; text-align: left; }}
 img {{ margin: 4px; border: 1px solid #eee; }}
 .note {{ color: #555; }}
+.lost {{ border: 2px solid #c00; background: #fee; padding: 8px; margin: 8px 0; }}
 </style></head><body>
 <h1>Fine-tuning loop: {html.escape(summary.run_id)}</h1>
 <p class="note">The arm in this run is the <b>real_twin stand-in</b>: a simulated arm with a
@@ -180,11 +236,13 @@ would be. It is not a physical robot. Solid lines: the graph's trials (fresh see
 round). Dashed: the off-ROS check, the running policy on the stand-in behind the safety
 filter, the same seeds every round and never trained on (a check a physical arm cannot
 give).</p>
+{_arm_section(records)}
 <h2>Plots</h2>{plots}
 <h2>Rounds</h2>{
         _table(
             [
                 "round",
+                "method",
                 "policy",
                 "train (graph)",
                 "shifted (graph)",
@@ -199,7 +257,7 @@ give).</p>
         )
     }
 <h2>Gate decisions</h2>{
-        _table(["round", "candidate", "decision", "screening", "reason"], gate_rows)
+        _table(["round", "method", "candidate", "decision", "screening", "reason"], gate_rows)
     }
 <h2>Diagnosis</h2>{_table(["round", "label", "evidence"], diagnosis_rows)}
 <h2>Configuration</h2>{_table(["setting", "value"], config_rows)}

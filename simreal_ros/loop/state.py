@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from simreal_ros.loop.arm_decision import LOST
 from simreal_ros.stats import wilson_interval
 
 SUMMARY_VERSION = 1
@@ -43,7 +44,8 @@ class RoundRecord:
     """What happened in one round; round 0 is the zero-shot evaluation."""
 
     index: int
-    policy_version: str = ""
+    policy_version: str = ""  # what runs after the round (after the arm's decision)
+    method: str = ""  # the learner's method this round ("" in round 0: no training)
     collected: dict[str, int] = dataclasses.field(default_factory=dict)
     update: dict[str, Any] = dataclasses.field(default_factory=dict)
     evaluation: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -53,6 +55,10 @@ class RoundRecord:
     # below it points at the graph (timing, the swap, the filter), not at the policy.
     same_seeds: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     diagnosis: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # After a promotion: the arm's paired comparison (loop.arm_decision.ArmDecision dict);
+    # kind passed_sim_lost_on_arm is a rollback, diagnosed in arm_diagnosis.
+    arm_decision: dict[str, Any] = dataclasses.field(default_factory=dict)
+    arm_diagnosis: dict[str, Any] = dataclasses.field(default_factory=dict)
     safety_interventions: int = 0
     real_episodes_total: int = 0
     stand_in_seconds_total: float = 0.0
@@ -75,6 +81,16 @@ def _find_score(items: list[dict[str, Any]], condition: str) -> ConditionScore |
         if item["condition"] == condition:
             return ConditionScore(**item)
     return None
+
+
+def running_update(rounds: list[RoundRecord]) -> dict[str, Any]:
+    """The update the policy runs after these rounds: the last promoted one the arm did not
+    roll back (a rollback returns to what ran before it)."""
+    running: dict[str, Any] = {}
+    for record in rounds:
+        if record.update.get("promoted") and record.arm_decision.get("kind") != LOST:
+            running = record.update
+    return running
 
 
 @dataclasses.dataclass

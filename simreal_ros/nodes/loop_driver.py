@@ -2,7 +2,9 @@
 
 Not a long-running node of the graph: `simreal loop` creates it in-process next to the
 trial runner. It calls /learner/train_now, collects /learner/policy_update decisions
-(latched), follows the policy version on /policy/action, and counts safety interventions.
+(latched), follows the policy version on /policy/action, switches the policy node's
+version through /policy/rollback (the arm's paired comparison), and counts safety
+interventions.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from std_srvs.srv import SetBool, Trigger
 from simreal_ros.msg import EpisodeEvent, PolicyAction, PolicyUpdate, SafetyStatus
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.episode_event import episode_event
+from simreal_ros.srv import Rollback
 
 
 def update_to_dict(msg: PolicyUpdate) -> dict[str, Any]:
@@ -61,6 +64,7 @@ class LoopDriverNode(Node):
         self._policy_state = self.create_client(ChangeState, "/policy/change_state")
         self._sim_pause = self.create_client(SetBool, "/sim_bridge/pause")
         self._policy_parameters = self.create_client(SetParameters, "/policy/set_parameters")
+        self._policy_rollback = self.create_client(Rollback, "/policy/rollback")
         self.create_subscription(
             PolicyUpdate, "/learner/policy_update", self._on_update, qos.LATCHED
         )
@@ -140,9 +144,15 @@ class LoopDriverNode(Node):
             count += 1
         return count
 
-    def train_round(self, timeout_s: float) -> dict[str, Any]:
-        """Ask the learner for a round; return its decision (promoted or rejected)."""
-        seen = self.updates_seen()
+    def train_round(self, timeout_s: float, exclude: set[str] | frozenset = frozenset()):
+        """Ask the learner for a round; return its decision (promoted or rejected).
+
+        The decision is the first update with a version never seen before (nor in
+        ``exclude``): a restarted learner's latched start-up announcement of the running
+        version is not a round's decision, whenever it arrives."""
+        with self._lock:
+            known = set(exclude) | {u["version"] for u in self._updates}
+            seen = len(self._updates)
         future = self._train_now.call_async(Trigger.Request())
         deadline = time.monotonic() + timeout_s
         while not future.done() and time.monotonic() < deadline:
@@ -151,10 +161,39 @@ class LoopDriverNode(Node):
             raise TimeoutError("the learner did not accept a round (/learner/train_now).")
         while time.monotonic() < deadline:
             with self._lock:
-                if len(self._updates) > seen:
-                    return self._updates[-1]
+                fresh = [u for u in self._updates[seen:] if u["version"] not in known]
+            if fresh:
+                return fresh[0]
             self._sleep(0.2)
         raise TimeoutError(f"the learner gave no decision within {timeout_s:.0f} s.")
+
+    def switch_policy(self, version: str, timeout_s: float = 30.0) -> None:
+        """Make the policy node run ``version`` (its ~/rollback takes any version it knows)
+        and wait until its actions carry it; raises with the node's answer if refused."""
+        if not self._policy_rollback.wait_for_service(timeout_sec=timeout_s):
+            raise TimeoutError("no /policy/rollback service: is the policy node running?")
+        future = self._policy_rollback.call_async(Rollback.Request(version=version))
+        if not self._answered(future, timeout_s):
+            raise TimeoutError("the policy node did not answer /policy/rollback.")
+        if not future.result().success:
+            raise RuntimeError(
+                f"the policy node refused to run {version}: {future.result().message}"
+            )
+        if not self.wait_for_policy_version(version, timeout_s):
+            raise TimeoutError(f"the policy's actions did not switch to {version} in time.")
+
+    def learner_subscribed(self) -> int:
+        """Subscribers of /episodes/recorded: the learner, when it is up."""
+        return self._episodes_pub.get_subscription_count()
+
+    def wait_for_learner(self, timeout_s: float) -> None:
+        """After a learner restart: until it subscribes and its ~/train_now answers."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.learner_subscribed() and self._train_now.service_is_ready():
+                return
+            self._sleep(0.1)
+        raise TimeoutError(f"the restarted learner did not come up within {timeout_s:.0f} s.")
 
     def pause_sim(self, paused: bool, timeout_s: float = 5.0) -> bool:
         """Pause or resume the stand-in's physics (the sim bridge's ~/pause); False if

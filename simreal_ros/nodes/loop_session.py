@@ -6,8 +6,16 @@ policy -> safety -> sim bridge and is recorded by the recorder; the learner node
 on the recorded bags, screens in sim, and the policy node hot-swaps promoted adapters.
 
 Per round: collect episodes aimed at the last diagnosis (round 0 skips this), ask the
-learner for a round and wait for its decision, evaluate on the stand-in in both
-conditions (recorded episodes), diagnose, save the summary and the report.
+learner for a round (with the round's method) and wait for its decision, evaluate on the
+stand-in in both conditions (recorded episodes). After a promotion the arm decides
+(``loop.arm_decision``): the incumbent plays the same seeds and a candidate that loses is
+rolled back, in the policy node (~/rollback) and in the learner's store, and diagnosed.
+Then diagnose the running version, save the summary and the report.
+
+The learner learns of a rollback by a restart: it is stopped, the store's active version
+is set back, and it starts again, continuing from what the store says runs (as after any
+restart), with the recorded bags re-announced. A change of method restarts it the same
+way; both are between rounds, when it holds nothing but what the bags and store hold.
 """
 
 from __future__ import annotations
@@ -26,10 +34,17 @@ from rclpy.signals import SignalHandlerOptions
 
 from simreal_ros.graph.description import graph
 from simreal_ros.graph.runner import GraphRunner
+from simreal_ros.loop.arm_decision import decide_on_arm
 from simreal_ros.loop.config import LoopConfig
 from simreal_ros.loop.plan import plan_collection
 from simreal_ros.loop.report import write_report
-from simreal_ros.loop.state import ConditionScore, LoopSummary, RoundRecord, RunDirectory
+from simreal_ros.loop.state import (
+    ConditionScore,
+    LoopSummary,
+    RoundRecord,
+    RunDirectory,
+    running_update,
+)
 from simreal_ros.nodes.expert_driver import ExpertDriverNode
 from simreal_ros.nodes.loop_driver import LoopDriverNode
 from simreal_ros.nodes.trial_runner import TrialRunnerNode
@@ -39,7 +54,23 @@ from simreal_ros.trials.runner import run_trials
 CONDITIONS = ("train", "shifted")
 
 
-def graph_overrides(config: LoopConfig, run: RunDirectory, checkpoint: str) -> dict:
+def graph_overrides(
+    config: LoopConfig, run: RunDirectory, checkpoint: str, method: str | None = None
+) -> dict:
+    learner = {
+        "task": config.task,
+        "method": method or config.method_of_round(1),
+        "horizon": config.horizon,
+        "checkpoint_dir": checkpoint,
+        "store_root": str(run.models),
+        "updates_per_round": config.updates_per_round,
+        "screen_seeds": config.screen_seeds,
+        "sim_episodes": config.sim_episodes,
+        "screen_workers": config.screen_workers,
+        "round_every_episodes": 0,
+        "seed": config.seed,
+    }
+    learner.update(config.learner_overrides())
     return {
         "sim_bridge": {
             "task": config.task,
@@ -49,19 +80,17 @@ def graph_overrides(config: LoopConfig, run: RunDirectory, checkpoint: str) -> d
         },
         "policy": {"checkpoint": checkpoint, "task": config.task},
         "recorder": {"data_dir": str(run.bags)},
-        "learner": {
-            "task": config.task,
-            "method": config.method,
-            "horizon": config.horizon,
-            "checkpoint_dir": checkpoint,
-            "store_root": str(run.models),
-            "updates_per_round": config.updates_per_round,
-            "screen_seeds": config.screen_seeds,
-            "sim_episodes": config.sim_episodes,
-            "screen_workers": config.screen_workers,
-            "round_every_episodes": 0,
-            "seed": config.seed,
-        },
+        "learner": learner,
+    }
+
+
+def _trial_row(result) -> dict[str, Any]:
+    """A trial's result as the arm decision reads it."""
+    return {
+        "condition": result.condition,
+        "seed": result.seed,
+        "success": bool(result.success),
+        "episode_return": float(result.total_reward),
     }
 
 
@@ -77,6 +106,8 @@ class LoopSession:
         self.checkpoint = config.checkpoint or str(shipped_checkpoint(config.task))
         # The promoted update the policy node runs (empty: the base checkpoint).
         self._running_update: dict[str, Any] = {}
+        self._learner_method = ""
+        self._restarted: list[GraphRunner] = []  # keep their parameter files alive
 
     def say(self, text: str) -> None:
         self.log.write(f"[simreal loop] {text}\n")
@@ -99,9 +130,10 @@ class LoopSession:
             self.say(f"run {self.run.run_id} is complete ({done - 1} rounds)")
             return summary
         summary.rounds = summary.completed_rounds()
-        promoted = [r.update for r in summary.rounds if r.update.get("promoted")]
-        self._running_update = promoted[-1] if promoted else {}
-        nodes = graph("sim", graph_overrides(self.config, self.run, self.checkpoint))
+        self._running_update = running_update(summary.rounds)
+        self._learner_method = self.config.method_of_round(len(summary.rounds))
+        overrides = graph_overrides(self.config, self.run, self.checkpoint, self._learner_method)
+        nodes = graph("sim", overrides)
         domain = None if self.config.domain_id < 0 else self.config.domain_id
         with open(self.run.log_file, "a", encoding="utf-8") as graph_log:
             runner = GraphRunner(nodes, "sim", domain_id=domain, log=graph_log)
@@ -139,7 +171,7 @@ class LoopSession:
         )
         driver = LoopDriverNode()
         self.expert = None
-        if self.config.method == "bc" and self.config.expert_demos > 0:
+        if "bc" in self.config.round_methods() and self.config.expert_demos > 0:
             self.expert = ExpertDriverNode(
                 task=self.config.task, parameter_overrides=[Parameter("use_sim_time", value=True)]
             )
@@ -210,13 +242,16 @@ class LoopSession:
         previous = summary.rounds[-1] if summary.rounds else None
         interventions_before = driver.safety_interventions
         episodes: list[Any] = []
+        incumbent_update, incumbent = dict(self._running_update), driver.policy_version
         if index > 0 and previous is not None:
+            record.method = self.config.method_of_round(index)
+            demos = self.config.expert_demos if record.method == "bc" else 0
             plan = plan_collection(
                 previous.diagnosis.get("label", ""),
                 previous.score("train"),
                 previous.score("shifted"),
                 self.config.collect_episodes,
-                self.config.expert_demos if self.config.method == "bc" else 0,
+                demos if self.expert is not None else 0,
             )
             self.say(f"round {index}: collecting {plan.episodes} ({plan.reason})")
             # Collection explores from the policy's own distribution (the learner's rule);
@@ -232,12 +267,15 @@ class LoopSession:
             if plan.expert_demos:
                 episodes += self._demonstrations(trial, driver, index, plan.expert_demos)
                 record.collected["expert_demos"] = plan.expert_demos
-            self.say(f"round {index}: learner training ({self.config.method})")
+            if record.method != self._learner_method:
+                self._restart_learner(runner, driver, record.method, "method")
+            self.say(f"round {index}: learner training ({record.method})")
             # The stand-in rests while the learner works, as an arm would between trials;
             # its 500 Hz topics would otherwise take most of a 2-core machine.
             paused = driver.pause_sim(True)
             try:
-                record.update = driver.train_round(self.config.round_timeout_s)
+                known = {r.update.get("version", "") for r in summary.rounds}
+                record.update = driver.train_round(self.config.round_timeout_s, known)
             finally:
                 if paused and not driver.pause_sim(False):
                     self.say("the sim bridge did not resume after the learner round")
@@ -246,25 +284,55 @@ class LoopSession:
                 version = record.update["version"]
                 if not driver.wait_for_policy_version(version, 60.0):
                     self.say(f"policy did not switch to {version} within 60 s")
+        candidate = driver.policy_version
+        evaluation_episodes = self._evaluation(index, trial)
+        running_episodes = evaluation_episodes
+        candidate_episodes: list[Any] = []
+        incumbent_episodes: list[Any] = []
+        if record.update.get("promoted") and self.config.arm_decision:
+            self.say(f"round {index}: the incumbent {incumbent} plays the same seeds")
+            driver.switch_policy(incumbent)
+            candidate_episodes = evaluation_episodes
+            incumbent_episodes = self._evaluation(index, trial)
+            decision = decide_on_arm(
+                [_trial_row(r) for r in candidate_episodes],
+                [_trial_row(r) for r in incumbent_episodes],
+                candidate, incumbent, self.config.arm_inconclusive,
+                seed=self.config.seed + index,
+            )  # fmt: skip
+            record.arm_decision = decision.to_dict()
+            self.say(f"round {index}: the arm decides: {decision.reason}")
+            if decision.keep:
+                driver.switch_policy(candidate)
+            else:
+                running_episodes = incumbent_episodes
+                self._running_update = incumbent_update
+                record.arm_diagnosis = self._diagnose_candidate(
+                    record, candidate_episodes, record.update
+                )
+                self._roll_back_learner(runner, driver, incumbent_update, index)
         record.policy_version = driver.policy_version
-        scores = []
-        evaluation_episodes = []
-        for phase, condition in enumerate(CONDITIONS, start=2):
-            seeds = self._seeds(index, phase, self.config.eval_episodes)
-            results = self._episodes(trial, condition, seeds, "evaluation")
-            evaluation_episodes += results
-            scores.append(ConditionScore.of(condition, [r.success for r in results]))
-        episodes += evaluation_episodes
+        scores = [
+            ConditionScore.of(c, [r.success for r in running_episodes if r.condition == c])
+            for c in CONDITIONS
+        ]
+        episodes += candidate_episodes or evaluation_episodes
+        episodes += incumbent_episodes
         record.evaluation = [dataclasses.asdict(score) for score in scores]
+        roles = {id(r): "candidate" for r in candidate_episodes}
+        roles.update({id(r): "incumbent" for r in incumbent_episodes})
         record.episodes = [
             {
                 "episode_id": r.episode_id,
                 "condition": r.condition,
+                "seed": r.seed,
                 "success": r.success,
                 "steps": r.steps,
+                "episode_return": r.total_reward,
                 "bag_path": r.bag_path,
                 "policy_versions": list(r.policy_versions),
-                "evaluation": r in evaluation_episodes,
+                "evaluation": any(r is e for e in running_episodes),
+                "role": roles.get(id(r), ""),
             }
             for r in episodes
         ]
@@ -282,6 +350,74 @@ class LoopSession:
         record.wall_seconds = time.monotonic() - started
         record.complete = True
         return record
+
+    def _evaluation(self, index: int, trial) -> list[Any]:
+        """The round's evaluation seeds in both conditions (the same for any version)."""
+        results = []
+        for phase, condition in enumerate(CONDITIONS, start=2):
+            seeds = self._seeds(index, phase, self.config.eval_episodes)
+            results += self._episodes(trial, condition, seeds, "evaluation")
+        return results
+
+    def _restart_learner(self, runner: GraphRunner, driver, method: str, why: str, then=None):
+        """Stop the learner node, run ``then()`` (nothing writes the store meanwhile) and
+        start it again with ``method``; it continues from the store's active version, and
+        the recorded bags are announced to it again."""
+        index = next(i for i, n in enumerate(runner.nodes) if n.name == "learner")
+        self.say(f"restarting the learner ({why}; method {method})")
+        runner.processes[index].stop()
+        if then is not None:
+            then()
+        deadline = time.monotonic() + 15.0
+        while driver.learner_subscribed() and time.monotonic() < deadline:
+            time.sleep(0.1)  # the old learner's endpoints leave discovery
+        node = runner.nodes[index]
+        spec = dataclasses.replace(node, parameters={**node.parameters, "method": method})
+        single = GraphRunner([spec], "sim", log=runner.log)
+        single.env = runner.env  # the same domain and DDS settings
+        single.start()
+        self._restarted.append(single)
+        runner.nodes[index], runner.processes[index] = spec, single.processes[0]
+        self._learner_method = method
+        driver.wait_for_learner(180.0)
+        count = driver.announce_recorded(str(self.run.bags))
+        self.say(f"learner up again; re-announced {count} recorded episodes")
+
+    def _roll_back_learner(self, runner, driver, incumbent_update: dict, index: int) -> None:
+        """The store's active version back to the incumbent, then the learner restarts
+        (with the next round's method), so the next round trains from what runs."""
+        from simreal_ros.learner.store import AdapterStore
+
+        store = AdapterStore(self.run.models)
+        version = incumbent_update.get("version") or None
+        self._restart_learner(
+            runner, driver, self.config.method_of_round(index + 1),
+            "the arm rolled the candidate back", lambda: store.activate(version, "rollback"),
+        )  # fmt: skip
+
+    def _diagnose_candidate(self, record: RoundRecord, results, update) -> dict[str, Any]:
+        """Diagnose a candidate the arm rolled back, from its own arm episodes."""
+        from simreal_ros.loop.diagnose_round import diagnose_round
+        from simreal_ros.policy.evaluate import PolicySource, build_policy
+
+        rows = [_trial_row(r) | {"bag_path": r.bag_path} for r in results]
+        scores = [
+            ConditionScore.of(c, [r.success for r in results if r.condition == c])
+            for c in CONDITIONS
+        ]
+        source = PolicySource(
+            self.checkpoint, update.get("adapter_path") or None, update.get("checksum") or None
+        )
+        try:
+            return diagnose_round(
+                rows, scores, build_policy(source), self.config.task,
+                self.config.stand_in_profile, self.config.seed + 7919 * record.index + 1,
+            )  # fmt: skip
+        except (ValueError, RuntimeError) as error:
+            self.say(
+                f"round {record.index}: diagnosis of the rolled-back candidate failed: {error}"
+            )
+            return {"label": "inconclusive", "summary": f"diagnosis failed: {error}"}
 
     def _dt(self) -> float:
         from simreal_ros.policy.checkpoint import read_metadata
@@ -369,9 +505,17 @@ class LoopSession:
                     f"{label} "
                     + ", ".join(f"{c.condition} {c.successes}/{c.episodes}" for c in checks)
                 )
+        if record.method:
+            parts.insert(1, f"method {record.method}")
         if record.update:
             decision = "promoted" if record.update.get("promoted") else "rejected"
             parts.append(f"{record.update.get('version', '?')} {decision}")
+        if record.arm_decision:
+            arm = record.arm_decision
+            parts.append(
+                f"arm: {arm['kind']} (success {arm['candidate_successes']} vs "
+                f"{arm['incumbent_successes']} on {arm['pairs']} pairs)"
+            )
         parts.append(f"diagnosis {record.diagnosis.get('label', '-')}")
         parts.append(f"{record.real_episodes_total} stand-in episodes used")
         parts.append(f"{record.wall_seconds:.0f} s")

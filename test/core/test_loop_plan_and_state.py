@@ -107,3 +107,58 @@ def test_report_is_self_contained_html_with_plots_and_tables(tmp_path):
     assert "over_specialization" in text and "promoted" in text
     assert "30/50 (" in text and "off-ROS check" in text  # round 1's shifted check
     assert "http" not in text.replace("http-equiv", "")  # nothing fetched when opened offline
+
+
+def test_a_rollback_on_the_arm_is_first_class_in_summary_and_report(tmp_path):
+    from simreal_ros.loop.arm_decision import decide_on_arm
+    from simreal_ros.loop.report import render_report
+    from simreal_ros.loop.state import running_update
+
+    rows = [{"condition": "train", "seed": k, "episode_return": 0.0} for k in range(8)]
+    lost = decide_on_arm(
+        [r | {"success": False} for r in rows], [r | {"success": True} for r in rows],
+        "v0002", "v0001",
+    )  # fmt: skip
+    kept = decide_on_arm(
+        [r | {"success": True} for r in rows], [r | {"success": False} for r in rows],
+        "v0001", "base",
+    ).to_dict()  # fmt: skip
+    rounds = [
+        RoundRecord(0, policy_version="base", complete=True),
+        RoundRecord(1, "v0001", "sgft", update={"version": "v0001", "promoted": True},
+                    arm_decision=kept, complete=True),
+        RoundRecord(2, "v0001", "sysid", update={"version": "v0002", "promoted": True},
+                    arm_decision=lost.to_dict(),
+                    arm_diagnosis={"label": "mode_collapse", "summary": "froze"}, complete=True),
+        RoundRecord(3, "v0001", "sgft", update={"version": "v0003", "promoted": False},
+                    complete=True),
+    ]  # fmt: skip
+    # The policy runs v0001: v0002 was rolled back, v0003 rejected by the screen.
+    assert running_update(rounds)["version"] == "v0001"
+    run = RunDirectory(tmp_path, "r2")
+    run.create({})
+    run.save_summary(LoopSummary("r2", {}, rounds=rounds))
+    again = run.load_summary().rounds[2]
+    assert again.arm_decision["kind"] == "passed_sim_lost_on_arm" and again.method == "sysid"
+    assert again.arm_decision["success_ci"][1] < 0
+    text = render_report(LoopSummary("r2", {}, rounds=rounds))
+    box = text.index('<div class="lost">')
+    assert box < text.index("<h2>Plots</h2>")  # above everything else
+    assert "v0002 passed the sim screen and lost on the arm; rolled back to v0001" in text
+    assert "mode_collapse" in text and "sysid" in text
+
+
+def test_loop_methods_alternate_and_bad_settings_are_refused():
+    from simreal_ros.loop.config import LoopConfig
+
+    config = LoopConfig(methods="sgft, bc")
+    assert [config.method_of_round(i) for i in range(5)] == ["sgft", "sgft", "bc", "sgft", "bc"]
+    assert LoopConfig(method="rl").method_of_round(3) == "rl"  # --method alone still works
+    with pytest.raises(ValueError, match=r"methods \['magic'\] unknown"):
+        LoopConfig(methods="sgft,magic")
+    overrides = LoopConfig(
+        learner_set="gate_rule=relative; promote_ci_low=0.3"
+    ).learner_overrides()
+    assert overrides == {"gate_rule": "relative", "promote_ci_low": 0.3}
+    with pytest.raises(ValueError, match="KEY a learner setting"):
+        LoopConfig(learner_set="no_such_setting=1")
