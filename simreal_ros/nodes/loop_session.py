@@ -289,7 +289,10 @@ class LoopSession:
         running_episodes = evaluation_episodes
         candidate_episodes: list[Any] = []
         incumbent_episodes: list[Any] = []
-        if record.update.get("promoted") and self.config.arm_decision:
+        swapped = candidate == record.update.get("version")
+        if record.update.get("promoted") and self.config.arm_decision and not swapped:
+            self.say(f"round {index}: no arm decision: the policy did not switch to the candidate")
+        if record.update.get("promoted") and self.config.arm_decision and swapped:
             self.say(f"round {index}: the incumbent {incumbent} plays the same seeds")
             driver.switch_policy(incumbent)
             candidate_episodes = evaluation_episodes
