@@ -11,21 +11,39 @@
 
 Rules, in order (the first that applies wins):
 
-1. ``action_convention_mismatch``: the replay fails (the policy's commands, replayed open
-   loop, leave the recorded trajectory by more than ``replay_tool_error`` beyond what the
-   recorded commands themselves do, or reach the goal in clearly fewer episodes) AND a
-   systematic map (scale, offset or joint permutation) explains the policy's steps
-   (``fit_r2``), while the steps as they are do not.
+1. ``action_convention_mismatch``: the replay check fails. It fails when
+   - the policy's commands, replayed open loop, leave the recorded trajectory by more than
+     ``replay_tool_error`` beyond what the recorded commands themselves do; or
+   - they reach the goal in clearly fewer episodes (``replay_goal_drop``) than the
+     recorded commands, and either a per-joint map (below) blames some joint or the
+     policy closed loop from the same starts falls short too (a goal it reaches closed
+     loop but misses open loop on another commander's states, with nothing to explain
+     it, is a property of open-loop execution, not of the convention); or
+   - the training conditions fail and, on some joint, the teacher-forced commands are the
+     recorded ones under a per-joint map (sign, scale, offset or another joint's steps)
+     that explains that joint's steps at ``fit_r2`` and ``fit_gain`` more than as they
+     are (per joint: a bug on one joint of six barely moves a pooled R², nor the tool).
+     While both conditions pass, such a map is reported, not decisive (with few replayed
+     episodes a healthy policy's own differences from its teacher can look like one).
+   The trajectory criteria count only where the recorded commands' own replay stays
+   within ``replay_tool_error`` of the recording (else this profile cannot replay them).
+   The fit never vetoes a failed replay: it names the joints at fault and how, or the
+   evidence says no simple per-joint map explains it (normalisation statistics,
+   nonlinear or state-dependent conventions). One exception: a failure that no map
+   explains, from a policy that shows another mode's signature (rule 2 or 3), is that
+   mode; its behaviour differs from the recorded episodes' (another detour, a blend).
 2. ``over_specialization``: training conditions pass (success rate >= ``pass_rate``) and
    shifted conditions fail.
 3. ``mode_collapse``: training conditions fail, and at least ``collapse_share`` of the
    failing training episodes are frozen (``frozen_fraction``) or hesitant
    (``reversal_rate``).
-4. ``healthy``: both conditions pass (a replay that leaves the recording without a
-   systematic explanation is reported, not held against it: the policy then acts
-   differently from the recorded episodes, in the right convention).
+4. ``healthy``: both conditions pass.
 5. ``inconclusive``: training conditions fail without a collapse signature; the evidence
    says what was seen.
+
+The replay check presumes the recorded episodes come from a commander the policy should
+agree with (its teacher, the incumbent, the arm's own recent episodes): a healthy policy
+that moves differently from them by more than the tolerances is reported as a mismatch.
 """
 
 from __future__ import annotations
@@ -69,10 +87,12 @@ class Thresholds:
         high=1.0,
     )
     fit_r2: float = setting(
-        0.8, "a scale/offset/permutation explains the actions at this R² or more", low=0.0
+        0.8,
+        "a sign/scale/offset/permutation explains a joint's steps at this R² or more",
+        low=0.0,
     )
     fit_gain: float = setting(
-        0.2, "...and explains this much more than the actions as they are", low=0.0
+        0.2, "...and explains this much more of that joint's steps than as they are", low=0.0
     )
     scale_tolerance: float = setting(
         0.2, "a fitted scale further than this from 1 is a scale error", low=0.0
@@ -163,13 +183,40 @@ def _as_outcome(value, condition: str) -> ConditionOutcome:
     )
 
 
+def _at_fault_text(fit, names: list[str]) -> str:
+    """How each joint at fault relates to the recorded steps, e.g. 'elbow_joint sign flipped'."""
+    parts = []
+    for name in names:
+        i = fit.joint_names.index(name)
+        how = []
+        if fit.permutation[i] != i:
+            how.append(f"follows {fit.joint_names[fit.permutation[i]]}'s steps")
+        if fit.scale[i] < 0:
+            how.append(f"sign flipped (x {fit.scale[i]:.2f})")
+        elif abs(fit.scale[i] - 1.0) > 1e-9:
+            how.append(f"x {fit.scale[i]:.2f}")
+        how.append(f"offset {fit.offset[i]:+.3f}")
+        gain = fit.joint_r2[i] - max(fit.joint_identity_r2[i], 0.0)
+        parts.append(f"{name} {', '.join(how)} (R² {fit.joint_r2[i]:.2f}, +{gain:.2f} over as-is)")
+    return "; ".join(parts)
+
+
 def replay_verdict(replay: ReplayResult | None, thresholds: Thresholds) -> dict[str, Any]:
-    """Whether the replay failed, whether a convention map explains it, and the numbers."""
+    """Whether the replay failed, which joints a per-joint map blames, and the numbers."""
     if replay is None or not replay.episodes:
-        return {"checked": False, "failed": False, "systematic": False}
+        return {"checked": False, "failed": False, "systematic": False, "joints_at_fault": []}
     episodes = len(replay.episodes)
     goal_drop = (replay.baseline_reached - replay.reached) / episodes
-    failed_reasons = []
+    own = replay.closed_loop_reached
+    failed_reasons, notes = [], []
+    # The check is read only where the recorded commands themselves replay faithfully.
+    informative = replay.baseline_tool_rms <= thresholds.replay_tool_error
+    if not informative:
+        notes.append(
+            f"uninformative: the recorded commands' own replay is "
+            f"{replay.baseline_tool_rms * 100:.1f} cm RMS from the recording (> "
+            f"{thresholds.replay_tool_error * 100:.1f} cm), so this profile cannot replay them"
+        )
     if replay.tool_rms_excess > thresholds.replay_tool_error:
         failed_reasons.append(
             f"tool path {replay.tool_rms * 100:.1f} cm RMS from the recording vs "
@@ -177,31 +224,54 @@ def replay_verdict(replay: ReplayResult | None, thresholds: Thresholds) -> dict[
             f"(excess {replay.tool_rms_excess * 100:.1f} cm > "
             f"{thresholds.replay_tool_error * 100:.1f} cm)"
         )
-    if goal_drop > thresholds.replay_goal_drop:
-        failed_reasons.append(
-            f"policy's replays reach the goal in {replay.reached}/{episodes} episodes vs "
-            f"{replay.baseline_reached}/{episodes} for the recorded commands"
-        )
-    measured = (
-        f"{episodes} episodes: policy's commands {replay.tool_rms * 100:.1f} cm tool RMS "
-        f"from the recording (recorded commands {replay.baseline_tool_rms * 100:.1f} cm), "
-        f"joints {replay.joint_rms:.3f} rad RMS (recorded commands "
-        f"{replay.baseline_joint_rms:.3f}); goal reached {replay.reached}/{episodes} "
-        f"(recorded commands {replay.baseline_reached}/{episodes})"
-    )
     fit = replay.fit
-    systematic = fit.is_systematic_error(
+    at_fault = fit.faulty_joints(
         thresholds.fit_r2,
         thresholds.fit_gain,
         thresholds.scale_tolerance,
         thresholds.offset_tolerance,
     )
+    if goal_drop > thresholds.replay_goal_drop:
+        text = (
+            f"policy's replays reach the goal in {replay.reached}/{episodes} episodes vs "
+            f"{replay.baseline_reached}/{episodes} for the recorded commands"
+        )
+        # Open loop on another commander's states, a correct policy can miss a goal that
+        # it reaches closed loop (contact tasks, episodes that end at the tolerance); with
+        # no per-joint map to explain the miss, that is not read as a convention error.
+        if (
+            not at_fault
+            and own is not None
+            and (replay.baseline_reached - own) / episodes <= thresholds.replay_goal_drop
+        ):
+            notes.append(
+                f"{text}, but the policy closed loop from the same starts reaches it in "
+                f"{own}/{episodes}: a miss of open-loop execution, not of the convention"
+            )
+        else:
+            if own is not None:
+                text += f" (and {own}/{episodes} closed loop from the same starts)"
+            failed_reasons.append(text)
+    measured = (
+        f"{episodes} episodes: policy's commands {replay.tool_rms * 100:.1f} cm tool RMS "
+        f"from the recording (recorded commands {replay.baseline_tool_rms * 100:.1f} cm), "
+        f"joints {replay.joint_rms:.3f} rad RMS (recorded commands "
+        f"{replay.baseline_joint_rms:.3f}); goal reached {replay.reached}/{episodes} "
+        f"(recorded commands {replay.baseline_reached}/{episodes}"
+        + (f", policy closed loop {own}/{episodes}" if own is not None else "")
+        + ")"
+    )
+    failed = informative and bool(failed_reasons)
     return {
         "checked": True,
-        "failed": bool(failed_reasons),
+        "informative": informative,
+        "failed": failed,
         "reasons": failed_reasons,
+        "notes": notes,
         "measured": measured,
-        "systematic": systematic,
+        "systematic": bool(at_fault),  # a per-joint map blames some joints
+        "joints_at_fault": at_fault,
+        "at_fault": _at_fault_text(fit, at_fault),
         "fit": fit.describe(
             thresholds.scale_tolerance, thresholds.offset_tolerance, thresholds.fit_r2
         ),
@@ -248,17 +318,17 @@ def classify(
     ]
     if verdict["checked"]:
         state = "FAILS" if verdict["failed"] else "passes"
-        reasons = "; ".join(verdict["reasons"]) or "within the thresholds"
+        if verdict["failed"]:
+            reasons = "; ".join(verdict["reasons"])
+        elif verdict["reasons"]:
+            reasons = "not read: " + "; ".join(verdict["reasons"])
+        else:
+            reasons = "within the thresholds"
         lines.append(f"open-loop replay {state}: {reasons}")
+        lines.extend(f"replay note: {note}" for note in verdict["notes"])
         lines.append(f"replay numbers ({verdict['measured']})")
-        fit = replay.fit if replay is not None else None
-        gain = fit.fitted_r2 - max(fit.identity_r2, 0.0) if fit and fit.joint_names else 0.0
-        kind = (
-            "a systematic convention error"
-            if verdict["systematic"]
-            else f"no systematic convention error (mapping gains {gain:+.2f} R²)"
-        )
-        lines.append(f"action fit, {kind}: {verdict['fit']}")
+        blamed = verdict["at_fault"] or "none"
+        lines.append(f"action fit: {verdict['fit']}; joints a per-joint map blames: {blamed}")
     else:
         lines.append("open-loop replay: not run")
     if motion.episodes:
@@ -270,11 +340,36 @@ def classify(
             f"tool travel {motion.mean_tool_travel:.2f} m"
         )
 
-    if verdict["failed"] and verdict["systematic"]:
+    collapsed = (
+        not train_pass and motion.episodes and motion.collapsed_share >= thresholds.collapse_share
+    )
+    mapped = verdict["checked"] and verdict["systematic"] and not verdict["failed"]
+    # A failure no per-joint map explains is either a normalisation/nonlinear convention
+    # error or behaviour unlike the recorded episodes'; the other modes' signatures say which.
+    other_mode = (train_pass and not shifted_pass) or collapsed
+    unexplained = verdict["failed"] and not verdict["joints_at_fault"]
+    if (verdict["failed"] and not (unexplained and other_mode)) or (mapped and not train_pass):
+        # The seed's rule: a failed replay is a convention/normalisation mismatch; the fit
+        # only says which joints and how, it never overrides the replay.
         label = "action_convention_mismatch"
+        if verdict["joints_at_fault"]:
+            how = f"joints at fault: {verdict['at_fault']}"
+        else:
+            how = (
+                "no simple per-joint map (sign, scale, offset, joint order) explains it: "
+                "a normalisation-statistics, nonlinear or state-dependent convention error"
+            )
+        if verdict["failed"]:
+            why = "; ".join(verdict["reasons"])
+        else:  # one bad joint of six moves the tool little: the fit sees it, the path not
+            why = (
+                f"the trajectory stays within tolerance, but the policy fails training "
+                f"conditions ({train.rate:.0%}) and its teacher-forced commands are the "
+                "recorded ones under a per-joint map"
+            )
         reason = (
-            "the policy's actions replayed open loop do not reproduce a successful episode, "
-            f"and a systematic map explains them: {verdict['fit']}"
+            f"the policy's commands on recorded successful episodes do not reproduce them "
+            f"({why}); {how}"
         )
     elif train_pass and not shifted_pass:
         label = "over_specialization"
@@ -283,9 +378,7 @@ def classify(
             f"({shifted.rate:.0%})"
             + ("; the confidence intervals do not overlap" if separated else "")
         )
-    elif (
-        not train_pass and motion.episodes and motion.collapsed_share >= thresholds.collapse_share
-    ):
+    elif collapsed:
         label = "mode_collapse"
         kinds = []
         if motion.frozen_episodes:
@@ -300,19 +393,20 @@ def classify(
         )
     elif train_pass and shifted_pass:
         label = "healthy"
-        if verdict["failed"]:
-            reason = (
-                "passes training and shifted conditions; its replay leaves the recording but "
-                "no scale/offset/permutation explains that (it acts differently from the "
-                "recorded episodes, not in another convention)"
-            )
-        else:
-            reason = "passes training and shifted conditions and the open-loop replay"
+        reason = "passes training and shifted conditions"
+        if verdict["checked"] and verdict["informative"]:
+            reason += " and the open-loop replay"
+        elif verdict["checked"]:
+            reason += " (the open-loop replay was not informative in this profile)"
+        if mapped:  # reported, not decisive: a working policy may differ from its teacher
+            reason += f"; a per-joint map blames {', '.join(verdict['joints_at_fault'])}"
     else:
         label = "inconclusive"
         seen = ["training conditions fail without frozen or hesitant motion"]
-        if verdict["failed"]:
-            seen.append("the replay fails but no scale/offset/permutation explains it")
+        if verdict["checked"] and not verdict["informative"]:
+            seen.append("the open-loop replay was not informative in this profile")
+        elif verdict["checked"]:
+            seen.append("the open-loop replay passes and no per-joint map explains the actions")
         reason = "; ".join(seen)
     evidence["reason"] = reason
     summary = f"diagnosis: {label} ({reason})\n" + "\n".join("  " + line for line in lines)

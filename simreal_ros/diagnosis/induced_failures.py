@@ -6,6 +6,9 @@ They exist to prove that the diagnosis tells failure modes apart (tests, demos):
   metadata multiplied by a factor (an action-normalisation mismatch);
 - ``permuted_action_checkpoint``: the action head's output rows permuted (joints swapped),
   metadata unchanged (a joint-order mismatch);
+- ``convention_bug_checkpoint``: any of ``CONVENTION_BUGS`` on chosen joints (sign flip,
+  step offset, action scale, joint order, wrong observation mean or std of the joints'
+  position and velocity readings);
 - ``train_bc_checkpoint``: a fresh policy regressed with plain MSE on demonstrations
   (``RecordedEpisode``s), e.g. bimodal ones (mode collapse) or a narrow slice of starts
   (over-specialisation).
@@ -73,6 +76,85 @@ def permuted_action_checkpoint(
         head.bias.copy_(head.bias[order].clone())
     note = f"action head rows permuted {order}"
     return _resave(base, Path(out), base.spec, f"{base.version}-permuted", note)
+
+
+CONVENTION_BUGS = ("sign", "offset", "scale", "permutation", "obs_mean", "obs_std")
+DEFAULT_AMOUNTS = {"offset": 0.5, "scale": 0.5, "obs_mean": 2.0, "obs_std": 3.0}
+
+
+def _joint_slots(spec, joint: int) -> list[int]:
+    """Observation-vector entries that read joint ``joint`` (its position and velocity)."""
+    slots = []
+    for field, start, _ in spec.layout():
+        if field in ("joint_position", "joint_velocity"):
+            slots.append(start + joint)
+    return slots
+
+
+def convention_bug_checkpoint(
+    checkpoint_dir: str | Path,
+    out: str | Path,
+    kind: str,
+    joints: Sequence[int],
+    amount: float | None = None,
+) -> Path:
+    """Copy of a checkpoint with one convention bug on ``joints`` (indices in controller
+    order); everything else is the original. ``kind``:
+
+    - ``sign``: those joints' actions negated (action head rows x -1);
+    - ``offset``: a constant bias of ``amount`` (normalised action units, before the tanh
+      squash) on those joints' commanded steps (action head bias);
+    - ``scale``: those joints' ``action_scale`` x ``amount`` in the metadata (a wrong
+      action std; in delta mode the action mean, ``action_offset``, is unused);
+    - ``permutation``: those joints' actions rotated one place (two joints: swapped);
+    - ``obs_mean``: the stored observation mean of those joints' position and velocity
+      readings shifted by ``amount`` stds (the policy reads them off by that much);
+    - ``obs_std``: the stored observation std of those readings x ``amount``.
+    """
+    if kind not in CONVENTION_BUGS:
+        raise ValueError(f"unknown bug {kind!r}; use one of {', '.join(CONVENTION_BUGS)}.")
+    base = load_checkpoint(checkpoint_dir)
+    spec = base.spec
+    joints = [int(j) for j in joints]
+    if (
+        not joints
+        or any(not 0 <= j < spec.act_dim for j in joints)
+        or len(set(joints)) < len(joints)
+    ):
+        raise ValueError(f"joints {joints}: give distinct indices in 0..{spec.act_dim - 1}.")
+    if kind == "permutation" and len(joints) < 2:
+        raise ValueError("a permutation needs at least two joints.")
+    amount = DEFAULT_AMOUNTS.get(kind) if amount is None else float(amount)
+    head = base.model.actor.mean_head
+    with torch.no_grad():
+        if kind == "sign":
+            head.weight[joints] *= -1.0
+            head.bias[joints] *= -1.0
+        elif kind == "offset":
+            head.bias[joints] += amount
+        elif kind == "permutation":
+            order = list(range(spec.act_dim))
+            for i, j in enumerate(joints):  # joint j is driven by the next one's output
+                order[j] = joints[(i + 1) % len(joints)]
+            head.weight.copy_(head.weight[order].clone())
+            head.bias.copy_(head.bias[order].clone())
+    if kind == "scale":
+        scale = [float(s) for s in spec.action_scale]
+        for j in joints:
+            scale[j] *= amount
+        spec = dataclasses.replace(spec, action_scale=tuple(scale))
+    elif kind in ("obs_mean", "obs_std"):
+        mean, std = list(spec.obs_mean), list(spec.obs_std)
+        for j in joints:
+            for slot in _joint_slots(spec, j):
+                if kind == "obs_mean":
+                    mean[slot] += amount * std[slot]
+                else:
+                    std[slot] *= amount
+        spec = dataclasses.replace(spec, obs_mean=tuple(mean), obs_std=tuple(std))
+    names = ", ".join(spec.joint_names[j] for j in joints)
+    note = f"{kind} bug on {names}" + ("" if kind in ("sign", "permutation") else f" ({amount:g})")
+    return _resave(base, Path(out), spec, f"{base.version}-{kind}", note)
 
 
 def demonstration_arrays(episodes, converter: SpecConverter) -> tuple[np.ndarray, np.ndarray]:
@@ -184,3 +266,56 @@ def perturbed_demonstrations(
         episode.commands = np.array(actor.labels)
         out.append(episode)
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class BugCase:
+    """One case of the convention-bug matrix: a bug (or none) on a shipped checkpoint."""
+
+    task: str
+    kind: str  # one of CONVENTION_BUGS, or "none" for a healthy control
+    joints: tuple[int, ...] = ()
+    amount: float | None = None
+    profile: str = "nominal"
+
+    @property
+    def name(self) -> str:
+        amount = "" if self.amount is None else f" {self.amount:g}"
+        where = f" {list(self.joints)}" if self.joints else ""
+        return f"{self.task}/{self.profile} {self.kind}{where}{amount}"
+
+    @property
+    def expects_mismatch(self) -> bool:
+        return self.kind != "none"
+
+    def expected_joints(self, joint_names: Sequence[str]) -> list[str] | None:
+        """The joints the fit should blame; None where the bug is on the observation side
+        (it changes every output through the network, so no joint is 'the' one)."""
+        if self.kind in ("sign", "offset", "scale", "permutation"):
+            return [joint_names[j] for j in self.joints]
+        return [] if self.kind == "none" else None
+
+    def build(self, out: str | Path) -> Path:
+        from simreal_ros.policy.checkpoint import shipped_checkpoint
+
+        base = shipped_checkpoint(self.task)
+        if self.kind == "none":
+            return base
+        return convention_bug_checkpoint(base, out, self.kind, self.joints, self.amount)
+
+
+def convention_matrix(task: str = "reach") -> list[BugCase]:
+    """Every bug kind on single joints and on several, plus healthy controls."""
+    cases = [BugCase(task, "none"), BugCase(task, "none", profile="real_twin")]
+    singles, several = [(0,), (2,), (3,)], [(1, 2), (0, 3, 4)]
+    for kind in ("sign", "offset", "scale", "obs_mean", "obs_std"):
+        cases += [BugCase(task, kind, j) for j in singles + several]
+    cases += [BugCase(task, "permutation", j) for j in [(1, 2), (0, 3), (2, 3), (0, 3, 4)]]
+    cases += [
+        BugCase(task, "scale", (1,), 1.8),
+        BugCase(task, "scale", (0, 1, 2, 3, 4, 5), 2.0),
+        BugCase(task, "offset", (4,), -0.3),
+        BugCase(task, "sign", (2,), profile="real_twin"),
+        BugCase(task, "scale", (1, 2), profile="real_twin"),
+    ]
+    return cases

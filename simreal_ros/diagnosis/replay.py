@@ -10,7 +10,10 @@ demonstrations):
    recorded observation for bags), of (a) the policy's commands and (b) the recorded
    commands (the baseline: what replaying in this sim profile costs by itself);
 3. trajectory errors against the recorded trajectory: tool RMS [m], arm joint RMS [rad],
-   object final error [m], and whether each replay reaches the goal.
+   object final error [m], and whether each replay reaches the goal;
+4. the policy closed loop from the same start: whether it reaches the goal when its
+   commands are computed on its own states (a goal missed only open loop is not a
+   convention error).
 
 A policy that imitates the recorded behaviour reproduces the trajectory about as well as
 the recorded commands do. One whose actions are read in another convention (scaled,
@@ -21,6 +24,8 @@ permutation is searched exhaustively over the joints that move. A high fitted R�
 scale != 1, an offset or a permutation says which convention is off ("actions are the
 recorded ones x 0.5", "joints 2 and 3 swapped"); blended (mode-collapsed) actions are not
 explained by any such map, so they are not mistaken for a convention error.
+``ConventionFit.faulty_joints`` judges each joint on its own (its map against its steps
+as they are), so a bug on one joint of six is not diluted by the five healthy ones.
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ class ConventionFit:
     offset: list[float]
     joint_r2: list[float]
     samples: int
+    # Each joint's steps explained by the recorded steps of the same joint as they are.
+    joint_identity_r2: list[float] = dataclasses.field(default_factory=list)
 
     @property
     def permuted(self) -> bool:
@@ -76,6 +83,33 @@ class ConventionFit:
         """Joints whose own fit is good; the others' scales are noise, not a convention."""
         return np.asarray(self.joint_r2, dtype=float) >= min_joint_r2
 
+    def faulty_joints(
+        self,
+        min_r2: float = 0.8,
+        min_gain: float = 0.2,
+        scale_tolerance: float = 0.2,
+        offset_tolerance: float = 0.01,
+    ) -> list[str]:
+        """Joints whose steps follow a non-identity map (sign, scale, offset or another
+        joint's steps) that explains ``min_gain`` more of their own variance than the
+        identity, at an R² of at least ``min_r2``. Judged per joint: a bug on one joint of
+        six barely moves the pooled R²."""
+        if not self.joint_identity_r2:
+            return []
+        out = []
+        for i, name in enumerate(self.joint_names):
+            if self.joint_r2[i] < min_r2:
+                continue
+            off_map = (
+                self.permutation[i] != i
+                or abs(self.scale[i] - 1.0) > scale_tolerance
+                or abs(self.offset[i]) > offset_tolerance
+            )
+            gain = self.joint_r2[i] - max(self.joint_identity_r2[i], 0.0)
+            if off_map and gain >= min_gain:
+                out.append(name)
+        return out
+
     def common_scale(self) -> float:
         good = np.asarray(self.scale, dtype=float)[self.explained()]
         return float(np.median(good)) if good.size else float("nan")
@@ -87,6 +121,13 @@ class ConventionFit:
         if not self.joint_names:
             return "no joint moved in the recorded episodes; nothing to fit"
         parts = []
+        flipped = [
+            n
+            for n, s, g in zip(self.joint_names, self.scale, self.explained(), strict=True)
+            if g and s < 0
+        ]
+        if flipped:
+            parts.append(f"sign flipped on {', '.join(flipped)}")
         for cycle in self.swaps():
             parts.append(
                 f"joints {' and '.join(cycle)} swapped"
@@ -108,7 +149,9 @@ class ConventionFit:
         odd = [
             f"{name} x {s:.2f}"
             for name, s, r in zip(self.joint_names, self.scale, rest, strict=True)
-            if r and abs(s - 1.0) > scale_tolerance
+            if r
+            and abs(s - 1.0) > scale_tolerance
+            and not (s < 0 and abs(s + 1.0) <= scale_tolerance)
         ]
         if odd:
             parts.append("per-joint scales " + ", ".join(odd))
@@ -195,14 +238,17 @@ def fit_action_convention(
     ym = y[:, moving]
     total = float(((ym - ym.mean(0)) ** 2).sum())
     identity_residual = float(((ym - x[:, moving]) ** 2).sum())
-    scale, offset, r2 = [], [], []
+    scale, offset, r2, identity_r2 = [], [], [], []
     fitted_residual = 0.0
     for i, p in enumerate(best):
-        s, b, r = _pair_fit(y[:, moving[i]], x[:, moving[p]])
+        yj = y[:, moving[i]]
+        s, b, r = _pair_fit(yj, x[:, moving[p]])
         scale.append(s)
         offset.append(b)
         r2.append(r)
-        fitted_residual += float(((y[:, moving[i]] - s * x[:, moving[p]] - b) ** 2).sum())
+        fitted_residual += float(((yj - s * x[:, moving[p]] - b) ** 2).sum())
+        spread_j = max(float(((yj - yj.mean()) ** 2).sum()), 1e-16)
+        identity_r2.append(1.0 - float(((yj - x[:, moving[i]]) ** 2).sum()) / spread_j)
     total = max(total, 1e-16)
     return ConventionFit(
         joint_names=[joint_names[j] for j in moving],
@@ -213,6 +259,7 @@ def fit_action_convention(
         offset=offset,
         joint_r2=r2,
         samples=len(x),
+        joint_identity_r2=identity_r2,
     )
 
 
@@ -229,6 +276,9 @@ class EpisodeReplay:
     baseline_joint_rms: float
     baseline_object_final_error: float
     baseline_reached_goal: bool
+    # The policy closed loop from the same start (None: not run): does the arm do the task
+    # with its commands when they are computed on its own states?
+    closed_loop_reached_goal: bool | None = None
 
 
 @dataclasses.dataclass
@@ -270,6 +320,11 @@ class ReplayResult:
     def baseline_reached(self) -> int:
         return sum(e.baseline_reached_goal for e in self.episodes)
 
+    @property
+    def closed_loop_reached(self) -> int | None:
+        values = [e.closed_loop_reached_goal for e in self.episodes]
+        return None if any(v is None for v in values) else sum(bool(v) for v in values)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "profile": self.profile,
@@ -281,6 +336,7 @@ class ReplayResult:
             "baseline_joint_rms_rad": self.baseline_joint_rms,
             "policy_replays_reaching_goal": self.reached,
             "recorded_replays_reaching_goal": self.baseline_reached,
+            "closed_loop_from_same_starts_reaching_goal": self.closed_loop_reached,
             "fit": self.fit.to_dict(),
             "per_episode": [dataclasses.asdict(e) for e in self.episodes],
         }
@@ -317,6 +373,25 @@ def _open_loop(env, episode: RecordedEpisode, commands: np.ndarray, fk):
     return joints_arr, tool_positions_of(joints_arr, fk), np.array(objects), reached
 
 
+def _closed_loop(env, episode: RecordedEpisode, policy) -> bool:
+    """Run ``policy`` closed loop from the episode's start until the task ends; success?"""
+    _restore_start(env, episode)
+    reset = getattr(policy, "reset", None)
+    if reset is not None:
+        try:
+            reset(env)
+        except TypeError:
+            reset()
+    observation = env.observation()
+    while True:
+        step = env.step(policy.act(observation))
+        if step.success:
+            return True
+        if step.terminated or step.truncated:
+            return False
+        observation = step.observation
+
+
 def _rms(a: np.ndarray, b: np.ndarray) -> float:
     n = min(len(a), len(b))
     return float(np.sqrt(np.mean(np.sum((a[1:n] - b[1:n]) ** 2, axis=1)))) if n > 1 else 0.0
@@ -328,6 +403,7 @@ def replay_check(
     profile: str = "nominal",
     task: str | None = None,
     control_rate_hz: float | None = None,
+    closed_loop: bool = True,
 ) -> ReplayResult:
     """Teacher-force ``policy`` (``act(observation) -> command``) on ``episodes`` and replay
     its commands open-loop in sim (see the module docstring). Returns the raw numbers;
@@ -356,6 +432,7 @@ def replay_check(
         policy_steps.append(commands - q_seen)
         joints, tool, objects, reached = _open_loop(env, episode, commands, fk)
         b_joints, b_tool, b_objects, b_reached = _open_loop(env, episode, episode.commands, fk)
+        own = _closed_loop(env, episode, policy) if closed_loop else None
         arm = slice(0, 6)
         results.append(
             EpisodeReplay(
@@ -374,6 +451,7 @@ def replay_check(
                     np.linalg.norm(b_objects[-1] - episode.object_positions[-1])
                 ),
                 baseline_reached_goal=bool(b_reached),
+                closed_loop_reached_goal=own,
             )
         )
     fit = fit_action_convention(

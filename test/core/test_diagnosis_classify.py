@@ -40,10 +40,28 @@ def _stats(kind: str, steps: int = 40):
     return action_statistics(commands, q, tool, goal, DT)
 
 
-def _replay(tool_rms: float, fit: ConventionFit, reached: int = 4) -> ReplayResult:
+def _replay(
+    tool_rms: float,
+    fit: ConventionFit,
+    reached: int = 4,
+    closed_loop: int | None = None,
+    baseline_tool: float = 0.001,
+) -> ReplayResult:
+    own = [None if closed_loop is None else i < closed_loop for i in range(4)]
     rows = [
         EpisodeReplay(
-            "expert", i, 20, tool_rms, tool_rms * 3, 0.0, i < reached, 0.001, 0.002, 0.0, True
+            "expert",
+            i,
+            20,
+            tool_rms,
+            tool_rms * 3,
+            0.0,
+            i < reached,
+            baseline_tool,
+            0.002,
+            0.0,
+            True,
+            own[i],
         )
         for i in range(4)
     ]
@@ -51,10 +69,11 @@ def _replay(tool_rms: float, fit: ConventionFit, reached: int = 4) -> ReplayResu
 
 
 def _fit(scale=1.0, permutation=(0, 1, 2), fitted=0.99, identity=0.98, offset=0.0):
+    """Every joint alike: the same scale, offset, R² and as-is R²."""
     n = len(permutation)
     return ConventionFit(
         ["j0", "j1", "j2"][:n], identity, fitted, list(permutation), [scale] * n,
-        [offset] * n, [fitted] * n, 100,
+        [offset] * n, [fitted] * n, 100, [identity] * n,
     )  # fmt: skip
 
 
@@ -98,21 +117,86 @@ def test_fit_finds_scale_permutation_and_nothing_in_blends():
     assert not blend.is_systematic_error()
 
 
-def test_classify_convention_mismatch_needs_failed_replay_and_systematic_fit():
+def test_fit_judges_each_joint_so_one_flipped_joint_is_not_diluted():
+    rng = np.random.default_rng(1)
+    recorded = rng.normal(0, 0.05, (300, 7))
+    recorded[:, 6] = 0.0
+    policy = recorded + rng.normal(0, 0.01, recorded.shape)  # a close, healthy imitation
+    healthy = fit_action_convention(recorded, policy, JOINTS)
+    assert healthy.faulty_joints() == []
+    flipped = policy.copy()
+    flipped[:, 3] *= -1.0
+    fit = fit_action_convention(recorded, flipped, JOINTS)
+    assert fit.faulty_joints() == ["j3"] and "sign flipped on j3" in fit.describe()
+    assert fit.fitted_r2 - fit.identity_r2 > 0.2  # pooled, one of six joints: still seen
+    offset = policy.copy()
+    offset[:, [1, 4]] += 0.08
+    assert fit_action_convention(recorded, offset, JOINTS).faulty_joints() == ["j1", "j4"]
+
+
+def test_failed_replay_is_a_mismatch_even_when_the_pooled_fit_gain_is_small():
+    """The veto case: replay 2/4 against 4/4, the fit names the joints at fault, but its
+    pooled R² gain (+0.19) is under fit_gain. The failed replay decides the label."""
+    names = ["j0", "j1", "j2", "j3", "j4", "j5"]
+    fit = ConventionFit(
+        names, 0.70, 0.89, list(range(6)), [1.0, 1.0, -1.0, 1.0, 1.0, 1.0],
+        [0.0] * 6, [0.95, 0.9, 0.95, 0.9, 0.9, 0.9], 200,
+        [0.93, 0.88, -2.9, 0.9, 0.88, 0.89],
+    )  # fmt: skip
+    assert fit.fitted_r2 - fit.identity_r2 < Thresholds().fit_gain
+    replay = _replay(0.004, fit, reached=2, closed_loop=1)  # tool within tolerance
+    d = classify((3, 10), (1, 10), replay, [], Thresholds())
+    assert d.label == "action_convention_mismatch", d.summary
+    assert d.evidence["replay"]["failed"] and d.evidence["replay"]["joints_at_fault"] == ["j2"]
+    assert "reach the goal in 2/4" in d.evidence["reason"] and "j2" in d.evidence["reason"]
+    # Without any per-joint map it is still the mismatch; the evidence says so.
+    unexplained = _fit(scale=0.6, fitted=0.3, identity=0.2)
+    for train in ((3, 10), (9, 10)):
+        d = classify(train, (9, 10), _replay(0.03, unexplained, reached=0), [], Thresholds())
+        assert d.label == "action_convention_mismatch", d.summary
+        assert "no simple per-joint map" in d.evidence["reason"]
+        assert d.evidence["replay"]["joints_at_fault"] == []
+
+
+def test_classify_convention_mismatch_from_fit_or_trajectory():
     ok = ConditionOutcome("train", 9, 10)
     fit = _fit(scale=0.5, identity=-1.0)
     d = classify(ok, (9, 10), _replay(0.03, fit, reached=0), [], Thresholds())
     assert d.label == "action_convention_mismatch"
     assert "x 0.50" in d.summary and d.evidence["replay"]["failed"]
-    # Same failed replay, but no systematic explanation: not a convention mismatch.
-    unexplained = _fit(scale=0.6, fitted=0.3, identity=0.2)
-    d = classify(ok, (9, 10), _replay(0.03, unexplained, reached=0), [], Thresholds())
-    assert d.label == "healthy" and "no scale/offset/permutation" in d.evidence["reason"]
-    d = classify((3, 10), (9, 10), _replay(0.03, unexplained, reached=0), [], Thresholds())
-    assert d.label == "inconclusive"
-    # Systematic-looking fit but the replay passes: conditions decide.
+    assert d.evidence["replay"]["joints_at_fault"] == ["j0", "j1", "j2"]
+    # The trajectory within tolerance, every joint's steps halved, training fails: the
+    # fit decides. While both conditions pass the map is reported, not decisive.
+    d = classify((3, 10), (9, 10), _replay(0.002, fit), [], Thresholds())
+    assert d.label == "action_convention_mismatch"
+    assert "per-joint map" in d.evidence["reason"]
     d = classify(ok, (9, 10), _replay(0.002, fit), [], Thresholds())
-    assert d.label == "healthy"
+    assert d.label == "healthy" and "per-joint map blames j0" in d.evidence["reason"]
+    # Healthy differences from the recording (a map that barely beats the identity).
+    near = _fit(scale=0.9, fitted=0.95, identity=0.9, offset=0.02)
+    assert classify(ok, (9, 10), _replay(0.002, near), [], Thresholds()).label == "healthy"
+
+
+def test_goal_missed_only_open_loop_is_not_a_mismatch():
+    near = _fit()
+    # Open loop 2/4 vs 4/4, but closed loop from the same starts 4/4: open-loop artefact.
+    d = classify((9, 10), (9, 10), _replay(0.004, near, reached=2, closed_loop=4), [])
+    assert d.label == "healthy", d.summary
+    assert not d.evidence["replay"]["failed"] and "closed loop" in d.evidence["replay"]["notes"][0]
+    d = classify((9, 10), (9, 10), _replay(0.004, near, reached=2, closed_loop=1), [])
+    assert d.label == "action_convention_mismatch"
+
+
+def test_replay_the_profile_cannot_reproduce_is_not_read():
+    near = _fit()
+    replay = _replay(0.06, near, reached=0, baseline_tool=0.04)
+    d = classify((9, 10), (9, 10), replay, [], Thresholds())
+    assert d.label == "healthy" and not d.evidence["replay"]["informative"]
+    assert "not informative" in d.evidence["reason"]
+    # ...but the teacher-forced fit needs no sim: a per-joint map still fails it.
+    d = classify((3, 10), (9, 10), _replay(0.06, _fit(scale=-1.0, identity=-3.0), 0, None,
+                                           0.04), [])  # fmt: skip
+    assert d.label == "action_convention_mismatch"
 
 
 def test_classify_over_specialization_mode_collapse_and_healthy():
@@ -145,3 +229,16 @@ def test_classify_refuses_impossible_counts():
         classify((11, 10), (0, 10), None, [])
     with pytest.raises(ValueError, match=r"pass_rate.*maximum"):
         Thresholds(pass_rate=1.5)
+
+
+def test_unexplained_replay_failure_defers_to_another_modes_signature():
+    """Behaviour unlike the recorded episodes' (another detour, a blend) also fails the
+    replay; with no per-joint map, the over-specialisation or collapse signature decides."""
+    unexplained = _fit(scale=0.6, fitted=0.3, identity=0.2)
+    failed = _replay(0.03, unexplained, reached=0, closed_loop=0)
+    assert classify((10, 10), (1, 10), failed, []).label == "over_specialization"
+    collapsed = [_stats("frozen"), _stats("dither"), _stats("frozen")]
+    assert classify((2, 10), (1, 10), failed, collapsed).label == "mode_collapse"
+    # A per-joint map on the same failure is a convention error, whatever the conditions.
+    mapped = _replay(0.03, _fit(scale=-1.0, identity=-3.0), reached=0, closed_loop=0)
+    assert classify((10, 10), (1, 10), mapped, []).label == "action_convention_mismatch"

@@ -99,7 +99,7 @@ def test_shipped_policy_is_healthy(reach_checkpoint):
     result = diagnose(str(reach_checkpoint), profile="nominal", episodes=8, seed=0,
                       replay_episodes=4)  # fmt: skip
     assert result.label == "healthy", result.summary
-    assert result.evidence["replay"]["systematic"] is False
+    assert result.evidence["replay"]["failed"] is False
 
 
 def test_policy_cloned_from_one_direction_is_over_specialized(detour_demos, tmp_path):
