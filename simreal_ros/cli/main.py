@@ -16,6 +16,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "simreal_ros.cli.pretrain",
     "simreal_ros.cli.eval",
     "simreal_ros.cli.premise",
+    "simreal_ros.cli.sysid",
     "simreal_ros.cli.episodes",
     "simreal_ros.cli.trials",
     "simreal_ros.cli.learn",

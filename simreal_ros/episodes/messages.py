@@ -36,6 +36,17 @@ def joint_state(
     return store.serialize_cdr(msg, "sensor_msgs/msg/JointState")
 
 
+def float64_multi_array(values):
+    """std_msgs/Float64MultiArray with no layout: a ros2_control forward command."""
+    store = project_typestore()
+    types = store.types
+    layout = types["std_msgs/msg/MultiArrayLayout"](dim=[], data_offset=0)
+    msg = types["std_msgs/msg/Float64MultiArray"](
+        layout=layout, data=np.asarray(values, dtype=np.float64)
+    )
+    return store.serialize_cdr(msg, "std_msgs/msg/Float64MultiArray")
+
+
 def pose_stamped(t_ns: int, position, orientation_wxyz=(1.0, 0.0, 0.0, 0.0)):
     """geometry_msgs/PoseStamped; the orientation is given w first, as the sim observes it."""
     store = project_typestore()

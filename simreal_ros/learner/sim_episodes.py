@@ -1,9 +1,10 @@
 """Record sim rollouts of a checkpoint as real episode bags (rosbag2, MCAP).
 
 The bags carry the topics the graph records (/joint_states, /object/pose, /policy/action,
-/task/status), written through the episodes package's writer, so the learner reads them
-exactly like bags from the recorder. Used by tests, the benchmark and `simreal learn
---record-sim` demos where no graph is running.
+/forward_position_controller/commands, /task/status), written through the episodes
+package's writer, so the learner and system identification read them exactly like bags
+from the recorder. State messages are stamped with the sim time of the measurement. Used by
+tests, the benchmark and `simreal learn --record-sim` demos where no graph is running.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ TOPICS = [
     TopicSpec("/object/pose", "geometry_msgs/msg/PoseStamped"),
     TopicSpec("/policy/action", "simreal_ros/msg/PolicyAction"),
     TopicSpec("/task/status", "simreal_ros/msg/TaskStatus"),
+    TopicSpec("/forward_position_controller/commands", "std_msgs/msg/Float64MultiArray"),
 ]
 PERIOD_NS = 50_000_000
 
@@ -39,8 +41,13 @@ def record_rollout(
     noise: float = 0.1,
     converter=None,
     episode_id: str | None = None,
+    state_rate_hz: float = 20.0,
 ) -> EpisodeMetadata:
-    """One episode of ``checkpoint``'s actor (plus exploration noise) in sim, as a bag."""
+    """One episode of ``checkpoint``'s actor (plus exploration noise) in sim, as a bag.
+
+    ``state_rate_hz``: rate of /joint_states and /object/pose (the control rate, or a
+    multiple of it, as the sim bridge and a joint_state_broadcaster publish faster).
+    """
     from simreal_ros.learner.trainer import make_converter
     from simreal_ros.sim.env import ArmTaskEnv
 
@@ -66,14 +73,13 @@ def record_rollout(
     success = False
     try:
         obs, _ = env.reset(seed=seed, options={"condition": condition})
+        core = env.core
+        measure_every = _measure_every(core, state_rate_hz)
         _send(recording, 3, t0 - 5_000_000, _status(meta, 0, obs, 0.0, False, False, False))
+        _send_state(recording, t0, names, core.measure(), obs)
         step, done = 0, False
         while not done:
             t = t0 + step * PERIOD_NS
-            state = messages.joint_state(t, names, obs["joint_position"], obs["joint_velocity"])
-            _send(recording, 0, t - 2_000_000, state)
-            pose = messages.pose_stamped(t, obs["object_position"], obs["object_orientation"])
-            _send(recording, 1, t - 1_000_000, pose)
             normalized = torch.as_tensor(
                 converter.normalized_observation(obs), dtype=torch.float32
             )
@@ -85,7 +91,20 @@ def record_rollout(
                 t, command, version=checkpoint.version, sequence=step, joint_names=names
             )
             _send(recording, 2, t, intent)
-            obs, reward, terminated, truncated, info = env.step(command)
+            _send(recording, 4, t, messages.float64_multi_array(command))
+            if measure_every:
+                timestep = core.step(command, measure_every=measure_every)
+                obs, reward = timestep.observation, timestep.reward
+                terminated, truncated, info = (
+                    timestep.terminated,
+                    timestep.truncated,
+                    timestep.info,
+                )
+                for sample in info["measurements"]:
+                    _send_state(recording, t0, names, sample, obs)
+            else:
+                obs, reward, terminated, truncated, info = env.step(command)
+                _send_state(recording, t0, names, None, obs, t + PERIOD_NS)
             success = success or bool(info.get("success", False))
             done = bool(terminated or truncated)
             status = _status(meta, step + 1, obs, reward, success, done, bool(truncated))
@@ -94,6 +113,34 @@ def record_rollout(
     finally:
         env.close()
     return recording.stop("success" if success else "failure", success)
+
+
+def _measure_every(core, state_rate_hz: float) -> int:
+    """Physics steps between state messages; 0: one per control period (the observation)."""
+    period_steps = core.substeps
+    per_period = state_rate_hz / core.config.control_rate_hz
+    if abs(per_period - 1.0) < 1e-9:
+        return 0
+    every = period_steps / per_period if per_period > 0 else 0.0
+    if per_period < 1 or abs(every - round(every)) > 1e-9 or period_steps % round(every):
+        raise ValueError(
+            f"state_rate_hz={state_rate_hz:g} must be a whole multiple of the control rate "
+            f"{core.config.control_rate_hz:g} Hz that divides its {period_steps} physics steps."
+        )
+    return round(every)
+
+
+def _send_state(recording, t0: int, names, sample, obs, stamp: int | None = None) -> None:
+    """/joint_states and /object/pose of one measurement; the observation then carries the
+    same noisy values the messages do (as a subscriber of those topics would see)."""
+    if sample is not None:
+        stamp = t0 + round(sample.time * 1e9)
+        obs["joint_position"] = sample.joint_position
+        obs["object_position"] = sample.object_position
+    state = messages.joint_state(stamp, names, obs["joint_position"], obs["joint_velocity"])
+    _send(recording, 0, stamp - 2_000_000, state)  # received before the tick's action
+    pose = messages.pose_stamped(stamp, obs["object_position"], obs["object_orientation"])
+    _send(recording, 1, stamp - 1_000_000, pose)
 
 
 def _send(recording: EpisodeRecording, index: int, t: int, data: bytes) -> None:

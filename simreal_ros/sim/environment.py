@@ -51,6 +51,17 @@ class EnvironmentConfig:
         check_profile(self.profile)
 
 
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """One sample of /joint_states and /object/pose (sim time in seconds)."""
+
+    time: float
+    joint_position: np.ndarray
+    joint_velocity: np.ndarray
+    object_position: np.ndarray
+    object_orientation: np.ndarray
+
+
 @dataclasses.dataclass
 class TimeStep:
     observation: dict[str, np.ndarray]
@@ -160,13 +171,31 @@ class TaskEnvironment:
         seed = 0 if self.seed is None else self.seed
         self.apply_dynamics(np.random.default_rng(np.random.SeedSequence(seed).spawn(2)[1]))
 
-    def step(self, command) -> TimeStep:
-        """Apply one command (7 absolute joint targets) and advance one control period."""
+    def step(self, command, measure_every: int = 0) -> TimeStep:
+        """Apply one command (7 absolute joint targets) and advance one control period.
+
+        ``measure_every`` > 0: also measure the arm and cube every that many physics steps
+        within the period, as a joint-state publisher faster than the control rate would
+        (``info["measurements"]``: ``Measurement`` rows; without the safety filter only).
+        """
         physics = self.physics
+        measurements: list[Measurement] = []
         if self.safety is None:
             physics.set_command(command)
-            physics.step(self.substeps)
+            if measure_every > 0:
+                if self.substeps % measure_every:
+                    raise ValueError(
+                        f"measure_every={measure_every} does not divide the {self.substeps} "
+                        "physics steps of a control period; choose a divisor."
+                    )
+                for _ in range(self.substeps // measure_every):
+                    physics.step(measure_every)
+                    measurements.append(self.measure())
+            else:
+                physics.step(self.substeps)
         else:
+            if measure_every > 0:
+                raise ValueError("measure_every needs safety_filter off.")
             self._filtered_step(command)
         self.step_index += 1
         success = self.task.success(physics)
@@ -188,6 +217,7 @@ class TaskEnvironment:
                 "seed": self.seed,
                 "profile": self.profile.name,
                 "safety_interventions": self.safety_interventions,
+                "measurements": measurements,
             },
         )
 
@@ -206,6 +236,17 @@ class TaskEnvironment:
             physics.step(self._filter_substeps)
             now += dt
         self._safety_clock = now
+
+    def measure(self) -> Measurement:
+        """What the arm's state topics carry now, with the profile's noise, stamped."""
+        physics = self.physics
+        return Measurement(
+            time=physics.time,
+            joint_position=physics.measured_joint_positions(),
+            joint_velocity=physics.joint_velocities(),
+            object_position=physics.measured_object_position(),
+            object_orientation=physics.object_orientation(),
+        )
 
     def observation(self) -> dict[str, np.ndarray]:
         """What the arm's topics carry: /joint_states, /object/pose and the task's goal."""

@@ -1,0 +1,221 @@
+"""What an identification writes: a dynamics profile, the numbers, and a plot of the fit.
+
+``write_result(result, out_dir, ...)`` writes, only after the fit succeeded:
+
+- ``profile.yaml``: a dynamics profile usable wherever one is (``--profile PATH``, the sim
+  bridge's ``profile``, the learner's ``screen_profile``). Identified parameters are fixed
+  factors (``scale``) or values (``set``); an unidentifiable one keeps the prior's range
+  (the randomised profile's, drawn per reset) or, without one, its nominal value: it is
+  not guessed. ``stand_in: false``: an identified model is not a stand-in.
+- ``sysid.json``: every estimate with its uncertainty and identifiability, the noise, and
+  the fit error before and after on the fit and held-out episodes.
+- ``fit.png``: replayed trajectories (nominal, identified) against the recording.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from simreal_ros.sim.profiles import load_profile
+from simreal_ros.sysid.fit import LATENCY, SysidResult
+from simreal_ros.sysid.simulate import ReplaySimulator
+
+PRIOR_PROFILE = "randomized"
+
+
+def profile_document(result: SysidResult, name: str, prior: str = PRIOR_PROFILE) -> dict:
+    prior_profile = load_profile(prior)
+    scale: dict[str, object] = {}
+    values: dict[str, object] = {}
+    randomized = False
+    for p in result.parameters:
+        if p.identifiable:
+            if p.pattern == LATENCY:
+                values[LATENCY] = round(p.value)
+            else:
+                scale[p.pattern] = round(float(p.value), 6)
+            continue
+        entry = prior_profile.scale.get(p.pattern)
+        if p.pattern == LATENCY:
+            entry = prior_profile.set.get(LATENCY)
+            if entry is not None:
+                values[LATENCY] = list(entry) if isinstance(entry, tuple) else entry
+                randomized = randomized or isinstance(entry, tuple)
+            continue
+        if entry is not None:
+            scale[p.pattern] = list(entry) if isinstance(entry, tuple) else entry
+            randomized = randomized or isinstance(entry, tuple)
+    if np.isfinite(result.obs_noise):
+        values["obs_noise"] = round(float(result.obs_noise), 6)
+    return {
+        "profile": name,
+        "stand_in": False,
+        "randomize_each_reset": randomized,
+        "scale": scale,
+        "set": values,
+    }
+
+
+def _header(result: SysidResult, prior: str) -> str:
+    lines = [
+        "# Identified by `simreal sysid` from recorded episodes "
+        f"({time.strftime('%Y-%m-%d %H:%M')}).",
+        f"# Fit on {len(result.fit_sources)} episodes, {len(result.holdout_sources)} held out;"
+        " trajectory error (see sysid.json):",
+    ]
+    for split in ("fit", "holdout"):
+        b, a = result.before[split], result.after[split]
+        if b.episodes:
+            lines.append(
+                f"#   {split}: {b.loss:.3f} nominal -> {a.loss:.3f} identified "
+                f"(joint RMS {b.joint_rms * 1e3:.1f} -> {a.joint_rms * 1e3:.1f} mrad)"
+            )
+    gone = result.unidentifiable()
+    if gone:
+        lines.append(
+            f"# Unidentifiable from these episodes (kept at the {prior} profile's range, or "
+            f"nominal): {', '.join(gone)}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_result(
+    result: SysidResult,
+    out_dir: Path | str,
+    simulator: ReplaySimulator | None = None,
+    name: str = "identified",
+    prior: str = PRIOR_PROFILE,
+) -> Path:
+    """Write profile.yaml, sysid.json and (with ``simulator``) fit.png; returns the profile."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    document = profile_document(result, name, prior)
+    profile = out / "profile.yaml"
+    _atomic_text(profile, _header(result, prior) + yaml.safe_dump(document, sort_keys=False))
+    load_profile(str(profile))  # what was written must load as a profile
+    report = result.to_dict() | {"profile": document, "profile_path": str(profile)}
+    _atomic_text(out / "sysid.json", json.dumps(report, indent=2, default=float))
+    if simulator is not None:
+        plot_fit(result, simulator, out / "fit.png")
+    return profile
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    temporary = path.with_suffix(path.suffix + ".tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def plot_fit(result: SysidResult, simulator: ReplaySimulator, path: Path) -> None:
+    """Recorded vs replayed (nominal, identified) for one fit and one held-out episode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sources = [e.source for e in simulator.episodes]
+    shown = [sources.index(result.fit_sources[0])]
+    if result.holdout_sources:
+        shown.append(sources.index(result.holdout_sources[0]))
+    identified = result.values()
+    fig, axes = plt.subplots(len(shown), 3, figsize=(13, 3.4 * len(shown)), squeeze=False)
+    for row, index in enumerate(shown):
+        prepared = simulator._prepared[index]
+        episode = prepared.episode
+        rows = prepared.measured_rows
+        t = episode.state_times[rows]
+        (qn, pn), (qi, pi) = (simulator.trajectories([v], index) for v in ({}, identified))
+        moving = np.argsort(-np.ptp(episode.joint_positions, axis=0))[:2]
+        label = "held out" if index != shown[0] else "fit"
+        for col, j in enumerate(moving):
+            ax = axes[row, col]
+            ax.plot(t, episode.joint_positions[rows, j], "k.", ms=2, label="recorded")
+            ax.plot(t, qn[0, :, j], "C3-", label="nominal replay")
+            ax.plot(t, qi[0, :, j], "C0-", label="identified replay")
+            ax.set_title(f"{label}: {simulator.robot.joint_names[j]}")
+            ax.set_xlabel("s")
+            ax.set_ylabel("rad")
+        ax = axes[row, 2]
+        ax.plot(episode.object_positions[rows, 0], episode.object_positions[rows, 1], "k.",
+                ms=2, label="recorded")  # fmt: skip
+        ax.plot(pn[0, :, 0], pn[0, :, 1], "C3-", label="nominal replay")
+        ax.plot(pi[0, :, 0], pi[0, :, 1], "C0-", label="identified replay")
+        ax.set_title(f"{label}: cube x-y")
+        ax.set_xlabel("x [m]")
+        ax.set_ylabel("y [m]")
+        ax.set_aspect("equal", adjustable="datalim")
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle(
+        f"system identification: error {result.before['fit'].loss:.3f} -> "
+        f"{result.after['fit'].loss:.3f} (fit), {len(result.unidentifiable())} unidentifiable"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def format_result(result: SysidResult, hidden: dict[str, float] | None = None) -> str:
+    """The estimates as a table; with ``hidden`` (a stand-in's true values), their errors."""
+    lines = [
+        f"{'parameter':<20} {'estimate':>10} {'spread':>8}  identifiable"
+        + ("   hidden   error" if hidden else "")
+    ]
+    for p in result.parameters:
+        shown = "-" if p.value is None else f"{p.value:.4g}"
+        spread = f"{p.std:.2g}" + ("" if p.pattern == LATENCY else " log")
+        row = f"{p.pattern:<20} {shown:>10} {spread:>8}  {'yes' if p.identifiable else 'NO'}"
+        if hidden is not None:
+            truth = hidden.get(p.pattern)
+            if truth is not None and p.value is not None:
+                error = p.value - truth if p.pattern == LATENCY else p.value / truth - 1
+                unit = " steps" if p.pattern == LATENCY else ""
+                row += (
+                    f"   {truth:<7.4g}  {error:+.1%}"
+                    if not unit
+                    else (f"   {truth:<7.4g}  {error:+.0f}{unit}")
+                )
+            elif truth is not None:
+                row += f"   {truth:<7.4g}  (not identified)"
+        if not p.identifiable:
+            row += f"\n{'':<22}{p.reason}"
+        lines.append(row)
+    noise = f"obs_noise {result.obs_noise:.5f} (95% CI {result.obs_noise_ci[0]:.5f}.."
+    noise += f"{result.obs_noise_ci[1]:.5f})"
+    if hidden and "obs_noise" in hidden:
+        noise += f", hidden {hidden['obs_noise']:.5f}"
+    lines.append(noise)
+    for split in ("fit", "holdout"):
+        b, a = result.before[split], result.after[split]
+        if b.episodes:
+            lines.append(
+                f"{split} ({b.episodes} episodes): error {b.loss:.4f} -> {a.loss:.4f}; joint "
+                f"RMS {b.joint_rms * 1e3:.2f} -> {a.joint_rms * 1e3:.2f} mrad; object RMS "
+                f"{b.object_rms * 1e3:.2f} -> {a.object_rms * 1e3:.2f} mm"
+            )
+    lines.append(f"{result.evaluations} replays of the fit episodes, {result.seconds:.0f} s")
+    return "\n".join(lines)
+
+
+def hidden_factors(profile: str, nominal: dict[str, float], patterns) -> dict[str, float]:
+    """A fixed profile's values as the fit's factors (for reporting against a stand-in)."""
+    import fnmatch
+
+    values = load_profile(profile).sample(nominal, np.random.default_rng(0))
+    out = {}
+    for pattern in patterns:
+        if pattern == LATENCY:
+            out[pattern] = float(values.get(LATENCY, nominal.get(LATENCY, 0.0)))
+            continue
+        names = [n for n in nominal if fnmatch.fnmatchcase(n, pattern)]
+        factors = [values.get(n, nominal[n]) / nominal[n] for n in names if nominal[n]]
+        if factors:
+            out[pattern] = float(np.mean(factors))
+    if "obs_noise" in values:
+        out["obs_noise"] = float(values["obs_noise"])
+    return out

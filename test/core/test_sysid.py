@@ -1,0 +1,202 @@
+"""System identification from bags (no ROS): known parameters recovered from bags recorded
+in a profile with known values, unidentifiable parameters flagged, the written profile
+usable as a profile, and bad bags refused with nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from simreal_ros.cli.main import main as simreal
+from simreal_ros.episodes import messages
+from simreal_ros.episodes.bag_writer import EpisodeRecording, TopicSpec
+from simreal_ros.episodes.metadata import EpisodeMetadata
+from simreal_ros.learner.sim_episodes import record_rollout
+from simreal_ros.policy.checkpoint import load_checkpoint, shipped_checkpoint
+from simreal_ros.robot.description import load_robot_description
+from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
+from simreal_ros.sim.physics import ArmPhysics
+from simreal_ros.sysid import (
+    FitParameter,
+    FitSettings,
+    SysidInputError,
+    identify,
+    identify_bags,
+    read_replay_episodes,
+)
+from simreal_ros.sysid.simulate import ReplaySimulator, noise_estimate
+
+torch.set_num_threads(1)
+ROBOT = load_robot_description()
+# Values no shipped profile uses, so nothing here is tuned to the stand-in.
+KNOWN_GAIN, KNOWN_LATENCY, KNOWN_NOISE = 0.4, 8, 0.001
+
+
+@pytest.fixture(scope="module")
+def known_bags(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sysid")
+    profile = root / "known.yaml"
+    profile.write_text(
+        yaml.safe_dump(
+            {
+                "profile": "known",
+                "scale": {"gain.*": KNOWN_GAIN},
+                "set": {"latency_steps": KNOWN_LATENCY, "obs_noise": KNOWN_NOISE},
+            }
+        )
+    )
+    base = load_checkpoint(shipped_checkpoint("push"), with_critic=False)
+    for i in range(4):
+        record_rollout(
+            root / "bags" / f"ep{i}", base, seed=300 + i, profile=str(profile),
+            episode_seconds=2.5, noise=0.2, state_rate_hz=100,
+        )  # fmt: skip
+    return root
+
+
+def _settings(**overrides) -> FitSettings:
+    values = dict(restarts=2, evaluations_per_restart=150, evaluations_resample=60, seed=0)
+    values.update(overrides)
+    return FitSettings(**values)
+
+
+def test_known_parameters_are_recovered(known_bags, tmp_path):
+    params = (
+        FitParameter("gain.*", 0.05, 5.0),
+        FitParameter("latency_steps", 0, 50),
+        FitParameter("friction.base_geom", 0.2, 5.0),  # never in contact: changes nothing
+    )
+    result, profile = identify_bags(
+        known_bags / "bags", tmp_path / "out", "push", params, holdout=1, settings=_settings()
+    )
+    by_name = {p.pattern: p for p in result.parameters}
+    gain, latency = by_name["gain.*"], by_name["latency_steps"]
+    assert gain.identifiable and abs(gain.value / KNOWN_GAIN - 1) < 0.1, gain
+    assert latency.identifiable and abs(latency.value - KNOWN_LATENCY) <= 2, latency
+    assert (
+        not by_name["friction.base_geom"].identifiable
+        and by_name["friction.base_geom"].value is None
+    )
+    assert abs(result.obs_noise / KNOWN_NOISE - 1) < 0.2, result.obs_noise
+    for split in ("fit", "holdout"):
+        assert result.after[split].loss < 0.2 * result.before[split].loss, (split, result)
+    # The profile is a profile: it loads and runs an episode.
+    document = yaml.safe_load(profile.read_text())
+    assert document["scale"]["gain.*"] == pytest.approx(gain.value, rel=1e-4)
+    assert document["set"]["latency_steps"] == round(latency.value)
+    assert "friction.base_geom" not in document["scale"]  # unidentifiable: not guessed
+    env = TaskEnvironment(EnvironmentConfig(profile=str(profile), episode_seconds=0.2))
+    env.reset(seed=1)
+    assert env.dynamics["latency_steps"] == round(latency.value)
+    assert env.dynamics["gain.elbow_joint"] == pytest.approx(2000 * gain.value, rel=1e-4)
+    report = json.loads((tmp_path / "out" / "sysid.json").read_text())
+    assert report["holdout_sources"] and report["after"]["holdout"]["loss"] > 0
+    assert (tmp_path / "out" / "fit.png").stat().st_size > 10_000
+
+
+def _write_bag(path, joint_names, *, commands=True, states=True, task="push", steps=60,
+               metadata_names=None, width=None):  # fmt: skip
+    """A bag of an arm holding still at its home pose (or a malformed one)."""
+    topics = [
+        TopicSpec("/joint_states", "sensor_msgs/msg/JointState"),
+        TopicSpec("/forward_position_controller/commands", "std_msgs/msg/Float64MultiArray"),
+        TopicSpec("/object/pose", "geometry_msgs/msg/PoseStamped"),
+    ]
+    names = list(metadata_names or joint_names)
+    meta = EpisodeMetadata(
+        episode_id=path.name, source="real", task=task, joint_names=names,
+        joint_units=["rad"] * len(names),
+    )  # fmt: skip
+    recording = EpisodeRecording(path, topics, meta, flush_period_s=0.05)
+    recording.start()
+    home = np.array(ROBOT.home_position, dtype=float)
+    rng = np.random.default_rng(0)
+    t0 = 1_000_000_000
+    for k in range(steps):
+        t = t0 + k * 10_000_000
+        q = home + rng.normal(0, 0.001, home.shape)
+        if states:
+            recording.offer(0, t, messages.joint_state(t, joint_names, q, np.zeros_like(q)))
+            recording.offer(2, t, messages.pose_stamped(t, (0.5, 0.0, 0.025)))
+        if commands and k % 5 == 0:
+            values = home if width is None else np.zeros(width)
+            recording.offer(1, t, messages.float64_multi_array(values))
+    recording.stop("failure", False)
+    return path
+
+
+def test_an_arm_at_rest_identifies_nothing(tmp_path):
+    for i in range(3):
+        _write_bag(tmp_path / "bags" / f"rest{i}", ROBOT.joint_names)
+    episodes = read_replay_episodes(tmp_path / "bags", ROBOT, "push")
+    params = (FitParameter("gain.*", 0.05, 5.0), FitParameter("latency_steps", 0, 50))
+    result = identify(episodes, params, holdout=0, settings=_settings(restarts=2))
+    assert [p.identifiable for p in result.parameters] == [False, False], result.parameters
+    assert all(p.value is None and p.reason for p in result.parameters)
+
+
+def test_noise_estimate_separates_white_noise_from_a_smooth_error():
+    rng = np.random.default_rng(3)
+    t = np.linspace(0, 5, 501)[:, None]
+    smooth = 0.02 * np.sin(2 * t) + 0.01 * t  # a model error, far larger than the noise
+    for sigma in (0.0005, 0.002):
+        series = [smooth + rng.normal(0, sigma, (len(t), 4)) for _ in range(5)]
+        assert noise_estimate(series) == pytest.approx(sigma, rel=0.1)
+    assert noise_estimate([smooth]) < 1e-4
+
+
+def test_replay_of_the_true_dynamics_beats_the_nominal(known_bags):
+    episodes = read_replay_episodes(known_bags / "bags", ROBOT, "push")
+    nominal = ArmPhysics().nominal_dynamics
+    true = {k: v * KNOWN_GAIN for k, v in nominal.items() if k.startswith("gain.")}
+    true["latency_steps"] = KNOWN_LATENCY
+    errors = ReplaySimulator(episodes).errors([{}, true])
+    for before, after in zip(*errors, strict=True):
+        assert after.joint_rms < 0.3 * before.joint_rms
+        assert after.joint_rms < 3 * KNOWN_NOISE  # what remains is about the noise
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("other_robot", "another robot"),
+        ("joint_order", "another joint order"),
+        ("no_commands", "no /forward_position_controller/commands"),
+        ("empty", "empty"),
+        ("other_task", "task 'reach'"),
+        ("command_width", "commands have [3] values"),
+    ],
+)
+def test_bad_bags_are_refused_and_nothing_is_written(tmp_path, capsys, case, message):
+    bags = tmp_path / "bags"
+    _write_bag(bags / "good", ROBOT.joint_names)
+    names = list(ROBOT.joint_names)
+    bad = bags / "bad"
+    if case == "other_robot":
+        _write_bag(bad, [f"panda_joint{i}" for i in range(len(names))])
+    elif case == "joint_order":
+        _write_bag(bad, names, metadata_names=[names[1], names[0], *names[2:]])
+    elif case == "no_commands":
+        _write_bag(bad, names, commands=False)
+    elif case == "empty":
+        _write_bag(bad, names, commands=False, states=False)
+    elif case == "other_task":
+        _write_bag(bad, names, task="reach")
+    elif case == "command_width":
+        _write_bag(bad, names, width=3)
+    with pytest.raises(SysidInputError, match="cannot be used") as error:
+        read_replay_episodes(bags, ROBOT, "push")
+    assert message in str(error.value) and str(bad) in str(error.value)
+    out = tmp_path / "out"
+    assert simreal(["sysid", str(bags), "--out", str(out), "--task", "push"]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_no_bags_is_a_clear_error(tmp_path):
+    with pytest.raises(SysidInputError, match="no episode bags"):
+        read_replay_episodes(tmp_path, ROBOT)
