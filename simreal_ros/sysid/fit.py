@@ -202,9 +202,9 @@ class _Objective:
         self.parameters = list(parameters)
         self.nominal = dict(simulator.reference.nominal_dynamics)
         for p in self.parameters:  # any body, geom or joint of the model, not only defaults
-            if not p.is_latency and not any(ch in p.pattern for ch in "*?["):
-                if p.pattern not in self.nominal:
-                    self.nominal.update(simulator.reference.get_dynamics([p.pattern]))
+            wildcard = any(ch in p.pattern for ch in "*?[")
+            if not (p.is_latency or wildcard or p.pattern in self.nominal):
+                self.nominal.update(simulator.reference.get_dynamics([p.pattern]))
         self.names = [_matches(p.pattern, self.nominal) for p in self.parameters]
         self.evaluations = 0
 
