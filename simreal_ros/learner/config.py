@@ -8,14 +8,19 @@ from simreal_ros.config_schema import setting, validate
 from simreal_ros.policy.config import EXPLORATION_STD_MAX
 from simreal_ros.sim.profiles import check_profile
 
-METHODS = ("bc", "rl", "sgft")
+METHODS = ("bc", "rl", "sgft", "sysid")
 CRITIC_INITS = ("auto", "fresh", "checkpoint", "checkpoint_lora", "sim_advantage")
 
 
 @dataclass
 class LearnerConfig:
     # What to train.
-    method: str = setting("sgft", "Fine-tuning method.", choices=METHODS)
+    method: str = setting(
+        "sgft",
+        "Fine-tuning method: bc, rl (actor-critic on real data), sgft (rl with V_sim shaping "
+        "and horizon H), sysid (rl in the sim identified from the real bags, sim-only).",
+        choices=METHODS,
+    )
     horizon: int = setting(
         1,
         "SGFT horizon H: steps of real reward before V_sim takes over as terminal value; "
@@ -222,6 +227,37 @@ class LearnerConfig:
         "Dynamics profile of the sim used for screening: a shipped name or a YAML path.",
     )
     screen_workers: int = setting(2, "Parallel spawned screening workers.", low=1, high=256)
+    # System identification (simreal_ros/sysid): the best available model of the arm.
+    identify_dynamics: bool = setting(
+        False,
+        "Before each round, identify the sim's dynamics from the newest real bags (they "
+        "must carry /forward_position_controller/commands) and screen in the identified "
+        "profile instead of screen_profile; if identification fails, screen_profile is "
+        "used and the reason is logged. method sysid always identifies.",
+    )
+    identified_profile: str = setting(
+        "",
+        "A profile YAML written by `simreal sysid`: screen (and, for method sysid, train) "
+        "in it instead of identifying from the bags.",
+    )
+    sysid_max_episodes: int = setting(
+        10, "Newest real episodes an identification uses.", low=2, high=10000
+    )
+    sysid_evaluations: int = setting(
+        300, "Replays in the first CMA-ES restart of an identification.", low=20, high=10**6
+    )
+    sysid_restarts: int = setting(
+        3, "CMA-ES restarts (the others on bootstrap resamples: the uncertainty).", low=1,
+        high=50,
+    )  # fmt: skip
+    sysid_sim_episodes: int = setting(
+        20,
+        "method sysid: episodes per round the running policy plays (exploring) in the "
+        "identified sim; the candidate is fine-tuned on them alone (no real transition "
+        "reaches the update), with the same LoRA adapters and forgetting guards.",
+        low=1,
+        high=100000,
+    )
     screen_safety_filter: bool = setting(
         True,
         "Screen behind the safety filter, as the graph runs the policy: a candidate that "
@@ -324,6 +360,8 @@ class LearnerConfig:
     def __post_init__(self) -> None:
         validate(self)
         check_profile(self.screen_profile)
+        if self.identified_profile:
+            check_profile(self.identified_profile)
         critic_from_checkpoint = self.critic_init in ("checkpoint", "checkpoint_lora")
         if self.method == "sgft" and critic_from_checkpoint and self.horizon != 0:
             raise ValueError(
@@ -348,7 +386,7 @@ class LearnerConfig:
     def resolved_critic_init(self) -> str:
         if self.critic_init != "auto":
             return self.critic_init
-        return "checkpoint" if self.method == "rl" else "fresh"
+        return "checkpoint" if self.method in ("rl", "sysid") else "fresh"
 
     @property
     def effective_learning_rate(self) -> float:

@@ -322,13 +322,13 @@ def screen(
     The reference is the running policy or, where it screens better, the base checkpoint
     (the relative rule judges against it; broken_only only reports it).
     ``baseline_cache`` avoids re-screening them every round: it is keyed by (adapter,
-    condition, seeds).
+    condition, seeds, profile).
     """
     candidate, baseline = {}, {}
     cache = baseline_cache if baseline_cache is not None else {}
 
     def reference(adapter: Path | None, condition: str) -> EvaluationSummary:
-        key = (str(adapter), condition, tuple(seeds))
+        key = (str(adapter), condition, tuple(seeds), profile)  # the profile may change
         if key not in cache:
             cache[key] = evaluator(checkpoint_dir, adapter, condition, seeds)
         return cache[key]

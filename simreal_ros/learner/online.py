@@ -52,7 +52,7 @@ class OnlineLearner:
     ) -> None:
         self.config = config
         self.on_result = on_result
-        self.evaluator = evaluator or policy_evaluator(config)
+        self.evaluator = evaluator or policy_evaluator(config, self._screening_profile)
         self._session_factory = session_factory or self._default_session
         self._lock = threading.Condition()
         self._next_config: LearnerConfig | None = None
@@ -71,6 +71,7 @@ class OnlineLearner:
         self.skipped: list[str] = []
         self.waiting = ""
         self._loaded: set[str] = set()
+        self.real_bags: list[str] = []  # the real episodes identification reads, oldest first
         self._last_round_time = time.monotonic()
 
     # ------------------------------------------------------------------ caller side
@@ -215,6 +216,8 @@ class OnlineLearner:
                 log.warning("episode %s skipped: %s", episode.episode_id, error)
                 continue
             self._loaded.add(episode.episode_id)
+            if episode.source in REAL_SOURCES:
+                self.real_bags.append(str(path))
             if data is None:
                 continue
             self.manifest += manifest
@@ -238,6 +241,10 @@ class OnlineLearner:
             self.waiting = message
             return
         self.waiting = ""
+        cfg = self.config
+        if (cfg.identify_dynamics or cfg.method == "sysid") and not cfg.identified_profile:
+            self.state = "identifying dynamics"
+            session.identify(self.real_bags)
         self.state = "training"
         result = session.run_round(
             self.real, self._screening_evaluator, manifest=list(self.manifest)
@@ -247,6 +254,9 @@ class OnlineLearner:
         self.last_error = ""
         if self.on_result is not None:
             self.on_result(result)
+
+    def _screening_profile(self) -> str:
+        return self.session.screening_profile if self.session else self.config.screen_profile
 
     def _screening_evaluator(self, *args):
         self.state = "screening"

@@ -15,7 +15,9 @@ import torch
 
 # Sources that count as "real" in co-training. real_twin is the simulated stand-in for
 # the arm, so it plays the part of real data in the sim-to-sim harness.
-REAL_SOURCES = ("real", "real_twin")
+# The target domain's data: the arm, its stand-in, or (method sysid, which never trains on
+# the arm's own transitions) episodes in the sim identified from them.
+REAL_SOURCES = ("real", "real_twin", "identified_sim")
 
 
 @dataclasses.dataclass

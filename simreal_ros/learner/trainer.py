@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,9 @@ from simreal_ros.learner.sgft import (
     with_failure_value,
 )
 from simreal_ros.learner.store import AdapterStore, StoredVersion
+
+# Methods that fine-tune an actor-critic (a critic, a reward scale, the trust region).
+ACTOR_CRITIC_METHODS = ("rl", "sgft", "sysid")
 
 log = logging.getLogger("simreal_ros.learner")
 
@@ -319,7 +322,7 @@ class LearnerSession:
         )
         self.running_state = lora.adapter_state(self.actor_peft)
         self.base_actor: torch.nn.Module | None = None
-        if config.method in ("rl", "sgft") and config.anchor_weight > 0:
+        if config.method in ACTOR_CRITIC_METHODS and config.anchor_weight > 0:
             self.base_actor = checkpoint.model.actor  # lora.wrap worked on a copy
         self.v_sim: FrozenSimValue | None = None
         if config.method == "sgft":
@@ -341,10 +344,14 @@ class LearnerSession:
         self.failure_value: float | None = config.failure_value or None
         if self.failure_value is None and self.sim_data is not None and len(self.sim_data):
             self.failure_value = self._auto_failure_value(self.sim_data)
-        if config.method in ("rl", "sgft"):
+        if config.method in ACTOR_CRITIC_METHODS:
             self.reward_scale, self._scale_source = self._fixed_scale()
         self._real_transitions_seen = 0
-        self.critic = self._make_critic() if config.method in ("rl", "sgft") else None
+        self.critic = self._make_critic() if config.method in ACTOR_CRITIC_METHODS else None
+        # The best available model of the arm (a profile YAML), and how it was obtained.
+        self.identified_profile: str = config.identified_profile
+        self.identification: dict[str, Any] = {}
+        self.sysid_data: Transitions | None = None  # method sysid: identified-sim episodes
         self.tuner: ActorCriticFineTuner | None = None
         self.ewc: ElasticWeightConsolidation | None = None
         if config.learning_rate > config.learning_rate_cap:
@@ -487,6 +494,8 @@ class LearnerSession:
         """Train one candidate adapter from the running one and stage it in the store."""
         cfg = self.config
         started = time.time()
+        if cfg.method == "sysid":
+            real = self._identified_sim_episodes()  # no real transition reaches the update
         data = self.training_data(real)
         self.round += 1
         if self.ewc is None:
@@ -570,6 +579,89 @@ class LearnerSession:
         )
         self.log.append({"round": self.round, "version": version, **metrics})
         return Candidate(version, self.running_version, cfg.method, staging, metadata, metrics)
+
+    # -------------------------------------------------------------- identified sim
+    @property
+    def screening_profile(self) -> str:
+        """Screening runs in the best available model of the arm: the identified profile
+        when there is one, else ``screen_profile`` (randomised by default)."""
+        return self.identified_profile or self.config.screen_profile
+
+    def identify(self, bags: Sequence[str | Path]) -> str | None:
+        """System identification from the newest real bags; the profile, or None (and the
+        reason in ``identification``) when they cannot be identified from."""
+        from simreal_ros.sysid import FitSettings, SysidInputError, identify_bags
+
+        cfg = self.config
+        if cfg.identified_profile:
+            return cfg.identified_profile
+        chosen = [str(b) for b in bags][-cfg.sysid_max_episodes :]
+        out = Path(cfg.store_root) / "sysid" / f"round-{self.round + 1:03d}"
+        settings = FitSettings(
+            restarts=cfg.sysid_restarts,
+            evaluations_per_restart=cfg.sysid_evaluations,
+            evaluations_resample=max(20, cfg.sysid_evaluations // 2),
+            threads=cfg.screen_workers,
+            seed=cfg.seed + self.round,
+        )
+        started = time.time()
+        try:
+            if len(chosen) < 2:
+                raise SysidInputError(f"{len(chosen)} real bags; identification needs 2.")
+            result, profile = identify_bags(
+                chosen, out, cfg.task, holdout=1 if len(chosen) >= 4 else 0, settings=settings
+            )
+        except (SysidInputError, ValueError) as error:
+            self.identification = {"error": str(error), "profile": self.screening_profile}
+            log.warning("identification failed, screening in %s: %s", self.screening_profile,
+                        error)  # fmt: skip
+            return None
+        self.identified_profile = str(profile)
+        self.identification = {
+            "profile": str(profile),
+            "episodes": len(chosen),
+            "values": result.values(),
+            "unidentifiable": result.unidentifiable(),
+            "obs_noise": result.obs_noise,
+            "fit_error": {"before": result.before["fit"].loss, "after": result.after["fit"].loss},
+            "holdout_error": {
+                "before": result.before["holdout"].loss,
+                "after": result.after["holdout"].loss,
+            },
+            "seconds": time.time() - started,
+        }
+        log.info("identified dynamics from %d bags in %.0f s: %s", len(chosen),
+                 time.time() - started, profile)  # fmt: skip
+        return str(profile)
+
+    def _identified_sim_episodes(self) -> Transitions:
+        """method sysid: the running policy (exploring) in the identified sim, accumulated
+        over rounds; the data the candidate is fine-tuned on."""
+        from simreal_ros.sim.env import ArmTaskEnv
+
+        cfg = self.config
+        if not self.identified_profile:
+            raise ValueError(
+                "method sysid needs an identified profile: record real episodes with "
+                "/forward_position_controller/commands (the learner identifies from them) "
+                "or set identified_profile to a `simreal sysid` profile.yaml."
+            )
+        env = ArmTaskEnv(task=cfg.task, profile=self.identified_profile)
+        act = policy_actions(lora.inner(self.actor_peft), None, cfg.exploration_std_max)
+        first = cfg.seed * 1_000_003 + 500_000 + self.round * cfg.sysid_sim_episodes
+        seeds = range(first, first + cfg.sysid_sim_episodes)
+        try:
+            fresh, _ = rollout_transitions(
+                env, self.converter, seeds, "train", act, source="identified_sim",
+                episode_ids=[f"sysid-{s}" for s in seeds],
+            )  # fmt: skip
+        finally:
+            env.close()
+        # The target domain's data here (real_weight, the trust region's schedule).
+        self.sysid_data = (
+            fresh if self.sysid_data is None else Transitions.concatenate([self.sysid_data, fresh])
+        )
+        return self.sysid_data
 
     def anchor_weight(self, real_transitions: int) -> float:
         """The trust region's weight after this many real transitions: it halves at
@@ -662,6 +754,9 @@ class LearnerSession:
             },
             "metrics": {k: float(v) for k, v in metrics.items()},
             "value_exploit_flag": getattr(self, "value_flag", ""),
+            # Where the candidate is screened (and, method sysid, trained): how it was found.
+            "screening_profile": self.screening_profile,
+            "identification": self.identification,
             "critic_warning": self.critic_warning,
             # Per real episode: return, mean V_sim, shaped return (SGFT only).
             "value_watch": self.monitor.episodes[-50:],
@@ -682,7 +777,7 @@ class LearnerSession:
             seeds,
             cfg.promote_ci_low,
             cfg.promote_tolerance,
-            cfg.screen_profile,
+            self.screening_profile,
             self.baseline_cache,
             gate_settings(cfg),
         )
@@ -735,7 +830,7 @@ def gate_settings(config: LearnerConfig) -> GateSettings:
     )
 
 
-def policy_evaluator(config: LearnerConfig) -> Evaluator:
+def policy_evaluator(config: LearnerConfig, profile: Callable[[], str] | None = None) -> Evaluator:
     """The gate's evaluator: the policy package's parallel spawned-worker sim evaluation
     (the deployed, merged form of base + adapter, with the adapter's checksum checked) in
     ``screen_profile`` (a shipped name or a profile YAML, e.g. an identified one). An
@@ -748,7 +843,7 @@ def policy_evaluator(config: LearnerConfig) -> Evaluator:
         )
         result = evaluate_policy(
             source,
-            profile=config.screen_profile,
+            profile=profile() if profile else config.screen_profile,
             condition=condition,
             seeds=list(seeds),
             workers=config.screen_workers,
@@ -808,5 +903,6 @@ def finetune(
 
 def screen(session: LearnerSession, candidate: Candidate, evaluator: Evaluator | None = None):
     """Gate ``candidate`` and store it with its decision; returns (decision, stored)."""
-    decision = session.screen(candidate, evaluator or policy_evaluator(session.config))
+    evaluator = evaluator or policy_evaluator(session.config, lambda: session.screening_profile)
+    decision = session.screen(candidate, evaluator)
     return decision, session.commit(candidate, decision)

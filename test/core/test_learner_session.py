@@ -107,7 +107,12 @@ def test_a_rejected_candidate_is_stored_and_training_continues_from_the_running_
     tmp_path, base_dir, data
 ):
     sim, real = data
-    cfg = config(tmp_path, base_dir, method="bc", updates_per_round=5, promote_tolerance=0.1)
+    # The relative rule: 0/2 against the base's 2/2 is rejected (broken_only lets 0/2 through:
+    # its Wilson upper bound is 0.66, above the success floor).
+    cfg = config(
+        tmp_path, base_dir, method="bc", updates_per_round=5, promote_tolerance=0.1,
+        gate_rule="relative",
+    )  # fmt: skip
     session = LearnerSession(cfg, sim_data=copy_of(sim))
     before = {k: v.clone() for k, v in lora.adapter_state(session.actor_peft).items()}
 
@@ -234,3 +239,51 @@ def test_the_trust_region_weakens_as_real_data_grows(tmp_path, base_dir):
         config(tmp_path / "fixed", base_dir, method="rl", anchor_half_transitions=0)
     )
     assert fixed.anchor_weight(10**6) == fixed.config.anchor_weight
+
+
+def test_sysid_method_trains_only_on_the_identified_sim_and_screens_there(
+    tmp_path, base_dir, data
+):
+    sim, real = data
+    identified = tmp_path / "identified.yaml"
+    identified.write_text("profile: identified\nscale: {gain.*: 0.4}\nset: {latency_steps: 6}\n")
+    cfg = config(
+        tmp_path, base_dir, method="sysid", identified_profile=str(identified),
+        sysid_sim_episodes=2, updates_per_round=10,
+    )  # fmt: skip
+    session = LearnerSession(cfg, sim_data=copy_of(sim))
+    assert session.config.resolved_critic_init == "checkpoint"
+    seen = []
+
+    def evaluator(checkpoint_dir, adapter_dir, condition, seeds):
+        seen.append(session.screening_profile)
+        return EvaluationSummary(len(seeds), len(seeds), 0.0, [True] * len(seeds))
+
+    result = session.run_round(real, evaluator)  # the real transitions must not be used
+    assert result.decision.promoted
+    sources = result.candidate.metadata["data_manifest"]["transitions_by_source"]
+    assert "real_twin" not in sources and sources["identified_sim"] > 0, sources
+    assert result.candidate.metadata["screening_profile"] == str(identified)
+    assert set(seen) == {str(identified)}
+    # More identified-sim episodes each round, from the running policy.
+    first = len(session.sysid_data)
+    session.run_round(real, evaluator)
+    assert len(session.sysid_data) > first
+
+
+def test_sysid_method_without_an_identified_profile_says_what_to_do(tmp_path, base_dir, data):
+    sim, real = data
+    session = LearnerSession(config(tmp_path, base_dir, method="sysid"), sim_data=copy_of(sim))
+    with pytest.raises(ValueError, match="needs an identified profile"):
+        session.finetune(real)
+
+
+def test_identification_failure_keeps_screening_in_the_configured_profile(tmp_path, base_dir):
+    from simreal_ros.episodes import synthetic
+
+    bag = tmp_path / "bags" / "ep"
+    synthetic.write_episode(bag)  # another robot's joint names, and no commands topic
+    session = LearnerSession(config(tmp_path, base_dir, method="rl", identify_dynamics=True))
+    assert session.identify([bag, bag]) is None
+    assert session.screening_profile == "nominal"
+    assert "cannot be used" in session.identification["error"]
