@@ -596,7 +596,12 @@ class LearnerSession:
         if cfg.identified_profile:
             return cfg.identified_profile
         chosen = [str(b) for b in bags][-cfg.sysid_max_episodes :]
-        out = Path(cfg.store_root) / "sysid" / f"round-{self.round + 1:03d}"
+        # Named by time: a learner restarted by the loop counts its rounds from 1 again.
+        out = (
+            Path(cfg.store_root)
+            / "sysid"
+            / f"{time.strftime('%Y%m%d-%H%M%S')}-round{self.round + 1}"
+        )
         settings = FitSettings(
             restarts=cfg.sysid_restarts,
             evaluations_per_restart=cfg.sysid_evaluations,

@@ -32,6 +32,18 @@ class LoopConfig:
         "unless its mean paired difference is negative; keep; rollback",
         choices=INCONCLUSIVE,
     )
+    identify_dynamics: bool = setting(
+        True,
+        "before each round the learner identifies the stand-in's dynamics from the newest "
+        "recorded bags (simreal_ros/sysid) and screens in the identified profile, the best "
+        "available model of the arm (method sysid also trains there)",
+    )
+    sysid_max_episodes: int = setting(
+        8, "newest recorded episodes an identification uses", low=2, high=10000
+    )
+    sysid_evaluations: int = setting(
+        200, "replays in an identification's first CMA-ES restart", low=20, high=10**6
+    )
     learner_set: str = setting(
         "",
         "learner settings for this run, KEY=VALUE separated by ';' (YAML values), e.g. "

@@ -213,6 +213,18 @@ def render_report(summary: LoopSummary) -> str:
         for record in records
         if record.update
     ]
+    identification_rows = [
+        [
+            str(r.index),
+            ", ".join(f"{k} {v:.3g}" for k, v in r.identification.get("values", {}).items()),
+            ", ".join(r.identification.get("unidentifiable", [])) or "none",
+            "{:.3f} -> {:.3f}".format(*r.identification.get("fit_error", [0, 0])),
+            "{:.3f} -> {:.3f}".format(*r.identification.get("holdout_error", [0, 0])),
+            r.identification.get("profile", ""),
+        ]
+        for r in summary.rounds
+        if r.identification
+    ]
     diagnosis_rows = [
         [str(r.index), r.diagnosis.get("label", "-"), r.diagnosis.get("summary", "")]
         for r in records
@@ -258,6 +270,21 @@ give).</p>
     }
 <h2>Gate decisions</h2>{
         _table(["round", "method", "candidate", "decision", "screening", "reason"], gate_rows)
+    }
+<h2>Identified dynamics (what screening ran in)</h2>{
+        _table(
+            [
+                "round",
+                "identified (factor on nominal; latency in steps)",
+                "unidentifiable",
+                "fit error nominal -> identified",
+                "held-out error",
+                "profile",
+            ],
+            identification_rows,
+        )
+        if identification_rows
+        else "<p>none: screened in the learner's screen_profile</p>"
     }
 <h2>Diagnosis</h2>{_table(["round", "label", "evidence"], diagnosis_rows)}
 <h2>Configuration</h2>{_table(["setting", "value"], config_rows)}

@@ -55,6 +55,8 @@ class RoundRecord:
     # below it points at the graph (timing, the swap, the filter), not at the policy.
     same_seeds: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     diagnosis: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The learner's system identification before this round (``latest_identification``).
+    identification: dict[str, Any] = dataclasses.field(default_factory=dict)
     # After a promotion: the arm's paired comparison (loop.arm_decision.ArmDecision dict);
     # kind passed_sim_lost_on_arm is a rollback, diagnosed in arm_diagnosis.
     arm_decision: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -167,3 +169,37 @@ def _write_json_atomic(path: Path, data: Any) -> None:
         stream.flush()
         os.fsync(stream.fileno())
     os.replace(temporary, path)
+
+
+def latest_identification(models: Path, since: float) -> dict[str, Any]:
+    """The newest identification the learner wrote under ``models/sysid`` after ``since``
+    (a time.time()), summarised for the summary and the report; {} when there is none."""
+    found = [p for p in Path(models).glob("sysid/*/sysid.json") if p.stat().st_mtime >= since]
+    if not found:
+        return {}
+    path = max(found, key=lambda p: p.stat().st_mtime)
+    data = json.loads(path.read_text())
+    return {
+        "profile": data.get("profile_path", ""),
+        "values": {
+            p["pattern"]: p["value"] for p in data.get("parameters", []) if p["identifiable"]
+        },
+        "unidentifiable": [
+            p["pattern"] for p in data.get("parameters", []) if not p["identifiable"]
+        ],
+        "obs_noise": data.get("obs_noise"),
+        "episodes": len(data.get("fit_sources", [])) + len(data.get("holdout_sources", [])),
+        "fit_error": [data["before"]["fit"]["loss"], data["after"]["fit"]["loss"]],
+        "holdout_error": [data["before"]["holdout"]["loss"], data["after"]["holdout"]["loss"]],
+        "seconds": data.get("seconds", 0.0),
+    }
+
+
+def describe_identification(identification: dict[str, Any]) -> str:
+    values = ", ".join(f"{k} {v:.3g}" for k, v in identification.get("values", {}).items())
+    before, after = identification.get("fit_error", [float("nan")] * 2)
+    return (
+        f"identified from {identification.get('episodes', 0)} episodes: {values or 'nothing'}"
+        f" (error {before:.3f} -> {after:.3f}); unidentifiable: "
+        f"{', '.join(identification.get('unidentifiable', [])) or 'none'}"
+    )

@@ -43,6 +43,8 @@ from simreal_ros.loop.state import (
     LoopSummary,
     RoundRecord,
     RunDirectory,
+    describe_identification,
+    latest_identification,
     running_update,
 )
 from simreal_ros.nodes.expert_driver import ExpertDriverNode
@@ -69,6 +71,10 @@ def graph_overrides(
         "screen_workers": config.screen_workers,
         "round_every_episodes": 0,
         "seed": config.seed,
+        "identify_dynamics": config.identify_dynamics,
+        "sysid_max_episodes": config.sysid_max_episodes,
+        "sysid_evaluations": config.sysid_evaluations,
+        "sysid_restarts": 2,
     }
     learner.update(config.learner_overrides())
     return {
@@ -275,10 +281,14 @@ class LoopSession:
             paused = driver.pause_sim(True)
             try:
                 known = {r.update.get("version", "") for r in summary.rounds}
+                asked = time.time()
                 record.update = driver.train_round(self.config.round_timeout_s, known)
             finally:
                 if paused and not driver.pause_sim(False):
                     self.say("the sim bridge did not resume after the learner round")
+            record.identification = latest_identification(self.run.models, since=asked)
+            if record.identification:
+                self.say(f"round {index}: {describe_identification(record.identification)}")
             if record.update.get("promoted"):
                 self._running_update = record.update
                 version = record.update["version"]
