@@ -8,8 +8,11 @@ physical arm, and everything printed says so.
 Arms (``METHODS``; each row lists the only LearnerConfig fields it changes, every other
 learner setting is shared, and each job's full LearnerConfig is recorded in the JSON):
 zero-shot, filtered BC-LoRA (clones the successful episodes of its own collection),
-RL fine-tuning (SAC, critic warm-started from the checkpoint) and SGFT with H = 1, 3 and
-infinite (fresh critics; H = 1 also with the sim-advantage warm start).
+RL fine-tuning (SAC, critic warm-started from the checkpoint), SGFT with H = 1, 3 and
+infinite (fresh critics; H = 1 also with the sim-advantage warm start), and online system
+identification (``sysid``: each round its stand-in episodes are recorded as bags, the sim
+is identified from all of them so far, and the policy is fine-tuned in the identified sim
+alone; it is counted by the stand-in episodes it identified from).
 
 Each (method, seed) job runs rounds off ROS through the learner's own code path:
 
@@ -49,6 +52,9 @@ preset (``FULL``) has more seeds and a budget past 5 minutes of stand-in data.
     # the horizon ablation:
     PYTHONPATH=. .venv/bin/python bench/sample_efficiency.py --quick \\
         --methods zero_shot,rl_ft,sgft_h1_simadv,sgft_h3,sgft_hinf --out /tmp/se_h.json
+    # the online system identification baseline:
+    PYTHONPATH=. .venv/bin/python bench/sample_efficiency.py --quick \
+        --methods zero_shot,rl_ft,sysid --out /tmp/se_sysid.json
 """
 
 from __future__ import annotations
@@ -90,6 +96,9 @@ METHODS: dict[str, dict[str, Any] | None] = {
     "sgft_h1_simadv": {"method": "sgft", "horizon": 1, "critic_init": "sim_advantage"},
     "sgft_h3": {"method": "sgft", "horizon": 3, "critic_init": "fresh"},
     "sgft_hinf": {"method": "sgft", "horizon": 0, "critic_init": "fresh"},
+    # Online system identification: identify from the stand-in episodes so far, then
+    # fine-tune in the identified sim only; counted by the stand-in episodes identified from.
+    "sysid": {"method": "sysid", "critic_init": "auto"},
 }
 LABELS = {
     "zero_shot": "zero-shot",
@@ -99,9 +108,11 @@ LABELS = {
     "sgft_h1_simadv": "SGFT H=1 simadv",
     "sgft_h3": "SGFT H=3",
     "sgft_hinf": "SGFT H=inf",
+    "sysid": "sysid (identified sim)",
 }
 PRIMARY_METHODS = ("zero_shot", "bc_lora", "rl_ft", "sgft_h1")
 ABLATION_METHODS = ("zero_shot", "rl_ft", "sgft_h1_simadv", "sgft_h3", "sgft_hinf")
+SYSID_METHODS = ("zero_shot", "rl_ft", "sysid")  # the online-identification baseline
 SGFT_ARMS = tuple(m for m, o in METHODS.items() if o and o["method"] == "sgft")
 ARM_FIELDS = tuple(sorted({k for row in METHODS.values() if row for k in row}))
 # LearnerConfig fields that differ per job by construction, not per arm.
@@ -441,11 +452,18 @@ def method_job(
                 lora.inner(session.actor_peft), cfg.noise or None, config.exploration_std_max
             )
             seeds = cfg.collection_seeds(seed, round_index)
-            part, collected = rollout_transitions(
-                env, converter, seeds, cfg.condition, act, source="real_twin",
-                episode_ids=[f"s{seed}-{s}" for s in seeds],
-            )  # fmt: skip
-            parts = [part]
+            if config.method == "sysid":
+                # Its stand-in episodes are bags (states at 100 Hz, the commands topic) to
+                # identify from; no stand-in transition reaches its updates.
+                collected = _record_bags(cfg, session, store_root / "bags", seeds, seed)
+                session.identify(sorted(str(b) for b in (store_root / "bags").iterdir()))
+                part = None
+            else:
+                part, collected = rollout_transitions(
+                    env, converter, seeds, cfg.condition, act, source="real_twin",
+                    episode_ids=[f"s{seed}-{s}" for s in seeds],
+                )  # fmt: skip
+            parts = [part] if part is not None else []
             if expert is not None:
                 seeds = cfg.demo_seeds(seed, round_index)
                 part, demo_eps = rollout_transitions(
@@ -458,7 +476,8 @@ def method_job(
             collect_s = time.perf_counter() - t0
             episodes += len(collected)
             steps += sum(n for _, n, _ in collected)
-            real = Transitions.concatenate(([real] if real is not None else []) + parts)
+            if parts:
+                real = Transitions.concatenate(([real] if real is not None else []) + parts)
             t1 = time.perf_counter()
             try:
                 candidate = session.finetune(real)
@@ -494,11 +513,39 @@ def method_job(
                 _round_row(round_index, episodes, demos, steps, control_rate, collected,
                            evaluation, metrics, collect_s, train_s, time.perf_counter() - t2)
             )  # fmt: skip
+            if session.identification:
+                rounds[-1]["identification"] = session.identification
     finally:
         env.close()
         shutil.rmtree(store_root, ignore_errors=True)
     out["reward_scale"] = float(session.reward_scale)
     return _finish(out, cfg, started)
+
+
+def _record_bags(cfg, session, bag_root: Path, seeds, bench_seed: int) -> list[tuple]:
+    """The running policy's stand-in episodes as bags, as the graph records them."""
+    import types
+
+    from simreal_ros.learner import lora
+    from simreal_ros.learner.sim_episodes import record_rollout
+
+    running = types.SimpleNamespace(
+        model=types.SimpleNamespace(actor=lora.inner(session.actor_peft)),
+        spec=session.checkpoint.spec,
+        version=session.running_version or session.checkpoint.version,
+    )
+    collected = []
+    for s in seeds:
+        episode_id = f"s{bench_seed}-{s}"
+        meta = record_rollout(
+            bag_root / episode_id, running, task=cfg.task, seed=int(s), profile=cfg.profile,
+            condition=cfg.condition, episode_seconds=cfg.episode_seconds,
+            noise=cfg.noise or 0.1, converter=session.converter, episode_id=episode_id,
+            state_rate_hz=100,
+        )  # fmt: skip
+        steps = meta.steps or round(cfg.episode_seconds * session.checkpoint.spec.control_rate_hz)
+        collected.append((episode_id, int(steps), bool(meta.success)))
+    return collected
 
 
 def _round_row(index, episodes, demos, steps, rate, collected, evaluation, metrics,

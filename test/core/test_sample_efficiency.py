@@ -39,8 +39,8 @@ def base_dir(tmp_path_factory):
 
 
 def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
-    methods = tuple(bench.METHODS)  # all 7 arms
-    assert len(methods) == 7
+    methods = tuple(bench.METHODS)  # all 8 arms
+    assert len(methods) == 8
     cfg = bench.BenchConfig(
         checkpoint=str(base_dir),
         condition="train",
@@ -100,13 +100,17 @@ def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
         if last["evaluated"]:  # BC skips a round with no successful episode to clone
             metrics = last["metrics"]
             assert metrics["updates"] == 4  # update_to_data=0: updates_per_round only
-            assert metrics["new_real_transitions"] == last["steps"]
+            if method == "sysid":  # trains on identified-sim episodes, not the stand-in's
+                assert metrics["new_real_transitions"] > 0
+                assert last["identification"]["episodes"] == cfg.episodes_per_round
+            else:
+                assert metrics["new_real_transitions"] == last["steps"]
         else:
             assert method == "bc_lora" and "skipped" in last["metrics"]
             assert last["evaluation"] == zero
     # The actor-critic arms really trained (finite losses from the learner's tuner).
     actor_critic = [m for m, row in bench.METHODS.items() if row and row["method"] != "bc"]
-    assert len(actor_critic) == 5
+    assert len(actor_critic) == 6
     for method in actor_critic:
         metrics = jobs[method]["rounds"][1]["metrics"]
         assert math.isfinite(metrics["critic_loss"]), method

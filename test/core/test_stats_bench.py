@@ -112,7 +112,8 @@ def test_bootstrap_interval_keeps_an_infinite_end():
 def test_arms_differ_only_in_their_own_rows():
     cfg = bench.BenchConfig(checkpoint="ckpt", learner_overrides=(("learning_rate", "1e-4"),))
     trained = [m for m, row in bench.METHODS.items() if row is not None]
-    assert set(bench.PRIMARY_METHODS) | set(bench.ABLATION_METHODS) == set(bench.METHODS)
+    groups = (bench.PRIMARY_METHODS, bench.ABLATION_METHODS, bench.SYSID_METHODS)
+    assert set().union(*groups) == set(bench.METHODS)
     configs = {
         m: dataclasses.asdict(bench.arm_config(cfg, m, seed=3, store_root="s")) for m in trained
     }
