@@ -864,7 +864,7 @@ def summary_from_evaluation(result) -> EvaluationSummary:
     """``simreal_ros.policy.evaluate.EvaluationResult`` -> the gate's summary (divergence:
     the step-weighted mean over the episodes that measured it)."""
     records = result.records
-    compared = [r for r in records if math.isfinite(r.divergence) and r.action_components]
+    compared = [r for r in records if r.divergence is not None and r.action_components]
     weight = sum(r.action_components for r in compared)
     divergence = (
         sum(r.divergence * r.action_components for r in compared) / weight if weight else None

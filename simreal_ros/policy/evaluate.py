@@ -62,7 +62,7 @@ class EpisodeRecord:
     saturated_actions: int = 0  # action components with |a| >= SATURATED
     action_components: int = 0  # steps x action dimension
     nonfinite_steps: int = 0  # steps whose action had a NaN or inf (the arm was held)
-    divergence: float = float("nan")  # mean |a - a_reference| per component; nan: none
+    divergence: float | None = None  # mean |a - a_reference| per component; None: none
 
 
 @dataclasses.dataclass
@@ -202,8 +202,8 @@ class _ActionStats:
             self._compared += action.size
         return policy.converter.command_from_action(action, joints)
 
-    def divergence(self) -> float:
-        return self._difference / self._compared if self._compared else float("nan")
+    def divergence(self) -> float | None:
+        return self._difference / self._compared if self._compared else None
 
 
 def _worker(
