@@ -6,7 +6,7 @@ ROOT := $(abspath .)
 BUILD := build/interfaces
 INTERFACES := $(wildcard msg/*.msg srv/*.srv)
 PYTEST_ARGS ?=
-DEMO_ARGS ?=
+DEMO_ARGS ?= --methods sysid,sgft
 
 export AMENT_PREFIX_PATH := $(ROOT)/$(VENV)
 export PYTHONPATH := $(ROOT)
