@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from simreal_ros.atomic_files import fsync_directory, write_json_atomic
 from simreal_ros.policy.checksum import sha256_file
 
 MANIFEST = "MANIFEST.json"
@@ -40,23 +41,8 @@ class StoreError(ValueError):
     """A store operation that cannot be done; the message says why and what to do."""
 
 
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def _write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as stream:
-        stream.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
-        stream.flush()
-        os.fsync(stream.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    write_json_atomic(path, data, sort_keys=True)
 
 
 @dataclasses.dataclass
@@ -155,7 +141,7 @@ class AdapterStore:
         if target.exists():
             raise StoreError(f"version {version} appeared in {self.root} while staging.")
         os.rename(staging, target)
-        _fsync_dir(self.root)
+        fsync_directory(self.root)
         if after_each_file:
             after_each_file("rename")
         return self.load(version)

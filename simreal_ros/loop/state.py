@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
+from simreal_ros.atomic_files import write_json_atomic
 from simreal_ros.loop.arm_decision import LOST
 from simreal_ros.stats import wilson_interval
 
@@ -150,7 +150,7 @@ class RunDirectory:
     def create(self, config: dict[str, Any]) -> None:
         for directory in (self.path, self.bags, self.models):
             directory.mkdir(parents=True, exist_ok=True)
-        _write_json_atomic(self.path / "config.json", config)
+        write_json_atomic(self.path / "config.json", config)
 
     def load_summary(self) -> LoopSummary | None:
         if not self.summary_file.exists():
@@ -158,17 +158,7 @@ class RunDirectory:
         return LoopSummary.from_dict(json.loads(self.summary_file.read_text()))
 
     def save_summary(self, summary: LoopSummary) -> None:
-        _write_json_atomic(self.summary_file, summary.to_dict())
-
-
-def _write_json_atomic(path: Path, data: Any) -> None:
-    """Write to a temporary file and rename, so a kill leaves the old or the new file."""
-    temporary = path.with_suffix(path.suffix + ".tmp")
-    with open(temporary, "w", encoding="utf-8") as stream:
-        json.dump(data, stream, indent=2, default=float)
-        stream.flush()
-        os.fsync(stream.fileno())
-    os.replace(temporary, path)
+        write_json_atomic(self.summary_file, summary.to_dict())
 
 
 def latest_identification(models: Path, since: float) -> dict[str, Any]:

@@ -15,13 +15,13 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 import yaml
 
+from simreal_ros.atomic_files import write_text_atomic
 from simreal_ros.sim.profiles import load_profile
 from simreal_ros.sysid.fit import LATENCY, SysidResult
 from simreal_ros.sysid.simulate import ReplaySimulator
@@ -97,19 +97,13 @@ def write_result(
     out.mkdir(parents=True, exist_ok=True)
     document = profile_document(result, name, prior)
     profile = out / "profile.yaml"
-    _atomic_text(profile, _header(result, prior) + yaml.safe_dump(document, sort_keys=False))
+    write_text_atomic(profile, _header(result, prior) + yaml.safe_dump(document, sort_keys=False))
     load_profile(str(profile))  # what was written must load as a profile
     report = result.to_dict() | {"profile": document, "profile_path": str(profile)}
-    _atomic_text(out / "sysid.json", json.dumps(report, indent=2, default=float))
+    write_text_atomic(out / "sysid.json", json.dumps(report, indent=2, default=float))
     if simulator is not None:
         plot_fit(result, simulator, out / "fit.png")
     return profile
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    temporary = path.with_suffix(path.suffix + ".tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
 
 
 def plot_fit(result: SysidResult, simulator: ReplaySimulator, path: Path) -> None:
