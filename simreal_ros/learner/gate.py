@@ -8,7 +8,10 @@ Rule ``broken_only`` (the default): sim kills what is clearly broken and never c
 so a candidate is rejected only on evidence that it is broken, in any condition:
   1. success floor: the Wilson 95% UPPER bound of its success rate is below
      ``success_floor`` (sim is confident the rate is below the floor; a candidate that is
-     merely worse than the running policy in a sim known to be misspecified passes);
+     merely worse than the running policy in a sim known to be misspecified passes). The
+     floor is waived in a condition where the reference policy's own upper bound is below
+     it too: there the model of the arm says the condition is hard for every policy, not
+     that this candidate is broken (checks 2-4 still apply, and the arm decides);
   2. safety: the safety filter intervened (outside the trajectory shaping every healthy
      policy gets, see ``policy.evaluate.SHAPING_LIMITS``) in more than
      ``max_intervention_rate`` of its control steps;
@@ -121,6 +124,7 @@ class ConditionResult:
     saturated_share: float = 0.0
     nonfinite_steps: int = 0
     divergence: float | None = None
+    floor_waived: bool = False  # the reference is below the floor here too
 
     @property
     def passed(self) -> bool:
@@ -204,6 +208,13 @@ def decide(
         base_rate = base.successes / base.episodes if base.episodes else 0.0
         low, high = wilson_interval(cand.successes, cand.episodes)
         divergence = None if cand.divergence is None else float(cand.divergence)
+        reference_high = (
+            wilson_interval(base.successes, base.episodes)[1] if base.episodes else 1.0
+        )
+        waived = (
+            high < settings.success_floor - 1e-12
+            and reference_high < settings.success_floor - 1e-12
+        )
         result = ConditionResult(
             condition=condition,
             profile=profile,
@@ -219,7 +230,8 @@ def decide(
             baseline_mean_return=base.mean_return,
             passed_ci=low >= settings.ci_low - 1e-12,
             passed_tolerance=(not relative) or rate >= base_rate - settings.tolerance - 1e-12,
-            passed_floor=high >= settings.success_floor - 1e-12,
+            passed_floor=waived or high >= settings.success_floor - 1e-12,
+            floor_waived=waived,
             passed_safety=cand.intervention_rate <= settings.max_intervention_rate,
             passed_actions=cand.nonfinite_steps == 0
             and cand.saturated_share <= settings.max_saturated_share,
@@ -233,7 +245,9 @@ def decide(
         failures += _failures(result, settings, cand)
     summary = "; ".join(
         f"{r.condition} {r.successes}/{r.episodes} (CI [{r.ci_low:.2f}, {r.ci_high:.2f}], "
-        f"running {r.baseline_successes}/{r.baseline_episodes})"
+        f"running {r.baseline_successes}/{r.baseline_episodes}"
+        + (", floor waived: the reference is below it too" if r.floor_waived else "")
+        + ")"
         for r in results
     )
     if failures:

@@ -268,3 +268,25 @@ def test_the_tolerance_is_against_the_base_too_so_promotions_cannot_ratchet_down
     third = screen(evaluator, None, tmp_path / "v2", tmp_path / "v1", ["train"], seeds, 0.3,
                    0.1, baseline_cache={}, settings=RELATIVE)  # fmt: skip
     assert not third.promoted and third.results[0].baseline_successes == 20
+
+
+def test_the_floor_is_waived_where_the_reference_is_below_it_too():
+    """A condition every policy fails in the model of the arm says nothing about the
+    candidate: it is not rejected there (the arm decides), but still is where the
+    reference clears the floor."""
+    hard = {
+        "train": EvaluationSummary(20, 9, 0.0),
+        "shifted": EvaluationSummary(20, 0, 0.0),
+    }
+    reference = {
+        "train": EvaluationSummary(20, 8, 0.0),
+        "shifted": EvaluationSummary(20, 0, 0.0),
+    }
+    decision = decide(hard, reference, 0.0, 0.1, settings=GateSettings())
+    assert decision.promoted, decision.reason
+    shifted = next(r for r in decision.results if r.condition == "shifted")
+    assert shifted.floor_waived and shifted.passed_floor
+    assert "floor waived" in decision.reason
+    broken = {"train": EvaluationSummary(20, 0, 0.0), "shifted": EvaluationSummary(20, 0, 0.0)}
+    rejected = decide(broken, reference, 0.0, 0.1, settings=GateSettings())
+    assert not rejected.promoted and "train: success 0/20" in rejected.reason
