@@ -11,10 +11,12 @@ which ten short episodes determine; ``per_joint_parameters`` gives one factor pe
 
 Search: CMA-ES (the ``cma`` package) on the trajectory error of ``ReplaySimulator``,
 averaged over the fit episodes, with the bounds as box constraints and the latency as an
-integer variable. Restart 0 fits all fit episodes from the nominal model; each further
-restart fits a bootstrap resample of them, starting at the estimate with half the step
-size, so the spread of the restarts measures what the data leave open (the uncertainty):
-along a direction the data do not constrain, the restarts drift apart.
+integer variable. Restart 0 fits all fit episodes from the nominal model, restart 1 from
+a random point of the box (two parameters that trade against each other land elsewhere
+on their ridge); each further restart fits a bootstrap resample of the episodes from the
+estimate with half the step size. Every restart is then judged on all fit episodes: the
+best is the estimate, and the spread of those within ``restart_tolerance`` of its error
+measures what the data leave open (the uncertainty).
 
 Identifiability, per parameter, at the estimate: moving it by ``probe_factor`` (latency:
 ``probe_steps``) either way must raise the error of the fit episodes, paired per episode,
@@ -117,7 +119,8 @@ def parse_parameters(text: str) -> tuple[FitParameter, ...]:
 class FitSettings:
     restarts: int = 3  # restart 0 on all fit episodes, the others on bootstrap resamples
     evaluations_per_restart: int = 300  # restart 0, from the nominal model
-    evaluations_resample: int = 150  # each further restart, from the estimate
+    evaluations_resample: int = 150  # each bootstrap restart (the third on), from the estimate
+    restart_tolerance: float = 0.1  # restarts within this share of the best error count
     population: int = 10
     probe_factor: float = 1.25
     probe_steps: int = 2
@@ -333,23 +336,34 @@ def identify(
     rng = np.random.default_rng(settings.seed)
     start = _nominal_factors(parameters, nominal.get(LATENCY, 0.0))
     restarts: list[list[float]] = []
+    low, high = (np.array(b, dtype=float) for b in objective.bounds())
     for r in range(max(1, settings.restarts)):
+        counts = np.ones(len(fit))
         if r == 0:
-            counts = np.ones(len(fit))
             x0 = objective.to_x(start)
+        elif r == 1:  # anywhere in the box: finds a ridge of equally good values
+            x0 = rng.uniform(low + 0.1 * (high - low), high - 0.1 * (high - low))
         else:
             counts = np.bincount(rng.integers(0, len(fit), len(fit)), minlength=len(fit))
             x0 = objective.to_x(restarts[0])
         weights = counts / counts.sum()
-        budget = settings.evaluations_per_restart if r == 0 else settings.evaluations_resample
+        budget = settings.evaluations_per_restart if r <= 1 else settings.evaluations_resample
         factors, loss = _run_cma(
-            objective, x0, fit, weights, settings, settings.seed + r, budget, r == 0
+            objective, x0, fit, weights, settings, settings.seed + r, budget, r <= 1
         )
         restarts.append(factors)
         if progress:
             progress(f"restart {r + 1}/{settings.restarts}: error {loss:.4f}, "
                      f"{objective.evaluations} replays so far")  # fmt: skip
-    estimate = restarts[0]
+    # Every restart judged on all fit episodes: the best is the estimate; the spread counts
+    # only restarts about as good (one that did not converge says nothing about the data).
+    full = objective.per_episode(restarts, fit).mean(axis=1)
+    best = int(np.argmin(full))
+    estimate = restarts[best]
+    restarts = [
+        f for f, e in zip(restarts, full, strict=True)
+        if e <= full[best] * (1 + settings.restart_tolerance)
+    ]  # fmt: skip
     estimates = _identifiability(objective, estimate, restarts, fit, settings)
     identified = _identified_values(objective, estimates, nominal)
     residuals = [simulator.residuals(identified, i) for i in fit]
