@@ -1,7 +1,8 @@
 """`simreal learn --episodes DIR`: one fine-tuning round off ROS (what the learner node does).
 
-Reads the episode bags, fine-tunes a LoRA adapter (bc, rl or sgft), screens it in sim over
-seeds, stores it with its decision and promotes it only if it passes.
+Reads the episode bags, fine-tunes a LoRA adapter (bc, rl, sgft or sysid), screens it in sim
+over seeds (in the profile identified from the bags with identify_dynamics or method
+sysid), stores it with its decision and promotes it only if it passes.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import dataclasses
 import json
 
 import yaml
+
+from simreal_ros.learner.config import METHODS
 
 DEFAULT_STORE = "~/.simreal/adapters"
 
@@ -23,7 +26,12 @@ def add_parser(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--episodes", required=True, nargs="+", help="episode bag(s) or folder(s)")
-    p.add_argument("--method", choices=("bc", "rl", "sgft"), help="default: sgft")
+    p.add_argument(
+        "--method",
+        choices=METHODS,
+        help="default: sgft; sysid needs --set identified_profile=PATH (from `simreal "
+        "sysid`) or identifies from the episodes' bags",
+    )
     p.add_argument("--horizon", type=int, help="SGFT horizon H (0 = infinite)")
     p.add_argument("--checkpoint", help="base checkpoint dir (default: shipped for --task)")
     p.add_argument("--task", choices=("push", "reach"))
@@ -93,7 +101,12 @@ def _learn(args: argparse.Namespace) -> int:
     real = real.subset(real.real_mask())
     if len(real) == 0:
         raise ValueError("the episodes are all sim; fine-tuning needs real (or real_twin) data.")
-    result = session.run_round(real, policy_evaluator(config), manifest)
+    if (config.identify_dynamics or config.method == "sysid") and not config.identified_profile:
+        from simreal_ros.episodes.dataset import find_bags
+
+        session.identify(find_bags(args.episodes))
+    evaluator = policy_evaluator(config, lambda: session.screening_profile)
+    result = session.run_round(real, evaluator, manifest)
     decision = result.decision
     summary = {
         "version": result.stored.version,
