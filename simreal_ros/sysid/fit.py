@@ -174,10 +174,7 @@ class SysidResult:
 
     def values(self) -> dict[str, float]:
         """Absolute values of the identified parameters (the vocabulary's names)."""
-        out: dict[str, float] = {}
-        for p in self.parameters:
-            out.update(p.absolute(self.nominal))
-        return out
+        return absolute_values(self.parameters, self.nominal)
 
     def unidentifiable(self) -> list[str]:
         return [p.pattern for p in self.parameters if not p.identifiable]
@@ -265,9 +262,8 @@ def _run_cma(objective, x0, episodes, weights, settings, seed, budget, from_nomi
     # In the [0, 10] coordinates: a fifth of each log range from nominal; a resample
     # restarts near the estimate, wide enough to leave a flat direction.
     sigma = 2.0 if from_nominal else 1.0
-    stds = [
-        (p.high - p.low) / 10.0 / 2.0 * 2.0 if p.is_latency else 1.0 for p in objective.parameters
-    ]
+    # The latency's coordinate is in steps, the others in [0, 10]: the same relative step.
+    stds = [(p.high - p.low) / 10.0 if p.is_latency else 1.0 for p in objective.parameters]
     integer = [i for i, p in enumerate(objective.parameters) if p.is_latency]
     options = {
         "bounds": [low, high],
@@ -357,15 +353,16 @@ def identify(
                      f"{objective.evaluations} replays so far")  # fmt: skip
     # Every restart judged on all fit episodes: the best is the estimate; the spread counts
     # only restarts about as good (one that did not converge says nothing about the data).
-    full = objective.per_episode(restarts, fit).mean(axis=1)
+    per_episode = objective.per_episode(restarts, fit)
+    full = per_episode.mean(axis=1)
     best = int(np.argmin(full))
     estimate = restarts[best]
     restarts = [
         f for f, e in zip(restarts, full, strict=True)
         if e <= full[best] * (1 + settings.restart_tolerance)
     ]  # fmt: skip
-    estimates = _identifiability(objective, estimate, restarts, fit, settings)
-    identified = _identified_values(objective, estimates, nominal)
+    estimates = _identifiability(objective, estimate, per_episode[best], restarts, fit, settings)
+    identified = absolute_values(estimates, nominal)
     residuals = [simulator.residuals(identified, i) for i in fit]
     noise = noise_estimate(residuals)
     noise_ci = _noise_ci(residuals, rng)
@@ -385,16 +382,20 @@ def identify(
     )
 
 
-def _identified_values(objective, estimates, nominal) -> dict[str, float]:
-    """The model to evaluate: identified values, nominal for the unidentifiable."""
+def absolute_values(
+    estimates: Sequence[ParameterEstimate], nominal: Mapping[str, float]
+) -> dict[str, float]:
+    """The identified model: identified values by name; the unidentifiable stay nominal."""
     values: dict[str, float] = {}
     for p in estimates:
         values.update(p.absolute(nominal))
     return values
 
 
-def _identifiability(objective, estimate, restarts, fit, settings) -> list[ParameterEstimate]:
-    at_estimate = objective.per_episode([estimate], fit)[0]
+def _identifiability(
+    objective, estimate, at_estimate, restarts, fit, settings
+) -> list[ParameterEstimate]:
+    """``at_estimate``: the estimate's error on each fit episode."""
     probes, where = [], []
     for i, p in enumerate(objective.parameters):
         for direction in (-1, 1):

@@ -37,6 +37,8 @@ from simreal_ros.sysid.recording import ReplayEpisode
 JOINT_SCALE = 0.01  # rad (m for a prismatic gripper joint)
 OBJECT_SCALE = 0.01  # m
 _STATE_SPEC = mujoco.mjtState.mjSTATE_FULLPHYSICS
+# Applied by the replay itself (latency) or estimated from residuals (noise), not the model.
+_NOT_IN_MODEL = ("latency_steps", "obs_noise")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,9 +194,6 @@ class ReplaySimulator:
         loss = float(np.mean((joint_terms + object_terms) / width))
         object_rms = float(np.sqrt(np.mean(dp[with_pose] ** 2))) if with_pose.any() else np.nan
         return TrajectoryError(loss, float(np.sqrt(np.mean(dq**2))), object_rms)
-
-
-_NOT_IN_MODEL = ("latency_steps", "obs_noise")
 
 
 def noise_estimate(residuals: Sequence[np.ndarray]) -> float:
