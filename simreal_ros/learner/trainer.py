@@ -591,6 +591,7 @@ class LearnerSession:
         """System identification from the newest real bags; the profile, or None (and the
         reason in ``identification``) when they cannot be identified from."""
         from simreal_ros.sysid import FitSettings, SysidInputError, identify_bags
+        from simreal_ros.sysid.output import identification_summary
 
         cfg = self.config
         if cfg.identified_profile:
@@ -622,19 +623,7 @@ class LearnerSession:
                         error)  # fmt: skip
             return None
         self.identified_profile = str(profile)
-        self.identification = {
-            "profile": str(profile),
-            "episodes": len(chosen),
-            "values": result.values(),
-            "unidentifiable": result.unidentifiable(),
-            "obs_noise": result.obs_noise,
-            "fit_error": {"before": result.before["fit"].loss, "after": result.after["fit"].loss},
-            "holdout_error": {
-                "before": result.before["holdout"].loss,
-                "after": result.after["holdout"].loss,
-            },
-            "seconds": time.time() - started,
-        }
+        self.identification = identification_summary(result.to_dict(), str(profile))
         log.info("identified dynamics from %d bags in %.0f s: %s", len(chosen),
                  time.time() - started, profile)  # fmt: skip
         return str(profile)

@@ -168,21 +168,10 @@ def latest_identification(models: Path, since: float) -> dict[str, Any]:
     if not found:
         return {}
     path = max(found, key=lambda p: p.stat().st_mtime)
+    from simreal_ros.sysid.output import identification_summary
+
     data = json.loads(path.read_text())
-    return {
-        "profile": data.get("profile_path", ""),
-        "values": {
-            p["pattern"]: p["value"] for p in data.get("parameters", []) if p["identifiable"]
-        },
-        "unidentifiable": [
-            p["pattern"] for p in data.get("parameters", []) if not p["identifiable"]
-        ],
-        "obs_noise": data.get("obs_noise"),
-        "episodes": len(data.get("fit_sources", [])) + len(data.get("holdout_sources", [])),
-        "fit_error": [data["before"]["fit"]["loss"], data["after"]["fit"]["loss"]],
-        "holdout_error": [data["before"]["holdout"]["loss"], data["after"]["holdout"]["loss"]],
-        "seconds": data.get("seconds", 0.0),
-    }
+    return identification_summary(data, data.get("profile_path", ""))
 
 
 def describe_identification(identification: dict[str, Any]) -> str:

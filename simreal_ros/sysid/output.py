@@ -154,6 +154,25 @@ def plot_fit(result: SysidResult, simulator: ReplaySimulator, path: Path) -> Non
     plt.close(fig)
 
 
+def identification_summary(report: dict, profile: str) -> dict:
+    """What the learner's metadata, the loop's summary and its report keep of one
+    identification; ``report`` is ``SysidResult.to_dict()`` or a written sysid.json."""
+    parameters = report.get("parameters", [])
+    return {
+        "profile": str(profile),
+        "values": {p["pattern"]: p["value"] for p in parameters if p["identifiable"]},
+        "unidentifiable": [p["pattern"] for p in parameters if not p["identifiable"]],
+        "obs_noise": report.get("obs_noise"),
+        "episodes": len(report.get("fit_sources", [])) + len(report.get("holdout_sources", [])),
+        "fit_error": [report["before"]["fit"]["loss"], report["after"]["fit"]["loss"]],
+        "holdout_error": [
+            report["before"]["holdout"]["loss"],
+            report["after"]["holdout"]["loss"],
+        ],
+        "seconds": report.get("seconds", 0.0),
+    }
+
+
 def format_result(result: SysidResult, hidden: dict[str, float] | None = None) -> str:
     """The estimates as a table; with ``hidden`` (a stand-in's true values), their errors."""
     lines = [
