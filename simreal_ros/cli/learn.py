@@ -101,7 +101,7 @@ def _learn(args: argparse.Namespace) -> int:
     real = real.subset(real.real_mask())
     if len(real) == 0:
         raise ValueError("the episodes are all sim; fine-tuning needs real (or real_twin) data.")
-    if (config.identify_dynamics or config.method == "sysid") and not config.identified_profile:
+    if config.identifies_from_bags:
         from simreal_ros.episodes.dataset import find_bags
 
         session.identify(find_bags(args.episodes))

@@ -378,6 +378,12 @@ class LearnerConfig:
             raise ValueError(f"screen_conditions {bad} unknown; use train and/or shifted.")
 
     @property
+    def identifies_from_bags(self) -> bool:
+        """Rounds first identify the dynamics from the newest real bags (sysid always does,
+        unless a profile was identified beforehand)."""
+        return (self.identify_dynamics or self.method == "sysid") and not self.identified_profile
+
+    @property
     def horizon_or_none(self) -> int | None:
         """H as used by the algorithms: None is infinite."""
         return None if self.horizon == 0 else self.horizon

@@ -241,8 +241,7 @@ class OnlineLearner:
             self.waiting = message
             return
         self.waiting = ""
-        cfg = self.config
-        if (cfg.identify_dynamics or cfg.method == "sysid") and not cfg.identified_profile:
+        if self.config.identifies_from_bags:
             self.state = "identifying dynamics"
             session.identify(self.real_bags)
         self.state = "training"
