@@ -524,21 +524,16 @@ def method_job(
 
 def _record_bags(cfg, session, bag_root: Path, seeds, bench_seed: int) -> list[tuple]:
     """The running policy's stand-in episodes as bags, as the graph records them."""
-    import types
-
     from simreal_ros.learner import lora
     from simreal_ros.learner.sim_episodes import record_rollout
 
-    running = types.SimpleNamespace(
-        model=types.SimpleNamespace(actor=lora.inner(session.actor_peft)),
-        spec=session.checkpoint.spec,
-        version=session.running_version or session.checkpoint.version,
-    )
     collected = []
     for s in seeds:
         episode_id = f"s{bench_seed}-{s}"
         meta = record_rollout(
-            bag_root / episode_id, running, task=cfg.task, seed=int(s), profile=cfg.profile,
+            bag_root / episode_id, session.checkpoint, task=cfg.task, seed=int(s),
+            profile=cfg.profile, actor=lora.inner(session.actor_peft),
+            version=session.running_version or session.checkpoint.version,
             condition=cfg.condition, episode_seconds=cfg.episode_seconds,
             noise=cfg.noise or 0.1, converter=session.converter, episode_id=episode_id,
             state_rate_hz=100,

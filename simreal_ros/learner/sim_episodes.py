@@ -42,12 +42,17 @@ def record_rollout(
     converter=None,
     episode_id: str | None = None,
     state_rate_hz: float = 20.0,
+    actor=None,
+    version: str | None = None,
 ) -> EpisodeMetadata:
     """One episode of ``checkpoint``'s actor (plus exploration noise) in sim, as a bag.
 
     ``state_rate_hz``: rate of /joint_states and /object/pose (the control rate, or a
     multiple of it, as the sim bridge and a joint_state_broadcaster publish faster).
+    ``actor`` / ``version``: another actor on the checkpoint's spec (e.g. base + adapter).
     """
+    actor = actor if actor is not None else checkpoint.model.actor
+    version = version or checkpoint.version
     from simreal_ros.learner.trainer import make_converter
     from simreal_ros.sim.env import ArmTaskEnv
 
@@ -64,7 +69,7 @@ def record_rollout(
         seed=seed,
         joint_names=names,
         joint_units=list(checkpoint.spec.joint_units),
-        policy_versions=[checkpoint.version],
+        policy_versions=[version],
     )
     recording = EpisodeRecording(bag_dir, TOPICS, meta, flush_period_s=0.05)
     recording.start()
@@ -84,11 +89,11 @@ def record_rollout(
                 converter.normalized_observation(obs), dtype=torch.float32
             )
             with torch.no_grad():
-                action = checkpoint.model.actor(normalized).numpy()
+                action = actor(normalized).numpy()
             action = np.clip(action + noise * rng.standard_normal(action.shape), -1.0, 1.0)
             command = converter.command_from_action(action, obs["joint_position"])
             intent = messages.policy_action(
-                t, command, version=checkpoint.version, sequence=step, joint_names=names
+                t, command, version=version, sequence=step, joint_names=names
             )
             _send(recording, 2, t, intent)
             _send(recording, 4, t, messages.float64_multi_array(command))
