@@ -349,7 +349,8 @@ class LoopSession:
             }
             for r in episodes
         ]
-        record.diagnosis = self._diagnose(record, scores)
+        evaluation = [e for e in record.episodes if e["evaluation"]]
+        record.diagnosis = self._diagnose(index, evaluation, scores, self._running_update)
         graph_seeds = {
             condition: self._seeds(index, phase, self.config.eval_episodes)
             for phase, condition in enumerate(CONDITIONS, start=2)
@@ -410,27 +411,12 @@ class LoopSession:
 
     def _diagnose_candidate(self, record: RoundRecord, results, update) -> dict[str, Any]:
         """Diagnose a candidate the arm rolled back, from its own arm episodes."""
-        from simreal_ros.loop.diagnose_round import diagnose_round
-        from simreal_ros.policy.evaluate import PolicySource, build_policy
-
         rows = [_trial_row(r) | {"bag_path": r.bag_path} for r in results]
         scores = [
             ConditionScore.of(c, [r.success for r in results if r.condition == c])
             for c in CONDITIONS
         ]
-        source = PolicySource(
-            self.checkpoint, update.get("adapter_path") or None, update.get("checksum") or None
-        )
-        try:
-            return diagnose_round(
-                rows, scores, build_policy(source), self.config.task,
-                self.config.stand_in_profile, self.config.seed + 7919 * record.index + 1,
-            )  # fmt: skip
-        except (ValueError, RuntimeError) as error:
-            self.say(
-                f"round {record.index}: diagnosis of the rolled-back candidate failed: {error}"
-            )
-            return {"label": "inconclusive", "summary": f"diagnosis failed: {error}"}
+        return self._diagnose(record.index, rows, scores, update, "the rolled-back candidate", 1)
 
     def _dt(self) -> float:
         from simreal_ros.policy.checkpoint import read_metadata
@@ -440,9 +426,12 @@ class LoopSession:
 
     def _running_source(self):
         """The running version as the evaluation code loads it (base + promoted adapter)."""
+        return self._source(self._running_update)
+
+    def _source(self, update: dict[str, Any]):
+        """A learner update (empty: the base) as the evaluation code loads it."""
         from simreal_ros.policy.evaluate import PolicySource
 
-        update = self._running_update
         return PolicySource(
             self.checkpoint,
             adapter_dir=update.get("adapter_path") or None,
@@ -482,21 +471,19 @@ class LoopSession:
                 self.say("the sim bridge did not resume after the off-ROS check")
         return check, same
 
-    def _diagnose(self, record: RoundRecord, scores: list[ConditionScore]) -> dict[str, Any]:
-        """Diagnose the running version from the round's recorded evaluation episodes."""
+    def _diagnose(self, index, rows, scores, update, what="the running version", salt=0):
+        """Diagnose ``update``'s version (empty: the base) from recorded episode rows."""
         from simreal_ros.loop.diagnose_round import diagnose_round
         from simreal_ros.policy.evaluate import build_policy
 
-        source = self._running_source()
-        evaluation = [e for e in record.episodes if e["evaluation"]]
         try:
             return diagnose_round(
-                evaluation, scores, build_policy(source), self.config.task,
-                self.config.stand_in_profile, self.config.seed + 7919 * record.index,
+                rows, scores, build_policy(self._source(update)), self.config.task,
+                self.config.stand_in_profile, self.config.seed + 7919 * index + salt,
             )  # fmt: skip
         except (ValueError, RuntimeError) as error:
             # Diagnosis informs the next collection; its failure must not end the run.
-            self.say(f"round {record.index}: diagnosis failed: {error}")
+            self.say(f"round {index}: diagnosis of {what} failed: {error}")
             return {"label": "inconclusive", "summary": f"diagnosis failed: {error}"}
 
     def _round_line(self, record: RoundRecord) -> str:
