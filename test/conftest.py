@@ -64,3 +64,13 @@ def executor(rclpy_context):
             executor.remove_node(node)
             node.destroy_node()
         executor.shutdown()
+
+
+@pytest.fixture(scope="session")
+def shipped_reach():
+    """The shipped reach checkpoint; it is the project's own, so its absence fails."""
+    from simreal_ros.policy.checkpoint import shipped_checkpoint
+
+    path = shipped_checkpoint("reach")
+    assert (path / "policy.json").is_file(), f"the shipped reach checkpoint is missing at {path}"
+    return path

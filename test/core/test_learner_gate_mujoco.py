@@ -14,7 +14,6 @@ from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.gate import screen
 from simreal_ros.learner.trainer import gate_settings, policy_evaluator
 from simreal_ros.policy import checkpoint as ckpt
-from simreal_ros.policy.checkpoint import shipped_checkpoint
 
 pytestmark = pytest.mark.slow
 torch.set_num_threads(1)
@@ -22,11 +21,8 @@ SEEDS = list(range(100, 106))
 
 
 @pytest.fixture(scope="module")
-def reach():
-    path = shipped_checkpoint("reach")
-    if not (path / "policy.json").is_file():
-        pytest.skip(f"no shipped reach checkpoint at {path}")
-    return path
+def reach(shipped_reach):
+    return shipped_reach
 
 
 def adapter(base, directory, sabotage=None):
