@@ -1,7 +1,8 @@
 """`simreal`: one command, with a subcommand per job.
 
 Each subcommand lives in its own module under ``simreal_ros.cli`` and exposes
-``add_parser(subparsers)``, which registers its arguments and sets ``func``.
+``add_parser(subparsers)``, which registers its arguments and sets ``func``. ``--robot``
+(before or after the subcommand) chooses the arm for all of them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 # Modules that provide subcommands, in the order `--help` lists them.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "simreal_ros.cli.up",
+    "simreal_ros.cli.robot",
     "simreal_ros.cli.pretrain",
     "simreal_ros.cli.eval",
     "simreal_ros.cli.premise",
@@ -26,14 +28,24 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+ROBOT_HELP = (
+    "the arm: a shipped one (simreal_arm, panda) or the path of a robot directory or "
+    "robot.yaml (default: $SIMREAL_ROBOT, else simreal_arm)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="simreal",
         description="On-robot fine-tuning of arm policies in one ROS 2 graph.",
     )
+    parser.add_argument("--robot", default=None, help=ROBOT_HELP)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in SUBCOMMAND_MODULES:
         importlib.import_module(module_name).add_parser(subparsers)
+    for subparser in subparsers.choices.values():
+        # Also after the subcommand; SUPPRESS keeps a value given before it.
+        subparser.add_argument("--robot", default=argparse.SUPPRESS, help=ROBOT_HELP)
     return parser
 
 
@@ -44,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        from simreal_ros.robot.description import select_robot
+
+        select_robot(args.robot)  # the arm of everything this command runs or starts
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130

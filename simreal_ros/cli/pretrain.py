@@ -61,7 +61,11 @@ def run(args) -> int:
 
     torch.set_num_threads(max(1, min(int(args.threads), 2)))
     out = Path(args.out) if args.out else Path("runs") / args.task
-    if out.resolve() == shipped_checkpoint(args.task).resolve():
+    try:
+        shipped = shipped_checkpoint(args.task).resolve()
+    except FileNotFoundError:  # none shipped for this arm yet
+        shipped = None
+    if out.resolve() == shipped:
         print(f"note: writing over the shipped checkpoint {out}", file=sys.stderr)
     if not args.resume and (out / STATE_DIR).exists():
         raise ValueError(
@@ -82,7 +86,7 @@ def run(args) -> int:
         actor_rl_weight=args.actor_rl_weight,
         bc_weight=args.bc_weight,
     )
-    command = "simreal " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["pretrain"] else ""
+    command = "simreal " + shlex.join(sys.argv[1:]) if "pretrain" in sys.argv[1:3] else ""
     trainer = Pretrainer(config, out, command=command or f"simreal pretrain --task {args.task}")
     if args.resume:
         trainer.resume()

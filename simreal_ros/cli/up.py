@@ -36,6 +36,12 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--profile", choices=description.PROFILES, default="sim")
     parser.add_argument(
+        "--task",
+        default=description.DEFAULT_TASK,
+        choices=("push", "reach"),
+        help="the task, for every node that takes it (sim bridge, policy, learner)",
+    )
+    parser.add_argument(
         "--only", default="", help="comma-separated node names to start (default: all)"
     )
     parser.add_argument(
@@ -58,11 +64,15 @@ def run(args) -> int:
     for text in args.set:
         node, parameter, value = parse_override(text)
         overrides.setdefault(node, {})[parameter] = value
-    nodes = description.graph(args.profile, overrides)
+    nodes = description.graph(args.profile, overrides, task=args.task)
     nodes = description.select(nodes, [n for n in args.only.split(",") if n])
     if args.list:
         for index, node in enumerate(nodes):
             print(f"{index}: {node.name:<12} {node.module:<32} {node.description}")
         return 0
-    print(f"[simreal up] profile {args.profile}: {', '.join(n.name for n in nodes)}")
+    robot = next((n.parameters["robot"] for n in nodes if "robot" in n.parameters), "")
+    print(
+        f"[simreal up] profile {args.profile}, robot {robot}, task {args.task}: "
+        f"{', '.join(n.name for n in nodes)}"
+    )
     return GraphRunner(nodes, args.profile, domain_id=args.domain_id).run(args.duration)

@@ -433,7 +433,7 @@ def replay_check(
         joints, tool, objects, reached = _open_loop(env, episode, commands, fk)
         b_joints, b_tool, b_objects, b_reached = _open_loop(env, episode, episode.commands, fk)
         own = _closed_loop(env, episode, policy) if closed_loop else None
-        arm = slice(0, 6)
+        arm = list(robot.arm_indices)
         results.append(
             EpisodeReplay(
                 source=episode.source,

@@ -15,10 +15,9 @@ core's reset/step interface) for the sim core's tasks (``push``, ``reach``) and 
   are bimodal: a policy regressed on them with plain MSE averages the two detours and
   drives into the pillar (mode collapse).
 
-The pillar model is the packaged arm MJCF plus one geom added with ``mujoco.MjSpec``,
-written once to a cache file; the robot description is the packaged one with
-``mjcf_path`` pointing at it (``dataclasses.replace``), so joints, limits and the tool
-site are the arm's own.
+The pillar model is the arm's model plus one geom added with ``mujoco.MjSpec``, written
+once to a cache file; the robot description is the arm's own with ``model_path`` pointing
+at it (``dataclasses.replace``), so joints, limits and the tool frame are the arm's own.
 """
 
 from __future__ import annotations
@@ -44,7 +43,6 @@ PILLAR_HALF_SIZE = np.array([0.03, 0.03, 0.07])
 DETOUR_OFFSET = 0.14  # lane distance from the pillar's centre line (x)
 LANE_END = 0.11  # the lane beside the pillar runs from -LANE_END to +LANE_END (y)
 TRAVEL_Y = 0.18  # start and goal distance from the pillar (y)
-GRIPPER_CLOSED = 0.0
 
 
 def check_task(task: str) -> str:
@@ -58,8 +56,10 @@ def pillar_robot() -> RobotDescription:
     """The packaged arm with the pillar added (model cached under the temp directory)."""
     import mujoco
 
+    from simreal_ros.robot.model import robot_spec
+
     robot = load_robot_description()
-    spec = mujoco.MjSpec.from_file(str(robot.mjcf_path))
+    spec = robot_spec(robot)
     spec.worldbody.add_geom(
         name="pillar",
         type=mujoco.mjtGeom.mjGEOM_BOX,
@@ -80,7 +80,7 @@ def pillar_robot() -> RobotDescription:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(xml)
         os.replace(staging, path)
-    return dataclasses.replace(robot, mjcf_path=path)
+    return dataclasses.replace(robot, model_path=path)
 
 
 class ReachAroundTask(ReachTask):
@@ -102,11 +102,12 @@ class ReachAroundTask(ReachTask):
         if self._kinematics is None:
             robot = physics.robot
             self._kinematics = ArmKinematics(
-                physics.model, robot.ee_site, list(robot.arm_joint_names)
+                physics.model, robot.tool_frame, list(robot.arm_joint_names)
             )
-        home = np.asarray(physics.robot.home_position, dtype=float)
-        q, _ = self._kinematics.solve(tool, home[:6], iterations=200)
-        return np.append(q, GRIPPER_CLOSED)
+        start = np.array(physics.robot.home_position, dtype=float)
+        arm = list(physics.robot.arm_indices)
+        start[arm], _ = self._kinematics.solve(tool, start[arm], iterations=200)
+        return start
 
     def initialize_episode(self, physics, rng, condition):
         if condition not in CONDITIONS:
@@ -145,13 +146,15 @@ class ReachAroundExpert:
         side: float | None = None,
     ):
         """``side``: always this detour (-1 near, +1 far); None: the episode's coin flip."""
-        import mujoco
-
+        from simreal_ros.robot.model import compile_robot
         from simreal_ros.sim.kinematics import ArmKinematics
 
         robot = robot or pillar_robot()
-        model = mujoco.MjModel.from_xml_path(str(robot.mjcf_path))
-        self.kinematics = ArmKinematics(model, robot.ee_site, list(robot.arm_joint_names))
+        self.kinematics = ArmKinematics(
+            compile_robot(robot), robot.tool_frame, list(robot.arm_joint_names)
+        )
+        self.arm = list(robot.arm_indices)
+        self.home = np.asarray(robot.home_position, dtype=float)
         self.step_length = 0.5 / control_rate_hz  # tool waypoint speed 0.5 m/s
         self.forced_side = side
         self.side = 1.0 if side is None else float(side)
@@ -165,7 +168,7 @@ class ReachAroundExpert:
     def act(self, observation: dict) -> np.ndarray:
         q = np.asarray(observation["joint_position"], dtype=float)
         goal = np.asarray(observation["goal_position"], dtype=float)
-        tool, _ = self.kinematics.forward(q[:6])
+        tool, _ = self.kinematics.forward(q[self.arm])
         travel = np.sign(goal[1] - PILLAR_CENTRE[1]) or 1.0
         lane_x = PILLAR_CENTRE[0] + self.side * DETOUR_OFFSET
         passed = (tool[1] - PILLAR_CENTRE[1]) * travel  # < 0: not yet beside the pillar
@@ -190,8 +193,9 @@ class ReachAroundExpert:
             if distance <= self.step_length
             else tool + delta * (self.step_length / distance)
         )
-        solution, _ = self.kinematics.solve(target, q[:6], iterations=20)
-        return np.append(solution, GRIPPER_CLOSED)
+        command = self.home.copy()  # the gripper stays as at home (closed)
+        command[self.arm], _ = self.kinematics.solve(target, q[self.arm], iterations=20)
+        return command
 
 
 class _CoreExpert:

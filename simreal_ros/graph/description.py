@@ -52,7 +52,6 @@ def _node(name: str, description: str, lifecycle: bool = False, **parameters: An
 # default is the node's own (its typed config), so no default is written twice.
 LAUNCH_ARGUMENTS = {
     "sim": [
-        ("task", "sim_bridge", "task", "task in the sim: push or reach"),
         (
             "dynamics_profile",
             "sim_bridge",
@@ -73,6 +72,19 @@ LAUNCH_ARGUMENTS = {
         ),
     ],
 }
+
+
+# Graph-level settings: one value for the whole graph, given to every node that takes it,
+# so no two nodes can disagree about the arm or the task.
+GRAPH_SETTINGS = {
+    "robot": (
+        ("sim_bridge", "safety", "policy", "recorder", "learner"),
+        "the arm: a shipped one (simreal_arm, panda) or the path of a robot directory or "
+        "robot.yaml",
+    ),
+    "task": (("sim_bridge", "policy", "learner"), "task: push or reach"),
+}
+DEFAULT_TASK = "push"
 
 
 def _config_class(node: str):
@@ -99,10 +111,30 @@ def launch_argument_default(node: NodeSpec, parameter: str) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def graph(profile: str, overrides: dict[str, dict[str, Any]] | None = None) -> list[NodeSpec]:
-    """The nodes of ``profile`` in start order; ``overrides`` maps node -> parameters."""
+def graph(
+    profile: str,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    robot: str | None = None,
+    task: str | None = None,
+) -> list[NodeSpec]:
+    """The nodes of ``profile`` in start order; ``overrides`` maps node -> parameters.
+
+    ``robot`` (None: this process's arm) and ``task`` (None: push) reach every node that
+    takes them; a per-node override of either is refused.
+    """
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}.")
+    from simreal_ros.robot.description import resolve_robot_path, selected_robot_path
+
+    robot_path = selected_robot_path() if robot is None else resolve_robot_path(robot)
+    graph_values = {"robot": str(robot_path), "task": task or DEFAULT_TASK}
+    for node_name, parameters in (overrides or {}).items():
+        clash = sorted(set(parameters) & set(GRAPH_SETTINGS))
+        if clash:
+            raise ValueError(
+                f"{node_name}.{clash[0]} is a graph-level setting (every node gets the same "
+                f"one); set it with --{clash[0]} (launch: {clash[0]}:=) instead."
+            )
     source = SOURCE_BY_PROFILE[profile]
     nodes = []
     if profile == "sim":
@@ -149,7 +181,18 @@ def graph(profile: str, overrides: dict[str, dict[str, Any]] | None = None) -> l
             f"{', '.join(unknown)}; its nodes are: {', '.join(n.name for n in nodes)}."
         )
     return [
-        dataclasses.replace(node, parameters={**node.parameters, **overrides.get(node.name, {})})
+        dataclasses.replace(
+            node,
+            parameters={
+                **node.parameters,
+                **{
+                    key: value
+                    for key, value in graph_values.items()
+                    if node.name in GRAPH_SETTINGS[key][0]
+                },
+                **overrides.get(node.name, {}),
+            },
+        )
         for node in nodes
     ]
 

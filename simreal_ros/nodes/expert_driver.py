@@ -18,8 +18,8 @@ from sensor_msgs.msg import JointState
 
 from simreal_ros.msg import PolicyAction, TaskStatus
 from simreal_ros.nodes import qos
+from simreal_ros.nodes.params import declare_robot
 from simreal_ros.nodes.runtime import run_node
-from simreal_ros.robot.description import load_robot_description
 from simreal_ros.sim.expert import make_expert
 
 EXPERT_VERSION = "scripted_expert"
@@ -28,7 +28,7 @@ EXPERT_VERSION = "scripted_expert"
 class ExpertDriverNode(Node):
     def __init__(self, task: str = "push", rate_hz: float = 20.0, **kwargs) -> None:
         super().__init__("expert_driver", **kwargs)
-        self.robot = load_robot_description()
+        self.robot = declare_robot(self)
         self.expert = make_expert(task, self.robot, rate_hz)
         self._index = {name: i for i, name in enumerate(self.robot.joint_names)}
         self._lock = threading.Lock()

@@ -15,6 +15,8 @@ from launch_ros.actions import LifecycleNode, Node
 from launch_ros.parameter_descriptions import ParameterValue
 
 from simreal_ros.graph.description import (
+    DEFAULT_TASK,
+    GRAPH_SETTINGS,
     LAUNCH_ARGUMENTS,
     graph,
     launch_argument_default,
@@ -32,6 +34,13 @@ def launch_description(profile: str) -> LaunchDescription:
     ]
     arguments = LAUNCH_ARGUMENTS["common"] + LAUNCH_ARGUMENTS.get(profile, [])
     specs = {spec.name: spec for spec in graph(profile)}
+    graph_defaults = {"robot": "simreal_arm", "task": DEFAULT_TASK}
+    for name, (_nodes, description) in GRAPH_SETTINGS.items():
+        actions.append(
+            DeclareLaunchArgument(
+                name, default_value=graph_defaults[name], description=description
+            )
+        )
     for name, node, parameter, description in arguments:
         default = launch_argument_default(specs[node], parameter)
         actions.append(DeclareLaunchArgument(name, default_value=default, description=description))
@@ -60,6 +69,9 @@ def launch_description(profile: str) -> LaunchDescription:
             inline["use_sim_time"] = ParameterValue(
                 LaunchConfiguration("use_sim_time"), value_type=bool
             )
+        for name, (nodes, _description) in GRAPH_SETTINGS.items():
+            if spec.name in nodes:  # one launch argument for every node that takes it
+                inline[name] = LaunchConfiguration(name)
         for name, node, parameter, _description in arguments:
             if node == spec.name:
                 value = LaunchConfiguration(name)

@@ -24,7 +24,7 @@ from simreal_ros.learner.online import EpisodeInfo, OnlineLearner
 from simreal_ros.learner.store import StoredVersion
 from simreal_ros.msg import EpisodeEvent, PolicyUpdate, ScreenResult
 from simreal_ros.nodes import qos
-from simreal_ros.nodes.params import declare_config
+from simreal_ros.nodes.params import declare_config, declare_robot
 from simreal_ros.nodes.runtime import run_node
 
 
@@ -72,6 +72,7 @@ def update_message(stored: StoredVersion, decision: GateDecision, method: str) -
 class LearnerNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__("learner", **kwargs)
+        declare_robot(self)
         self.config: LearnerConfig = declare_config(self, LearnerConfig, apply=self._apply_config)
         self._update_pub = self.create_publisher(
             PolicyUpdate, "/learner/policy_update", qos.LATCHED

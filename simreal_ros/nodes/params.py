@@ -133,3 +133,23 @@ def _change_handler(config_cls: type, prefix: str, values: dict, apply: Callable
         return SetParametersResult(successful=True)
 
     return on_set
+
+
+def declare_robot(node: Node):
+    """Declare the graph-level ``robot`` parameter and make that arm this process's.
+
+    Every node that touches the arm calls this first, so the description it loads (and
+    everything its core code loads) is the graph's one arm; a bad description raises
+    ``RobotDescriptionError`` naming the file and field.
+    """
+    from simreal_ros.robot.description import select_robot
+
+    descriptor = ParameterDescriptor(
+        name="robot",
+        description="The arm: a shipped one (simreal_arm, panda) or the path of a robot "
+        "directory or robot.yaml; empty: $SIMREAL_ROBOT, else simreal_arm. Set for the "
+        "whole graph (robot:=, --robot).",
+        read_only=True,
+    )
+    value = node.declare_parameter("robot", "", descriptor).value
+    return select_robot(value or None)

@@ -48,12 +48,11 @@ from simreal_ros import stats
 from simreal_ros.msg import PolicyAction, PolicyUpdate, TaskStatus
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.lifecycle import AutostartLifecycleNode
-from simreal_ros.nodes.params import declare_config
+from simreal_ros.nodes.params import declare_config, declare_robot
 from simreal_ros.nodes.runtime import run_node
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.config import PolicyNodeConfig
 from simreal_ros.policy.inference import DeployedPolicy, deploy_adapter, deploy_base
-from simreal_ros.robot.description import load_robot_description
 from simreal_ros.srv import Rollback
 
 MAX_CACHED_VERSIONS = 8
@@ -66,7 +65,7 @@ class PolicyNode(AutostartLifecycleNode):
             self, PolicyNodeConfig, apply=self._apply_config
         )
         self._explore_rng = np.random.default_rng()
-        self.robot = load_robot_description()
+        self.robot = declare_robot(self)
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy-loader")
         self._lock = threading.Lock()  # guards the version tables, not the control path
         self._checkpoint: ckpt.NumpyCheckpoint | None = None

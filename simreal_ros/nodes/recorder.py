@@ -33,7 +33,7 @@ from simreal_ros.episodes.metadata import (
 from simreal_ros.msg import EpisodeEvent
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.episode_event import episode_event
-from simreal_ros.nodes.params import declare_config
+from simreal_ros.nodes.params import declare_config, declare_robot
 from simreal_ros.srv import StartEpisode, StopEpisode
 
 # rclpy passes the DDS message info (source timestamp) to two-argument callbacks since
@@ -55,18 +55,18 @@ def _message_class(msgtype: str):
 def _robot_joints() -> tuple[list[str], list[str]]:
     try:
         from simreal_ros.robot.description import load_robot_description
+        from simreal_ros.robot.model import joint_units
 
         robot = load_robot_description()
-    except Exception:  # no robot model installed: episodes simply carry no joint spec
+        return list(robot.joint_names), list(joint_units(robot))
+    except Exception:  # no usable robot model: episodes simply carry no joint spec
         return [], []
-    names = list(robot.joint_names)
-    units = ["m" if n.startswith("gripper") else "rad" for n in names]
-    return names, units
 
 
 class RecorderNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__("recorder", **kwargs)
+        declare_robot(self)
         # The dynamic settings (labels, queue, flushing, disk floor) apply from the next episode.
         self.config: RecorderConfig = declare_config(
             self, RecorderConfig, apply=lambda config: setattr(self, "config", config)

@@ -23,9 +23,8 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from simreal_ros.msg import PolicyAction, SafetyIntervention, SafetyStatus
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.lifecycle import AutostartLifecycleNode
-from simreal_ros.nodes.params import declare_config
+from simreal_ros.nodes.params import declare_config, declare_robot
 from simreal_ros.nodes.runtime import run_node
-from simreal_ros.robot.description import load_robot_description
 from simreal_ros.safety import ALL_REASONS, ESTOP, HOLDING, STATE_NAMES, SafetyConfig, SafetyFilter
 from simreal_ros.srv import Resync
 
@@ -51,7 +50,8 @@ class SafetyNode(AutostartLifecycleNode):
     def __init__(self, *, description=None, **node_kwargs) -> None:
         super().__init__("safety", **node_kwargs)
         self.config: SafetyConfig = declare_config(self, SafetyConfig)
-        self.description = description if description is not None else load_robot_description()
+        robot = declare_robot(self)
+        self.description = description if description is not None else robot
         # Built here so a bad configuration is refused at start; rebuilt on configure.
         self.filter = SafetyFilter.from_description(self.description, self.config)
         self._command_msg = Float64MultiArray()

@@ -39,7 +39,7 @@ from std_srvs.srv import SetBool
 from simreal_ros.msg import TaskStatus
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.lifecycle import AutostartLifecycleNode
-from simreal_ros.nodes.params import declare_config
+from simreal_ros.nodes.params import declare_config, declare_robot
 from simreal_ros.nodes.runtime import run_node
 from simreal_ros.sim.bridge import BridgeSink, SimBridgeConfig, SimBridgeCore, TaskStatusData
 from simreal_ros.srv import GetDynamics, ResetEpisode, SetDynamics, StepSim
@@ -57,6 +57,7 @@ def _stamp(seconds: float, stamp: Time) -> Time:
 class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
     def __init__(self, **kwargs) -> None:
         super().__init__("sim_bridge", **kwargs)
+        declare_robot(self)
         self.config: SimBridgeConfig = declare_config(
             self, SimBridgeConfig, apply=self._apply_config
         )

@@ -118,9 +118,30 @@ class NumpyCheckpoint:
             return self._torch
 
 
-def shipped_checkpoint(task: str) -> Path:
-    """The base checkpoint shipped for ``task`` (checkout or installed share directory)."""
-    return resources.data_path("checkpoints", task)
+def shipped_checkpoint(task: str, robot: Any = None) -> Path:
+    """The base checkpoint shipped for ``task`` on ``robot`` (None: this process's arm).
+
+    The first arm's are ``checkpoints/<task>``, another shipped arm's
+    ``checkpoints/<arm>/<task>`` (checkout or installed share directory); a user's arm may
+    keep its own in ``checkpoints/<task>`` beside its robot.yaml.
+    """
+    from simreal_ros.robot.description import DEFAULT_ROBOT, load_robot_description
+
+    description = robot if hasattr(robot, "joint_names") else load_robot_description(robot)
+    if description.name == DEFAULT_ROBOT:
+        return resources.data_path("checkpoints", task)
+    if description.source is not None:
+        own = description.source.parent / "checkpoints" / task
+        if own.is_dir():
+            return own
+    path = resources.data_path("checkpoints", description.name, task)
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"no {task} checkpoint is shipped for the robot {description.name!r} (looked in "
+            f"{path}); pretrain one (simreal pretrain --robot ... --task {task}) and give "
+            "its directory as the checkpoint."
+        )
+    return path
 
 
 def save_checkpoint(

@@ -213,11 +213,16 @@ def _worker(
     seeds: list[int],
     safety_filter: bool = False,
     reference: PolicySource | None = None,
+    robot: str | None = None,
 ) -> tuple[str, str, list[EpisodeRecord]]:
     import torch
 
     torch.set_num_threads(1)
+    from simreal_ros.robot.description import select_robot
     from simreal_ros.sim.env import ArmTaskEnv
+
+    if robot is not None:  # a spawned worker drives its parent's arm
+        select_robot(robot)
 
     policy = build_policy(source)
     other = None if reference is None else build_policy(reference)
@@ -269,11 +274,16 @@ def evaluate_policy(
             source, profile, condition, seed_list, safety_filter, reference
         )
     else:
+        from simreal_ros.robot.description import selected_robot_path
+
         chunks = [seed_list[i::workers] for i in range(workers)]
+        robot = str(selected_robot_path())
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             futures = [
-                pool.submit(_worker, source, profile, condition, c, safety_filter, reference)
+                pool.submit(
+                    _worker, source, profile, condition, c, safety_filter, reference, robot
+                )
                 for c in chunks
             ]
             results = [f.result() for f in futures]

@@ -396,6 +396,7 @@ class Pretrainer:
         c, p = self.config, self.progress
         return {
             "command": self.command,
+            "robot": self.robot.name,
             "seed": c.seed,
             "config": dataclasses.asdict(c),
             "data": {

@@ -25,10 +25,12 @@ import numpy as np
 
 ACTION_MODES = ("delta", "absolute")
 
-# Raw observation fields as the arm's topics carry them (and the gym env returns them).
-RAW_FIELD_SIZES: dict[str, int] = {
-    "joint_position": 7,
-    "joint_velocity": 7,
+# Raw observation fields as the arm's topics carry them (and the gym env returns them);
+# JOINT_FIELDS have one value per controller joint, on any arm.
+JOINT_FIELDS = ("joint_position", "joint_velocity")
+RAW_FIELD_SIZES: dict[str, int | None] = {
+    "joint_position": None,
+    "joint_velocity": None,
     "object_position": 3,
     "object_orientation": 4,  # quaternion w, x, y, z
     "goal_position": 3,
@@ -99,7 +101,7 @@ class PolicySpec:
 
     @property
     def obs_dim(self) -> int:
-        return sum(field_size(f) for f in self.observation_fields)
+        return sum(field_size(f, self.act_dim) for f in self.observation_fields)
 
     @property
     def needs_kinematics(self) -> bool:
@@ -109,7 +111,7 @@ class PolicySpec:
         """(field, start, stop) of each field in the observation vector."""
         out, start = [], 0
         for field in self.observation_fields:
-            size = field_size(field)
+            size = field_size(field, self.act_dim)
             out.append((field, start, start + size))
             start += size
         return out
@@ -148,7 +150,10 @@ class PolicySpec:
         )
 
 
-def field_size(field: str) -> int:
+def field_size(field: str, num_joints: int) -> int:
+    """Values of ``field`` in an observation of an arm with ``num_joints`` joints."""
+    if field in JOINT_FIELDS:
+        return num_joints
     return RAW_FIELD_SIZES.get(field) or DERIVED_FIELD_SIZES[field]
 
 
@@ -166,7 +171,7 @@ class SpecConverter:
         forward_kinematics: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
         if spec.needs_kinematics and forward_kinematics is None:
-            # Default: the robot this package drives (its MJCF model).
+            # Default: this process's arm (its model).
             from simreal_ros.policy.kinematics import ForwardKinematics
             from simreal_ros.robot.description import load_robot_description
 
@@ -188,10 +193,11 @@ class SpecConverter:
         for field in self.spec.observation_fields:
             if field in RAW_FIELD_SIZES:
                 value = np.asarray(obs[field], dtype=np.float64).reshape(-1)
-                if value.shape[0] != RAW_FIELD_SIZES[field]:
+                expected = field_size(field, self.spec.act_dim)
+                if value.shape[0] != expected:
                     raise ValueError(
                         f"observation field {field!r} has {value.shape[0]} values; "
-                        f"the policy expects {RAW_FIELD_SIZES[field]}."
+                        f"the policy expects {expected}."
                     )
                 parts.append(value)
                 continue
@@ -237,24 +243,16 @@ def expected_joint_units(description: Any) -> tuple[str, ...]:
     """Units of each controller joint: "rad" for hinges, "m" for slides.
 
     Taken from the description's ``joint_units`` when it has one, else from the joint types
-    in its MJCF model.
+    in its model.
     """
     units = getattr(description, "joint_units", None)
     if units is not None:
         return tuple(units)
-    mjcf_path = getattr(description, "mjcf_path", None)
-    if mjcf_path is None:
+    if getattr(description, "model_path", None) is None:
         return tuple("rad" for _ in description.joint_names)
-    import mujoco
+    from simreal_ros.robot.model import joint_units
 
-    model = mujoco.MjModel.from_xml_path(str(mjcf_path))
-    out = []
-    for name in description.joint_names:
-        joint_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, name)
-        if joint_id < 0:
-            raise ValueError(f"joint {name!r} of the robot description is not in its MJCF model.")
-        out.append("m" if model.jnt_type[joint_id] == mujoco.mjtJoint.mjJNT_SLIDE else "rad")
-    return tuple(out)
+    return joint_units(description)
 
 
 def validate_against_robot(
@@ -277,9 +275,12 @@ def validate_against_robot(
                 f"the robot's controller order is {list(robot_names)}; retrain or re-export "
                 "the checkpoint in controller order."
             )
+        robot = getattr(description, "name", "this robot")
         raise ValueError(
-            f"joint_names: the checkpoint has joints {list(spec.joint_names)} but the robot "
-            f"has {list(robot_names)}; this checkpoint is for a different robot."
+            f"joint_names: the checkpoint drives {len(spec.joint_names)} joints "
+            f"{list(spec.joint_names)} but the robot {robot!r} has {len(robot_names)} "
+            f"{list(robot_names)}; this checkpoint is for a different robot: give one "
+            "trained for this arm (simreal pretrain --robot ...)."
         )
     units = tuple(joint_units) if joint_units is not None else expected_joint_units(description)
     for name, have, want in zip(spec.joint_names, spec.joint_units, units, strict=True):
@@ -347,7 +348,7 @@ def default_spec(
     are fitted with ``with_statistics``."""
     n = len(description.joint_names)
     velocity = np.asarray(description.velocity_limit, dtype=np.float64)
-    dim = sum(field_size(f) for f in observation_fields)
+    dim = sum(field_size(f, n) for f in observation_fields)
     units = tuple(joint_units) if joint_units is not None else expected_joint_units(description)
     return PolicySpec(
         task=task,

@@ -1,29 +1,55 @@
-"""The arm's description: controller joint order, limits, home pose, model file.
+"""The arm's description: controller joint order, limits, tool frame, home pose, workspace.
 
-One source for every node (sim bridge, safety, policy, recorder): joint names and limits
-come from ``limits.yaml`` beside the MJCF model ``arm.xml``. Plain Python, no MuJoCo or ROS
-import, so the safety node can load it cheaply.
+One source for every node (sim bridge, safety, policy, recorder, learner): a robot is a
+directory holding ``robot.yaml`` (or that file itself), which names
+
+- ``model``: the arm's MJCF or URDF, compiled by MuJoCo (``robot/model.py``);
+- ``joint_limits``: the controller joints' limits in the ros2_control ``joint_limits``
+  convention (``has_velocity_limits``, ``max_velocity``, ...);
+- ``controller_joints`` (the controller's order), ``gripper_joint`` (optional),
+  ``tool_frame`` (a site or body), ``home`` and the ``workspace`` box.
+
+The arm is chosen once for the whole graph (``robot:=``, ``--robot``): a shipped arm by
+name (``SHIPPED_ROBOTS``) or a path. Any number of joints, any names.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
 
-ROBOT_DIR = Path(__file__).resolve().parent
-LIMITS_FILE = ROBOT_DIR / "limits.yaml"
+ARMS_DIR = Path(__file__).resolve().parent / "arms"
+DESCRIPTION_FILE = "robot.yaml"
+# Arms shipped with the package, by name; any other is given by its path.
+SHIPPED_ROBOTS = ("simreal_arm", "panda")
+DEFAULT_ROBOT = "simreal_arm"
+
+# The ros2_control joint_limits fields the safety filter needs, per controller joint.
+LIMIT_FIELDS = (
+    ("velocity", "has_velocity_limits", "max_velocity"),
+    ("acceleration", "has_acceleration_limits", "max_acceleration"),
+    ("jerk", "has_jerk_limits", "max_jerk"),
+    ("effort", "has_effort_limits", "max_effort"),
+)
+
+
+class RobotDescriptionError(ValueError):
+    """A robot description that cannot be used; the message names the file and field."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class RobotDescription:
     """Joint names in controller order and per-joint arrays in that same order.
 
-    Units: rad (rad/s, ...) for the six revolute joints; metres (m/s, ...) for
-    ``gripper_joint``, the opening of one finger (0 = closed).
+    Units: rad (rad/s, ...) for revolute joints; metres (m/s, ...) for prismatic ones, such
+    as a gripper finger's opening.
     """
 
     name: str
@@ -35,19 +61,42 @@ class RobotDescription:
     jerk_limit: np.ndarray
     effort_limit: np.ndarray
     home_position: np.ndarray
-    mjcf_path: Path
-    ee_site: str
+    model_path: Path
+    tool_frame: str
     workspace_lower: np.ndarray
     workspace_upper: np.ndarray
+    gripper_joint: str | None = None
+    source: Path | None = None  # the robot.yaml it was read from
 
     @property
     def num_joints(self) -> int:
         return len(self.joint_names)
 
     @property
+    def arm_indices(self) -> tuple[int, ...]:
+        """Controller indices of the arm's joints (every joint but the gripper)."""
+        return tuple(i for i, n in enumerate(self.joint_names) if n != self.gripper_joint)
+
+    @property
     def arm_joint_names(self) -> tuple[str, ...]:
-        """The six revolute joints (everything but the gripper)."""
-        return self.joint_names[:-1]
+        return tuple(self.joint_names[i] for i in self.arm_indices)
+
+    @property
+    def gripper_index(self) -> int | None:
+        if self.gripper_joint is None:
+            return None
+        return self.joint_names.index(self.gripper_joint)
+
+    def limits_summary(self) -> dict[str, Any]:
+        """The limits as plain lists, keyed by joint: what a checkpoint records of its arm."""
+        return {
+            name: {
+                "lower": float(self.position_lower[i]),
+                "upper": float(self.position_upper[i]),
+                "velocity": float(self.velocity_limit[i]),
+            }
+            for i, name in enumerate(self.joint_names)
+        }
 
 
 def _array(values) -> np.ndarray:
@@ -56,45 +105,212 @@ def _array(values) -> np.ndarray:
     return array
 
 
-def parse_robot_description(path: Path) -> RobotDescription:
-    """Read a limits YAML (see ``limits.yaml``); errors name the file and the field."""
-    with open(path, encoding="utf-8") as stream:
-        raw = yaml.safe_load(stream)
-    try:
-        joints = raw["joints"]
-        fields = ("lower", "upper", "velocity", "acceleration", "jerk", "effort", "home")
-        columns = {key: [float(joint[key]) for joint in joints] for key in fields}
-        names = tuple(str(joint["name"]) for joint in joints)
-        description = RobotDescription(
-            name=str(raw["name"]),
-            joint_names=names,
-            position_lower=_array(columns["lower"]),
-            position_upper=_array(columns["upper"]),
-            velocity_limit=_array(columns["velocity"]),
-            acceleration_limit=_array(columns["acceleration"]),
-            jerk_limit=_array(columns["jerk"]),
-            effort_limit=_array(columns["effort"]),
-            home_position=_array(columns["home"]),
-            mjcf_path=(path.parent / raw["mjcf"]).resolve(),
-            ee_site=str(raw["ee_site"]),
-            workspace_lower=_array(raw["workspace"]["lower"]),
-            workspace_upper=_array(raw["workspace"]["upper"]),
+def resolve_robot_path(robot: str | Path | None) -> Path:
+    """The ``robot.yaml`` of a shipped arm's name, a robot directory or the file itself."""
+    if robot is None or str(robot) == "":
+        robot = DEFAULT_ROBOT
+    if str(robot) in SHIPPED_ROBOTS:
+        return ARMS_DIR / str(robot) / DESCRIPTION_FILE
+    path = Path(robot).expanduser()
+    if path.is_dir():
+        path = path / DESCRIPTION_FILE
+    if not path.is_file():
+        raise RobotDescriptionError(
+            f"robot {str(robot)!r}: no such robot. Give a shipped arm "
+            f"({', '.join(SHIPPED_ROBOTS)}), a directory holding {DESCRIPTION_FILE}, or the "
+            "path of such a file (see the README, 'Bring your own arm')."
         )
-    except (KeyError, TypeError, ValueError) as error:
-        raise ValueError(
-            f"robot description {path} is malformed ({error!r}); every joint needs name, "
-            "lower, upper, velocity, acceleration, jerk, effort and home, and the file needs "
-            "name, mjcf, ee_site and workspace.lower/upper."
-        ) from error
-    if np.any(description.position_lower >= description.position_upper):
-        raise ValueError(f"robot description {path}: a joint has lower >= upper.")
-    for key in ("velocity_limit", "acceleration_limit", "jerk_limit", "effort_limit"):
-        if np.any(getattr(description, key) <= 0):
-            raise ValueError(f"robot description {path}: every {key} must be positive.")
+    return path.resolve()
+
+
+def _read_yaml(path: Path, what: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return yaml.safe_load(stream)
+    except FileNotFoundError as error:
+        raise RobotDescriptionError(f"{what} {path} does not exist.") from error
+    except yaml.YAMLError as error:
+        raise RobotDescriptionError(f"{what} {path} is not valid YAML: {error}") from error
+
+
+def _field(raw: Mapping, key: str, path: Path, hint: str) -> Any:
+    if key not in raw or raw[key] is None:
+        raise RobotDescriptionError(f"{path}: field {key!r} is missing; {hint}")
+    return raw[key]
+
+
+def _number(value: Any, path: Path, field: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as error:
+        raise RobotDescriptionError(f"{path}: {field} = {value!r} is not a number.") from error
+    if not np.isfinite(number):
+        raise RobotDescriptionError(f"{path}: {field} = {value!r} is not finite.")
+    return number
+
+
+def read_joint_limits(path: Path, joints: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """Per controller joint: lower, upper (None when the file leaves them to the model),
+    velocity, acceleration, jerk and effort, from a ros2_control joint_limits YAML.
+
+    Accepts the bare ``joint_limits:`` mapping or one nested under a node's
+    ``ros__parameters``, as a ros2_control parameter file holds it.
+    """
+    raw = _read_yaml(path, "joint limits file")
+    if isinstance(raw, Mapping) and "joint_limits" not in raw:
+        for value in raw.values():  # <node>: {ros__parameters: {joint_limits: ...}}
+            if isinstance(value, Mapping) and isinstance(value.get("ros__parameters"), Mapping):
+                raw = value["ros__parameters"]
+                break
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("joint_limits"), Mapping):
+        raise RobotDescriptionError(
+            f"{path}: no 'joint_limits' mapping; write joint_limits: {{<joint>: "
+            "{has_velocity_limits: true, max_velocity: ..., ...}} (the ros2_control "
+            "joint_limits convention)."
+        )
+    table = raw["joint_limits"]
+    unknown = sorted(set(map(str, table)) - set(joints))
+    if unknown:
+        raise RobotDescriptionError(
+            f"{path}: joint_limits names joint(s) {', '.join(unknown)} that are not in "
+            f"controller_joints ({', '.join(joints)}); fix the name or add the joint."
+        )
+    limits = {}
+    for joint in joints:
+        entry = table.get(joint)
+        if not isinstance(entry, Mapping):
+            raise RobotDescriptionError(
+                f"{path}: joint_limits.{joint} is missing; every controller joint needs "
+                "velocity, acceleration, jerk and effort limits."
+            )
+        values: dict[str, float | None] = {"lower": None, "upper": None}
+        if entry.get("has_position_limits", False):
+            for key, bound in (("min_position", "lower"), ("max_position", "upper")):
+                value = _field(entry, key, path, f"joint_limits.{joint} has position limits.")
+                values[bound] = _number(value, path, f"joint_limits.{joint}.{key}")
+        for name, flag, key in LIMIT_FIELDS:
+            where = f"joint_limits.{joint}.{key}"
+            if not entry.get(flag, False) or key not in entry:
+                raise RobotDescriptionError(
+                    f"{path}: {where} is missing (or {flag} is false); the safety filter "
+                    f"needs a {name} limit on every joint: set {flag}: true and {key}."
+                )
+            value = _number(entry[key], path, where)
+            if value <= 0:
+                raise RobotDescriptionError(f"{path}: {where} = {value:g} must be positive.")
+            values[name] = value
+        limits[joint] = values
+    return limits
+
+
+def parse_robot_description(path: str | Path) -> RobotDescription:
+    """Read a ``robot.yaml`` and its joint limits; no model checks (see ``robot.model``).
+
+    Position limits the limits file leaves out are taken from the model, and a limit
+    above the model's is refused, by ``load_robot_description``.
+    """
+    path = Path(path)
+    raw = _read_yaml(path, "robot description")
+    if not isinstance(raw, Mapping):
+        raise RobotDescriptionError(f"{path}: a robot description is a YAML mapping.")
+    hint = "see the README, 'Bring your own arm'."
+    name = str(_field(raw, "name", path, hint))
+    joints_raw = _field(raw, "controller_joints", path, "list the controller's joint names.")
+    if not isinstance(joints_raw, list) or not joints_raw:
+        raise RobotDescriptionError(f"{path}: controller_joints must be a non-empty list.")
+    joints = tuple(str(j) for j in joints_raw)
+    if len(set(joints)) != len(joints):
+        raise RobotDescriptionError(f"{path}: controller_joints names a joint twice.")
+    gripper = raw.get("gripper_joint")
+    if gripper is not None and str(gripper) not in joints:
+        raise RobotDescriptionError(
+            f"{path}: gripper_joint {gripper!r} is not one of controller_joints."
+        )
+    limits_path = (path.parent / str(_field(raw, "joint_limits", path, hint))).resolve()
+    limits = read_joint_limits(limits_path, joints)
+    home_raw = _field(raw, "home", path, "give the home pose, one value per joint.")
+    if isinstance(home_raw, Mapping):
+        missing = [j for j in joints if j not in home_raw]
+        if missing:
+            raise RobotDescriptionError(f"{path}: home has no value for {', '.join(missing)}.")
+        home_raw = [home_raw[j] for j in joints]
+    if not isinstance(home_raw, list) or len(home_raw) != len(joints):
+        raise RobotDescriptionError(
+            f"{path}: home needs {len(joints)} values (one per controller joint, in "
+            "controller order) or a mapping joint -> value."
+        )
+    home = [_number(v, path, f"home[{i}]") for i, v in enumerate(home_raw)]
+    workspace = _field(raw, "workspace", path, "give workspace.lower and workspace.upper.")
+    corners = []
+    for key in ("lower", "upper"):
+        corner = workspace.get(key) if isinstance(workspace, Mapping) else None
+        if not isinstance(corner, list) or len(corner) != 3:
+            raise RobotDescriptionError(f"{path}: workspace.{key} needs x, y and z (metres).")
+        corners.append([_number(v, path, f"workspace.{key}") for v in corner])
+    nan = float("nan")
+    column = {
+        key: [nan if limits[j][key] is None else limits[j][key] for j in joints]
+        for key in ("lower", "upper", "velocity", "acceleration", "jerk", "effort")
+    }
+    return RobotDescription(
+        name=name,
+        joint_names=joints,
+        position_lower=_array(column["lower"]),
+        position_upper=_array(column["upper"]),
+        velocity_limit=_array(column["velocity"]),
+        acceleration_limit=_array(column["acceleration"]),
+        jerk_limit=_array(column["jerk"]),
+        effort_limit=_array(column["effort"]),
+        home_position=_array(home),
+        model_path=(path.parent / str(_field(raw, "model", path, hint))).resolve(),
+        tool_frame=str(_field(raw, "tool_frame", path, "name the tool's site or body.")),
+        workspace_lower=_array(corners[0]),
+        workspace_upper=_array(corners[1]),
+        gripper_joint=None if gripper is None else str(gripper),
+        source=path.resolve(),
+    )
+
+
+@lru_cache(maxsize=8)
+def _load(path: Path) -> RobotDescription:
+    from simreal_ros.robot.model import check_against_model
+
+    return check_against_model(parse_robot_description(path))
+
+
+# The arm this process drives, chosen once (a node's ``robot`` parameter, ``--robot``).
+_selected: Path | None = None
+
+
+def select_robot(robot: str | Path | None, replace: bool = False) -> RobotDescription:
+    """Make ``robot`` the arm of this process, for every later ``load_robot_description()``.
+
+    A process drives one arm: choosing a different one later is refused (``replace`` is
+    for tests that run several arms in one process, one after the other).
+    """
+    global _selected
+    given = robot is not None and str(robot) != ""
+    path = resolve_robot_path(robot) if given else selected_robot_path()
+    description = _load(path)  # check it before it becomes the process's arm
+    if _selected is not None and _selected != path and not replace:
+        raise RobotDescriptionError(
+            f"this process already drives the robot {_selected}; it cannot also drive "
+            f"{path}. Start one graph per arm."
+        )
+    _selected = path
     return description
 
 
-@lru_cache(maxsize=1)
-def load_robot_description() -> RobotDescription:
-    """The arm this package drives (cached; the arrays are read-only)."""
-    return parse_robot_description(LIMITS_FILE)
+def selected_robot_path() -> Path:
+    """The process's arm: the one selected, else ``$SIMREAL_ROBOT``, else the default."""
+    if _selected is not None:
+        return _selected
+    return resolve_robot_path(os.environ.get("SIMREAL_ROBOT") or DEFAULT_ROBOT)
+
+
+def load_robot_description(robot: str | Path | None = None) -> RobotDescription:
+    """The arm named or found at ``robot`` (None: this process's arm, see
+    ``select_robot``), checked against its model. Cached per file; arrays are read-only."""
+    if robot is None or str(robot) == "":
+        return _load(selected_robot_path())
+    return _load(resolve_robot_path(robot))

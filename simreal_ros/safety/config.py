@@ -73,9 +73,9 @@ class SafetyConfig:
         unit="rad or m",
     )
     margin_exempt_joints: list = setting(
-        ["gripper_joint"],
-        "Joints whose hard limits are their working range, so no margin is kept (a gripper "
-        "must close fully on an object)",
+        [],
+        "More joints whose hard limits are their working range, so no margin is kept; the "
+        "robot description's gripper_joint always is (a gripper must close fully)",
     )
     position_margins: list = setting(
         [],

@@ -160,10 +160,12 @@ class SafetyFilter:
             boxes = [
                 config.keep_out_boxes[i : i + 6] for i in range(0, len(config.keep_out_boxes), 6)
             ]
+            from simreal_ros.robot.model import compile_robot
+
             workspace = Workspace(
-                description.mjcf_path,
+                compile_robot(description),
                 description.joint_names,
-                description.ee_site,
+                description.tool_frame,
                 lower,
                 upper,
                 boxes,

@@ -133,7 +133,7 @@ def limits_from_description(description, config: SafetyConfig) -> JointLimits:
                 f"joints ({', '.join(names)}); give one per joint or leave it empty."
             )
     else:
-        exempt = set(config.margin_exempt_joints)
+        exempt = {*config.margin_exempt_joints, getattr(description, "gripper_joint", None)}
         margins = np.array([0.0 if name in exempt else config.position_margin for name in names])
     for i, name in enumerate(names):
         if 2 * margins[i] >= span[i]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
@@ -29,27 +28,26 @@ class Workspace:
 
     def __init__(
         self,
-        mjcf_path: str | Path,
+        model,
         joint_names: Sequence[str],
         site: str,
         lower: Sequence[float],
         upper: Sequence[float],
         keep_out: Sequence[Sequence[float]] = (),
     ) -> None:
+        """``model``: the arm's compiled ``MjModel`` (``robot.model.compile_robot``), base
+        at the world origin; the checker keeps it to itself."""
         import mujoco  # imported here: limits-only users need not load MuJoCo
 
         self._mujoco = mujoco
-        path = Path(mjcf_path)
-        if not path.is_file():
-            raise ValueError(f"workspace check: robot model {path} does not exist.")
-        self.model = mujoco.MjModel.from_xml_path(str(path))
+        self.model = model
         self.data = mujoco.MjData(self.model)  # private copy, never shared
         addresses, dofs = [], []
         for name in joint_names:
             joint_id = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, name)
             if joint_id < 0:
                 raise ValueError(
-                    f"workspace check: joint {name!r} is not in the robot model {path}; the "
+                    f"workspace check: joint {name!r} is not in the robot model; the "
                     "description's joint names must match the MJCF."
                 )
             addresses.append(int(self.model.jnt_qposadr[joint_id]))
@@ -58,7 +56,7 @@ class Workspace:
         self._dof_address = np.asarray(dofs, dtype=np.intp)
         site_id = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, site)
         if site_id < 0:
-            raise ValueError(f"workspace check: site {site!r} is not in the robot model {path}.")
+            raise ValueError(f"workspace check: site {site!r} is not in the robot model.")
         self.site = site
         self._site_id = site_id
         self._jacp = np.zeros((3, self.model.nv))
@@ -86,7 +84,7 @@ class Workspace:
                     )
             boxes.append(box)
         self.keep_out = tuple(boxes)
-        self.lever_arms = self._lever_arms(joint_names, site_id, path)
+        self.lever_arms = self._lever_arms(joint_names, site_id)
         self._r = self.lever_arms
         self._moving = tuple(i for i, r in enumerate(self._r) if r > 0.0)
         # A ball in joint space known to be inside: centre and clearance (metres). It stays
@@ -96,7 +94,7 @@ class Workspace:
         self._start: tuple[list, tuple[float, str]] = ([], (0.0, ""))  # newest path start
         self.fk_calls = 0  # forward kinematics run by path checks (for the benchmark)
 
-    def _lever_arms(self, joint_names: Sequence[str], site_id: int, path: Path) -> tuple:
+    def _lever_arms(self, joint_names: Sequence[str], site_id: int) -> tuple:
         """Per controlled joint: an upper bound on |d(tool position)/dq_j| over all poses.
 
         For a hinge, the tool moves at most (distance from its anchor to the tool) per
@@ -127,7 +125,7 @@ class Workspace:
                 if not model.jnt_limited[joint]:
                     raise ValueError(
                         f"workspace check: slide joint {model.joint(joint).name!r} above the "
-                        f"tool site has no range in {path}; limit it so the check can bound it."
+                        "tool site has no range in the model; limit it so the check can bound it."
                     )
                 low, high = model.jnt_range[joint]
                 q0 = model.qpos0[model.jnt_qposadr[joint]]
@@ -135,7 +133,7 @@ class Workspace:
             else:
                 raise ValueError(
                     f"workspace check: joint {model.joint(joint).name!r} above the tool site "
-                    f"in {path} is a ball or free joint; only hinge and slide joints are "
+                    "in the model is a ball or free joint; only hinge and slide joints are "
                     "supported."
                 )
         arms = []

@@ -131,7 +131,8 @@ class _Stream:
 
 
 class SimBridgeCore:
-    def __init__(self, config: SimBridgeConfig, sink: BridgeSink) -> None:
+    def __init__(self, config: SimBridgeConfig, sink: BridgeSink, robot=None) -> None:
+        """``robot``: the arm's description (None: this process's arm)."""
         self.config = config
         self.sink = sink
         self.env = TaskEnvironment(
@@ -141,7 +142,8 @@ class SimBridgeCore:
                 condition=config.condition,
                 control_rate_hz=config.task_status_rate_hz,
                 episode_seconds=config.episode_seconds,
-            )
+            ),
+            robot=robot,
         )
         self.physics = self.env.physics
         self.robot = self.env.robot

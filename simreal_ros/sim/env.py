@@ -1,7 +1,7 @@
 """Gymnasium environment over the task environment, for training policies off ROS.
 
 ACTION: the controller command, 7 absolute joint position targets in the robot
-description's joint order (rad; gripper_joint in m), exactly what the sim bridge and a
+description's joint order (rad; m for a prismatic joint), exactly what the sim bridge and a
 ros2_control forward_position_controller accept. OBSERVATION: a dict of what the arm's
 topics carry (see ``OBSERVATION_KEYS``). Control at 20 Hz by default, physics at 500 Hz.
 """

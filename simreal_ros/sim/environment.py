@@ -172,7 +172,7 @@ class TaskEnvironment:
         self.apply_dynamics(np.random.default_rng(np.random.SeedSequence(seed).spawn(2)[1]))
 
     def step(self, command, measure_every: int = 0) -> TimeStep:
-        """Apply one command (7 absolute joint targets) and advance one control period.
+        """Apply one command (an absolute target per joint) and advance one control period.
 
         ``measure_every`` > 0: also measure the arm and cube every that many physics steps
         within the period, as a joint-state publisher faster than the control rate would

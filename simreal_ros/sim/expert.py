@@ -26,7 +26,6 @@ from simreal_ros.stats import wilson_interval
 
 PUSH_HEIGHT = 0.015  # tool tip above the table while pushing (the cube is 0.05 m tall)
 SAFE_HEIGHT = 0.09  # tool tip height when moving over the cube
-GRIPPER_CLOSED = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,12 +55,13 @@ class _IKExpert:
     ):
         self.robot = robot or load_robot_description()
         self.tuning = tuning or ExpertTuning()
-        import mujoco
+        from simreal_ros.robot.model import compile_robot
 
-        model = mujoco.MjModel.from_xml_path(str(self.robot.mjcf_path))
         self.kinematics = ArmKinematics(
-            model, self.robot.ee_site, list(self.robot.arm_joint_names)
+            compile_robot(self.robot), self.robot.tool_frame, list(self.robot.arm_joint_names)
         )
+        self.arm = np.asarray(self.robot.arm_indices, dtype=np.intp)
+        self.gripper = self.robot.gripper_index
         self.dt = 1.0 / control_rate_hz
         self.max_speed = 0.5  # m/s of the tool waypoint (the arm lags it)
         self.push_speed = 0.25  # m/s while in contact
@@ -70,19 +70,25 @@ class _IKExpert:
         """Experts keep no episode state; present for a policy-like interface."""
 
     def _command(self, q: np.ndarray, waypoint: np.ndarray, speed: float) -> np.ndarray:
-        tool, _ = self.kinematics.forward(q[:6])
+        arm_q = q[self.arm]
+        tool, _ = self.kinematics.forward(arm_q)
         delta = waypoint - tool
         distance = float(np.linalg.norm(delta))
         max_step = speed * self.tuning.speed_scale * self.dt
         target = waypoint if distance <= max_step else tool + delta * (max_step / distance)
-        solution, _ = self.kinematics.solve(target, q[:6], iterations=20)
-        step = self.tuning.command_lead * (solution - q[:6])
+        solution, _ = self.kinematics.solve(target, arm_q, iterations=20)
+        step = self.tuning.command_lead * (solution - arm_q)
         if self.tuning.max_joint_step > 0:
             step = np.clip(step, -self.tuning.max_joint_step, self.tuning.max_joint_step)
-        return np.append(q[:6] + step, GRIPPER_CLOSED)
+        command = np.array(q, dtype=float)
+        command[self.arm] = arm_q + step
+        if self.gripper is not None:
+            # Closed fingers push; closed is the gripper joint's lower limit.
+            command[self.gripper] = self.robot.position_lower[self.gripper]
+        return command
 
     def tool_position(self, q: np.ndarray) -> np.ndarray:
-        return self.kinematics.forward(q[:6])[0]
+        return self.kinematics.forward(q[self.arm])[0]
 
 
 class ReachExpert(_IKExpert):

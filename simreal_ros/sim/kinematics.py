@@ -15,7 +15,7 @@ TOOL_DOWN = np.array([[0.0, -1.0, 0.0], [-1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])
 
 
 class ArmKinematics:
-    """Forward and inverse kinematics of the six arm joints for one site."""
+    """Forward and inverse kinematics of an arm's joints (any number) for one site."""
 
     def __init__(self, model: mujoco.MjModel, site: str, arm_joints: list[str]) -> None:
         self.model = model

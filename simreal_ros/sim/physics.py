@@ -1,12 +1,13 @@
 """MuJoCo physics of the arm, table, cube and goal marker (the dm_control "Physics" part).
 
 The controller interface is the one a ros2_control arm with a forward position controller
-offers: a command is 7 absolute joint position targets in the robot description's joint
-order (rad; the gripper in m). Dynamics parameters (masses, friction, damping, actuator
+offers: a command is one absolute position target per controller joint, in the robot
+description's joint order (rad; m for a prismatic joint such as a gripper). Dynamics
 gains, command latency, observation noise) are read and written by name so profiles,
 domain randomization and system identification share one vocabulary:
 
-``mass.<body>``, ``friction.<geom>`` (sliding), ``damping.<joint>``, ``gain.<joint>``
+``mass.<body>`` (``mass.tool``: the body carrying the tool frame, on any arm),
+``friction.<geom>`` (sliding), ``damping.<joint>``, ``gain.<joint>``
 (position gain of the joint's actuator), ``latency_steps`` (physics steps between a
 command arriving and being applied), ``obs_noise`` (std of Gaussian noise on measured
 joint positions [rad] and object position [m]).
@@ -22,9 +23,11 @@ import mujoco
 import numpy as np
 
 from simreal_ros.robot.description import RobotDescription, load_robot_description
+from simreal_ros.robot.model import compile_scene, joint_address
 
 # Bodies and geoms whose parameters are exposed by default (any valid name is accepted).
-DEFAULT_MASS_BODIES = ("cube", "gripper_base")
+DEFAULT_MASS_BODIES = ("cube", "tool")
+TOOL_BODY = "tool"  # alias of the body that carries the robot's tool frame
 DEFAULT_FRICTION_GEOMS = ("cube_geom", "table")
 
 
@@ -33,12 +36,11 @@ class ArmPhysics:
 
     def __init__(self, robot: RobotDescription | None = None) -> None:
         self.robot = robot or load_robot_description()
-        self.model = mujoco.MjModel.from_xml_path(str(self.robot.mjcf_path))
+        self.model = compile_scene(self.robot)
         self.data = mujoco.MjData(self.model)
         model = self.model
         names = self.robot.joint_names
-        self.qpos_idx = np.array([model.joint(n).qposadr[0] for n in names])
-        self.dof_idx = np.array([model.joint(n).dofadr[0] for n in names])
+        self.qpos_idx, self.dof_idx = joint_address(model, names)
         actuator_of_joint = {int(model.actuator_trnid[i, 0]): i for i in range(model.nu)}
         self.actuator_idx = np.array([actuator_of_joint[model.joint(n).id] for n in names])
         self.cube_body = model.body("cube").id
@@ -47,7 +49,9 @@ class ArmPhysics:
         self.cube_dof = int(cube_joint.dofadr[0])
         self.cube_half_size = float(model.geom("cube_geom").size[0])
         self.goal_mocap = int(model.body("goal").mocapid[0])
-        self.ee_site = model.site(self.robot.ee_site).id
+        self.ee_site = model.site(self.robot.tool_frame).id
+        self.tool_body = int(model.site_bodyid[self.ee_site])
+        self._mirrored = self._mirrored_joints()
         self.ctrl_lower = model.actuator_ctrlrange[self.actuator_idx, 0].copy()
         self.ctrl_upper = model.actuator_ctrlrange[self.actuator_idx, 1].copy()
 
@@ -58,7 +62,7 @@ class ArmPhysics:
         self._pending: collections.deque[tuple[int, np.ndarray]] = collections.deque()
         self.step_count = 0
         self._command = np.array(self.robot.home_position, dtype=float)
-        self._nominal_model = mujoco.MjModel.from_xml_path(str(self.robot.mjcf_path))
+        self._nominal_model = compile_scene(self.robot)
         self.nominal_dynamics = self.get_dynamics()
 
     # ----------------------------------------------------------------- state
@@ -74,8 +78,9 @@ class ArmPhysics:
         mujoco.mj_resetData(self.model, self.data)
         q = self.robot.home_position if joint_positions is None else joint_positions
         self.data.qpos[self.qpos_idx] = q
-        # The coupled finger mirrors the gripper joint.
-        self.data.qpos[self.model.joint("right_finger_joint").qposadr[0]] = q[-1]
+        # Joints coupled to a controller joint (a gripper's second finger) follow it.
+        for follower, leader, offset, ratio in self._mirrored:
+            self.data.qpos[follower] = offset + ratio * self.data.qpos[leader]
         if cube_position is not None:
             self.data.qpos[self.cube_qpos : self.cube_qpos + 3] = cube_position
             self.data.qpos[self.cube_qpos + 3 : self.cube_qpos + 7] = [
@@ -93,6 +98,23 @@ class ArmPhysics:
         if noise_seed is not None:
             self.noise_rng = np.random.default_rng(noise_seed)
         mujoco.mj_forward(self.model, self.data)
+
+    def _mirrored_joints(self) -> list[tuple[int, int, float, float]]:
+        """(follower qpos, leader qpos, offset, ratio) of each linear joint equality whose
+        leader is a controller joint: the coupling a parallel gripper's linkage makes."""
+        model = self.model
+        controlled = set(self.qpos_idx.tolist())
+        out = []
+        for i in range(model.neq):
+            if model.eq_type[i] != mujoco.mjtEq.mjEQ_JOINT or model.eq_obj2id[i] < 0:
+                continue
+            follower = int(model.jnt_qposadr[model.eq_obj1id[i]])
+            leader = int(model.jnt_qposadr[model.eq_obj2id[i]])
+            if leader in controlled and follower not in controlled:
+                out.append(
+                    (follower, leader, float(model.eq_data[i, 0]), float(model.eq_data[i, 1]))
+                )
+        return out
 
     @property
     def time(self) -> float:
@@ -202,6 +224,8 @@ class ArmPhysics:
             "gain": mujoco.mjtObj.mjOBJ_JOINT,
         }.get(kind)
         index = mujoco.mj_name2id(self.model, object_type, target) if object_type else -1
+        if kind == "mass" and target == TOOL_BODY and index < 0:
+            index = self.tool_body
         if index < 0:
             raise ValueError(
                 f"unknown dynamics parameter {name!r}; use latency_steps, obs_noise, "

@@ -71,7 +71,7 @@ DEFAULT_PARAMETERS = (
     FitParameter("gain.*", 0.05, 5.0),
     FitParameter("damping.*", 0.1, 10.0),
     FitParameter("mass.cube", 0.2, 5.0),
-    FitParameter("mass.gripper_base", 0.2, 5.0),
+    FitParameter("mass.tool", 0.2, 5.0),
     FitParameter("friction.cube_geom", 0.2, 5.0),
     FitParameter("friction.table", 0.2, 5.0),
     FitParameter(LATENCY, 0.0, 50.0),

@@ -389,9 +389,9 @@ def test_config_errors_name_the_value_and_why():
             ROBOT, SafetyConfig(workspace_lower=[0.2, -0.45, 0.7], workspace_upper=[1, 1, 0.6])
         )
     with pytest.raises(ValueError, match="leaves no range"):
-        limits_from_description(ROBOT, SafetyConfig(margin_exempt_joints=[], position_margin=0.5))
+        limits_from_description(ROBOT, SafetyConfig(position_margins=[0.5] * ROBOT.num_joints))
     missing = dataclasses.replace(ROBOT, joint_names=("no_such_joint", *ROBOT.joint_names[1:]))
-    with pytest.raises(ValueError, match="joint 'no_such_joint' is not in the robot model"):
+    with pytest.raises(ValueError, match="joint 'no_such_joint' is not in the model"):
         SafetyFilter.from_description(missing, SafetyConfig())
     near_limit = np.asarray(ROBOT.home_position).copy()
     near_limit[1] = -0.01  # shoulder_lift, within 0.02 of its hard upper limit 0.0

@@ -20,10 +20,12 @@ import math
 import os
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.robot.model import compile_robot
 from simreal_ros.safety import (
     ESTOP,
     HOLDING,
@@ -34,9 +36,8 @@ from simreal_ros.safety import (
     limits_from_description,
 )
 
-ROBOT = load_robot_description()
-NAMES = ROBOT.joint_names
-N = len(NAMES)
+ROBOTS = ("simreal_arm", "panda")  # every shipped arm
+MAX_JOINTS = 16
 DT = 0.01
 MIN_TICKS_PER_EXAMPLE = 220
 EXAMPLES = 470
@@ -69,25 +70,37 @@ KINDS = (
 )
 
 CONFIG = SafetyConfig(control_rate=1.0 / DT, command_timeout=0.05, state_timeout=0.05)
-LIMITS = limits_from_description(ROBOT, CONFIG)
-WORKSPACE = Workspace(
-    ROBOT.mjcf_path,
-    NAMES,
-    ROBOT.ee_site,
-    ROBOT.workspace_lower,
-    ROBOT.workspace_upper,
-    [(0.30, -0.10, 0.0, 0.38, 0.10, 0.12)],
-)
-# A second, tighter set of limits without the workspace: tiny jerk, so conflicts happen.
-TIGHT = JointLimits(
-    names=NAMES,
-    lower=LIMITS.lower,
-    upper=LIMITS.upper,
-    velocity=LIMITS.velocity * 0.3,
-    acceleration=LIMITS.acceleration * 0.2,
-    jerk=LIMITS.jerk * 0.01,
-    tracking_error=np.full(N, 0.05),
-)
+
+
+class Arm:
+    """One arm's limits and workspace, and a second, tighter set of limits without the
+    workspace (tiny jerk, so conflicts happen)."""
+
+    def __init__(self, name: str) -> None:
+        self.robot = load_robot_description(name)
+        self.names = self.robot.joint_names
+        self.n = len(self.names)
+        self.limits = limits_from_description(self.robot, CONFIG)
+        self.workspace = Workspace(
+            compile_robot(self.robot),
+            self.names,
+            self.robot.tool_frame,
+            self.robot.workspace_lower,
+            self.robot.workspace_upper,
+            [(0.30, -0.10, 0.0, 0.38, 0.10, 0.12)],
+        )
+        self.tight = JointLimits(
+            names=self.names,
+            lower=self.limits.lower,
+            upper=self.limits.upper,
+            velocity=self.limits.velocity * 0.3,
+            acceleration=self.limits.acceleration * 0.2,
+            jerk=self.limits.jerk * 0.01,
+            tracking_error=np.full(self.n, 0.05),
+        )
+
+
+A: Arm  # the arm under test (set by the test before the property runs)
 
 STEPS = {"count": 0, "workspace_max": 0.0, "between_max": 0.0, "started_outside": 0}
 
@@ -98,7 +111,7 @@ scenario = st.fixed_dictionaries(
     {
         "seed": st.integers(0, 2**32 - 1),
         "tight": st.booleans(),
-        "start": st.lists(st.floats(-1.0, 1.0), min_size=N, max_size=N),
+        "start": st.lists(st.floats(-1.0, 1.0), min_size=MAX_JOINTS, max_size=MAX_JOINTS),
         "segments": st.lists(segment, min_size=1, max_size=10),
     }
 )
@@ -109,22 +122,22 @@ class Run:
 
     def __init__(self, example: dict) -> None:
         tight = example["tight"]
-        self.limits = TIGHT if tight else LIMITS
-        self.filter = SafetyFilter(self.limits, CONFIG, None if tight else WORKSPACE)
+        self.limits = A.tight if tight else A.limits
+        self.filter = SafetyFilter(self.limits, CONFIG, None if tight else A.workspace)
         self.rng = np.random.default_rng(example["seed"])
         lo, hi = self.limits.lower, self.limits.upper
-        home = np.asarray(ROBOT.home_position)
+        home = np.asarray(A.robot.home_position)
         if tight:  # anywhere inside the limits
-            start = lo + (np.asarray(example["start"]) + 1) / 2 * (hi - lo)
+            start = lo + (np.asarray(example["start"][: A.n]) + 1) / 2 * (hi - lo)
         else:  # near home, so the tool starts inside the workspace box
-            start = np.clip(home + 0.15 * np.asarray(example["start"]), lo, hi)
+            start = np.clip(home + 0.15 * np.asarray(example["start"][: A.n]), lo, hi)
         self.t = 1000.0
         self.arm = start.copy()
         self.outputs = [start.copy(), start.copy()]  # at rest before the first tick
         self.holding = [False, False]
         self.last_good = start.copy()
         self.stamp_backstep = 0.0
-        self.started_inside = tight or not WORKSPACE.violation(start)[0]
+        self.started_inside = tight or not A.workspace.violation(start)[0]
         STEPS["started_outside"] += not self.started_inside
         assert self.filter.tick(self.t) is None
         assert self.filter.submit_state(self.arm, self.t, self.t) is None
@@ -132,7 +145,7 @@ class Run:
     def random_target(self, scale: float) -> np.ndarray:
         lo, hi = self.limits.lower, self.limits.upper
         centre = self.outputs[-1]
-        return np.clip(centre + scale * self.rng.normal(size=N), lo - 0.5, hi + 0.5)
+        return np.clip(centre + scale * self.rng.normal(size=A.n), lo - 0.5, hi + 0.5)
 
     def tick(self, kind: str, i: int, length: int, level: float) -> None:
         f, rng = self.filter, self.rng
@@ -144,38 +157,40 @@ class Run:
             self.arm += 0.5 * (self.outputs[-1] - self.arm)
         state = self.arm
         if kind == "state_glitch" and i % 3 == 0:
-            state = self.arm + rng.normal(scale=1.0 + 5 * level, size=N)
+            state = self.arm + rng.normal(scale=1.0 + 5 * level, size=A.n)
         if kind == "state_non_finite" and i % 2 == 0:
             state = self.arm.copy()
-            state[rng.integers(N)] = rng.choice([math.nan, math.inf, -math.inf])
+            state[rng.integers(A.n)] = rng.choice([math.nan, math.inf, -math.inf])
         if kind != "state_silence":
             f.submit_state(state, now, now)
         stamp, names = now, ()
         command = None
         if kind == "smooth":
-            command = self.last_good + 0.3 * level * np.sin(now * 3 + np.arange(N))
+            command = self.last_good + 0.3 * level * np.sin(now * 3 + np.arange(A.n))
         elif kind == "random":
             command = self.random_target(0.05 + level)
         elif kind == "extreme":
-            command = rng.choice([-1.0, 1.0], size=N) * 10 ** (3 + 305 * level)
+            command = rng.choice([-1.0, 1.0], size=A.n) * 10 ** (3 + 305 * level)
         elif kind in ("nan", "inf"):
             command = self.random_target(0.1)
-            bad = rng.random(N) < 0.3 + 0.7 * level
+            bad = rng.random(A.n) < 0.3 + 0.7 * level
             command[bad] = math.nan if kind == "nan" else rng.choice([math.inf, -math.inf])
         elif kind == "wrong_size":
-            command = self.random_target(0.1)[: int(rng.integers(0, N))]
+            command = self.random_target(0.1)[: int(rng.integers(0, A.n))]
             if rng.random() < 0.5:
                 command = np.concatenate([self.random_target(0.1), [0.0]])
         elif kind == "joint_order":
-            command, names = self.random_target(0.05), tuple(rng.permutation(NAMES))
-            if names == NAMES:
+            command, names = self.random_target(0.05), tuple(rng.permutation(A.names))
+            if names == A.names:
                 names = names[1:]
         elif kind == "jump":
             if i == 0:
-                self.jump = np.where(rng.random(N) < 0.5, lo, hi) + rng.normal(scale=level, size=N)
+                self.jump = np.where(rng.random(A.n) < 0.5, lo, hi) + rng.normal(
+                    scale=level, size=A.n
+                )
             command = self.jump
         elif kind == "oscillate":
-            command = np.where((i + np.arange(N)) % 2 == 0, hi, lo) * (0.9 + 0.2 * level)
+            command = np.where((i + np.arange(A.n)) % 2 == 0, hi, lo) * (0.9 + 0.2 * level)
         elif kind == "stale_stamp":
             command, stamp = self.random_target(0.05), now - 0.06 - level
         elif kind == "future_stamp":
@@ -224,11 +239,11 @@ class Run:
             between = CONFIG.workspace_tolerance + WORKSPACE_SLACK
             previous = self.outputs[1]
             for out in self.outputs[2:]:
-                limit, excess = WORKSPACE.violation(out)
+                limit, excess = A.workspace.violation(out)
                 if limit:
                     STEPS["workspace_max"] = max(STEPS["workspace_max"], excess)
                 assert not limit or excess <= WORKSPACE_SLACK, (limit, excess)
-                limit, excess = WORKSPACE.violation(0.5 * (previous + out))
+                limit, excess = A.workspace.violation(0.5 * (previous + out))
                 if limit:
                     STEPS["between_max"] = max(STEPS["between_max"], excess)
                 assert not limit or excess <= between, ("between ticks", limit, excess)
@@ -255,15 +270,19 @@ def _every_example_holds(example):
     run.check()
 
 
-def test_no_input_sequence_gets_a_violation_past_the_filter(request):
+@pytest.mark.parametrize("robot", ROBOTS)
+def test_no_input_sequence_gets_a_violation_past_the_filter(request, robot):
     # One test runs the property and then counts what it checked, so no order is assumed.
+    global A
+    A = Arm(robot)
     for key in STEPS:
         STEPS[key] = 0
     _every_example_holds()
     capture = request.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():
         print(
-            f"\nsafety property test: {STEPS['count']:,} filter steps checked; worst tool "
+            f"\nsafety property test on {robot}: {STEPS['count']:,} filter steps checked; "
+            "worst tool "
             f"position outside the workspace box: {STEPS['workspace_max'] * 1000:.3f} mm at a "
             f"tick, {STEPS['between_max'] * 1000:.3f} mm between ticks "
             f"({STEPS['started_outside']} examples started outside it, not judged)"

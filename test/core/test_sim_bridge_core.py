@@ -1,17 +1,27 @@
-"""The sim bridge core without ROS: publish schedule in sim time, episodes, commands."""
+"""The sim bridge core without ROS: publish schedule in sim time, episodes, commands.
+
+Every test runs on each shipped arm (``arm`` fixture).
+"""
 
 import numpy as np
 import pytest
 
+from simreal_ros.robot.description import SHIPPED_ROBOTS, load_robot_description
 from simreal_ros.sim.bridge import BridgeSink, SimBridgeConfig, SimBridgeCore
 
 
+@pytest.fixture(params=SHIPPED_ROBOTS, autouse=True)
+def arm(request):
+    return load_robot_description(request.param)
+
+
 class Recorder(BridgeSink):
-    def __init__(self):
+    def __init__(self, joints):
+        self.joints = joints
         self.joint_stamps, self.pose_stamps, self.clock_stamps, self.statuses = [], [], [], []
 
     def joint_state(self, stamp, position, velocity, effort):
-        assert position.shape == velocity.shape == effort.shape == (7,)
+        assert position.shape == velocity.shape == effort.shape == (self.joints,)
         self.joint_stamps.append(stamp)
 
     def object_pose(self, stamp, position, orientation_wxyz):
@@ -24,14 +34,19 @@ class Recorder(BridgeSink):
         self.clock_stamps.append(stamp)
 
 
-def make_core(**settings):
-    sink = Recorder()
-    core = SimBridgeCore(SimBridgeConfig(mode="lockstep", **settings), sink)
-    core.reset(seed=5)
-    return core, sink
+@pytest.fixture
+def make_core(arm):
+    def make(**settings):
+        sink = Recorder(arm.num_joints)
+        core = SimBridgeCore(SimBridgeConfig(mode="lockstep", **settings), sink, robot=arm)
+        assert core.robot is arm
+        core.reset(seed=5)
+        return core, sink
+
+    return make
 
 
-def test_outputs_follow_their_rates_in_sim_time():
+def test_outputs_follow_their_rates_in_sim_time(make_core):
     core, sink = make_core(joint_state_rate_hz=250.0, object_pose_rate_hz=50.0)
     for stream in (sink.joint_stamps, sink.pose_stamps, sink.clock_stamps, sink.statuses):
         stream.clear()
@@ -43,7 +58,7 @@ def test_outputs_follow_their_rates_in_sim_time():
     assert np.allclose(np.diff(sink.joint_stamps), 0.004)
 
 
-def test_sim_time_continues_across_resets_and_episodes_are_reproducible():
+def test_sim_time_continues_across_resets_and_episodes_are_reproducible(make_core):
     core, _ = make_core()
     cube = core.physics.object_position()
     core.step(100)
@@ -57,10 +72,11 @@ def test_sim_time_continues_across_resets_and_episodes_are_reproducible():
         core.reset(seed=5, condition="sideways")
 
 
-def test_bad_commands_are_counted_and_never_applied():
+def test_bad_commands_are_counted_and_never_applied(make_core):
     core, _ = make_core()
     home = core.physics.command.copy()
-    for bad in ([0.0] * 6, [float("inf")] * 7):
+    n = core.robot.num_joints
+    for bad in ([0.0] * (n - 1), [float("inf")] * n):
         with pytest.raises(ValueError):
             core.submit_command(bad)
     assert core.commands_rejected == 2 and core.commands_accepted == 0
@@ -69,7 +85,7 @@ def test_bad_commands_are_counted_and_never_applied():
     assert core.commands_accepted == 1 and core.command_age() < 1.0
 
 
-def test_time_limit_truncates_and_success_terminates():
+def test_time_limit_truncates_and_success_terminates(make_core):
     core, sink = make_core(episode_seconds=0.2)
     core.step(150)
     last = sink.statuses[-1]
@@ -82,7 +98,7 @@ def test_time_limit_truncates_and_success_terminates():
     assert last.success and last.done and not last.truncated and last.reward > 0
 
 
-def test_faster_than_real_time_the_task_is_judged_on_sim_time_between_publishes():
+def test_faster_than_real_time_the_task_is_judged_on_sim_time_between_publishes(make_core):
     # Statuses at 1 Hz: the wall-clock gate stays shut while the test steps (milliseconds).
     core, sink = make_core(task_status_rate_hz=1.0)
     published = -1

@@ -1,0 +1,212 @@
+"""The arm's MuJoCo model: compiled from its MJCF or URDF, checked against its description.
+
+``compile_robot`` gives the arm alone (forward kinematics for the policy and the safety
+filter); ``compile_scene`` attaches it at the world origin of the task scene
+(``sim/scene.xml``: table, cube, goal, cameras) for the simulator. Both go through
+``robot_spec``, so the simulator and the kinematics can never see different arms.
+
+What a model may lack is filled in the way a ros2_control arm behaves:
+
+- a controller joint without an actuator gets a position servo that reaches its effort
+  limit at ``AUTO_SERVO_ERROR`` of tracking error, critically damped, force-limited to
+  the effort limit;
+- a URDF's bodies are gravity-compensated (a position-controlled arm's drives hold it up),
+  and its fixed-joint links are kept, so a tool link can be the tool frame;
+- a ``tool_frame`` that names a body gets a site of the same name at the body's origin.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from pathlib import Path
+
+import mujoco
+import numpy as np
+
+from simreal_ros.robot.description import RobotDescription, RobotDescriptionError
+
+SCENE_FILE = Path(__file__).resolve().parents[1] / "sim" / "scene.xml"
+AUTO_SERVO_ERROR = 0.05  # rad (m for a slide) of tracking error at the effort limit
+_LIMIT_SLACK = 1e-6
+
+
+def _load_spec(description: RobotDescription) -> mujoco.MjSpec:
+    path = description.model_path
+    if not path.is_file():
+        raise RobotDescriptionError(
+            f"{description.source}: model {path} does not exist; 'model' is the MJCF or URDF "
+            "file, relative to robot.yaml."
+        )
+    try:
+        spec = mujoco.MjSpec.from_file(str(path))
+    except Exception as error:  # MuJoCo raises ValueError with its parser's message
+        raise RobotDescriptionError(
+            f"{description.source}: model {path} does not load in MuJoCo: {error}"
+        ) from error
+    if path.suffix.lower() == ".urdf":
+        spec.compiler.fusestatic = False
+        for body in spec.bodies:
+            if body.name != "world":
+                body.gravcomp = 1.0
+    return spec
+
+
+def _joint_kinds(spec: mujoco.MjSpec) -> dict[str, mujoco.MjsJoint]:
+    return {joint.name: joint for joint in spec.joints}
+
+
+def robot_spec(description: RobotDescription) -> mujoco.MjSpec:
+    """The arm's MjSpec with its tool site and one position servo per controller joint."""
+    spec = _load_spec(description)
+    joints = _joint_kinds(spec)
+    where = f"{description.source}"
+    for name in description.joint_names:
+        joint = joints.get(name)
+        if joint is None:
+            raise RobotDescriptionError(
+                f"{where}: controller joint {name!r} is not in the model "
+                f"{description.model_path.name}; its joints are: {', '.join(sorted(joints))}."
+            )
+        if joint.type not in (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_SLIDE):
+            raise RobotDescriptionError(
+                f"{where}: controller joint {name!r} is a ball or free joint; a position "
+                "controller drives hinge (revolute) and slide (prismatic) joints only."
+            )
+    tool = description.tool_frame
+    sites = {site.name for site in spec.sites}
+    if tool not in sites:
+        bodies = {body.name: body for body in spec.bodies}
+        if tool not in bodies:
+            raise RobotDescriptionError(
+                f"{where}: tool_frame {tool!r} is neither a site nor a body of the model "
+                f"{description.model_path.name}; name the site (or link) at the tool centre "
+                "point."
+            )
+        bodies[tool].add_site(name=tool)
+    driven = {actuator.target for actuator in spec.actuators}
+    for i, name in enumerate(description.joint_names):
+        if name in driven:
+            continue
+        effort = float(description.effort_limit[i])
+        actuator = spec.add_actuator(name=f"{name}_servo", target=name)
+        actuator.trntype = mujoco.mjtTrn.mjTRN_JOINT
+        actuator.set_to_position(kp=effort / AUTO_SERVO_ERROR, dampratio=1.0)
+        actuator.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
+        actuator.forcerange = [-effort, effort]
+        lower, upper = description.position_lower[i], description.position_upper[i]
+        if np.isfinite(lower) and np.isfinite(upper):
+            actuator.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
+            actuator.ctrlrange = [float(lower), float(upper)]
+    return spec
+
+
+def _compile(spec: mujoco.MjSpec, description: RobotDescription) -> mujoco.MjModel:
+    try:
+        return spec.compile()
+    except Exception as error:
+        raise RobotDescriptionError(
+            f"{description.source}: model {description.model_path} does not compile in "
+            f"MuJoCo: {error}"
+        ) from error
+
+
+def compile_robot(description: RobotDescription) -> mujoco.MjModel:
+    """The arm alone, base at the world origin."""
+    return _compile(robot_spec(description), description)
+
+
+def compile_scene(description: RobotDescription) -> mujoco.MjModel:
+    """The task scene with the arm attached at the world origin."""
+    scene = mujoco.MjSpec.from_file(str(SCENE_FILE))
+    arm = robot_spec(description)
+    # An empty prefix keeps the arm's names (the description's joint names); MuJoCo warns
+    # that such a model cannot be saved to XML, which is never done here.
+    previous = mujoco.get_mju_user_warning()
+    mujoco.set_mju_user_warning(_quiet_prefix_warning)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            scene.attach(arm, prefix="", frame=scene.worldbody.add_frame())
+            return _compile(scene, description)
+    finally:
+        mujoco.set_mju_user_warning(previous)
+
+
+def _quiet_prefix_warning(message: str) -> None:
+    if "empty prefix" not in message:
+        warnings.warn(f"MuJoCo: {message}", RuntimeWarning, stacklevel=2)
+
+
+def joint_address(model: mujoco.MjModel, names) -> tuple[np.ndarray, np.ndarray]:
+    """qpos and dof addresses of named joints, in the given order."""
+    qpos = np.array([int(model.joint(n).qposadr[0]) for n in names], dtype=np.intp)
+    dof = np.array([int(model.joint(n).dofadr[0]) for n in names], dtype=np.intp)
+    return qpos, dof
+
+
+def check_against_model(description: RobotDescription) -> RobotDescription:
+    """The description with position limits the limits file left out taken from the model;
+    refuses limits beyond the model's and a home pose outside the limits."""
+    model = compile_robot(description)
+    where = f"{description.source}"
+    lower = np.array(description.position_lower, dtype=float)
+    upper = np.array(description.position_upper, dtype=float)
+    for i, name in enumerate(description.joint_names):
+        joint = model.joint(name)
+        limited = bool(model.jnt_limited[joint.id])
+        low, high = (float(x) for x in model.jnt_range[joint.id])
+        if np.isnan(lower[i]) or np.isnan(upper[i]):
+            if not limited:
+                raise RobotDescriptionError(
+                    f"{where}: joint {name!r} has no position limits in the joint limits file "
+                    "nor a range in the model; set has_position_limits: true with "
+                    "min_position and max_position."
+                )
+            lower[i] = low if np.isnan(lower[i]) else lower[i]
+            upper[i] = high if np.isnan(upper[i]) else upper[i]
+        if lower[i] >= upper[i]:
+            raise RobotDescriptionError(
+                f"{where}: joint {name!r} has min_position {lower[i]:g} >= max_position "
+                f"{upper[i]:g}."
+            )
+        if limited and (lower[i] < low - _LIMIT_SLACK or upper[i] > high + _LIMIT_SLACK):
+            raise RobotDescriptionError(
+                f"{where}: joint {name!r} position limits [{lower[i]:g}, {upper[i]:g}] go "
+                f"beyond the model's range [{low:g}, {high:g}]; a limit may not exceed the "
+                "model's."
+            )
+        for actuator in np.flatnonzero(model.actuator_trnid[:, 0] == joint.id):
+            if model.actuator_forcelimited[actuator]:
+                force = float(np.max(np.abs(model.actuator_forcerange[actuator])))
+                if description.effort_limit[i] > force + _LIMIT_SLACK:
+                    raise RobotDescriptionError(
+                        f"{where}: joint {name!r} max_effort {description.effort_limit[i]:g} "
+                        f"is above its actuator's force range ({force:g}) in the model; a "
+                        "limit may not exceed the model's."
+                    )
+    home = np.asarray(description.home_position)
+    outside = [
+        name
+        for i, name in enumerate(description.joint_names)
+        if not lower[i] - _LIMIT_SLACK <= home[i] <= upper[i] + _LIMIT_SLACK
+    ]
+    if outside:
+        raise RobotDescriptionError(
+            f"{where}: home is outside the position limits of {', '.join(outside)}."
+        )
+    frozen_lower, frozen_upper = lower.copy(), upper.copy()
+    frozen_lower.setflags(write=False)
+    frozen_upper.setflags(write=False)
+    return dataclasses.replace(
+        description, position_lower=frozen_lower, position_upper=frozen_upper
+    )
+
+
+def joint_units(description: RobotDescription) -> tuple[str, ...]:
+    """"rad" for each hinge, "m" for each slide, in controller order."""
+    model = compile_robot(description)
+    return tuple(
+        "m" if model.jnt_type[model.joint(n).id] == mujoco.mjtJoint.mjJNT_SLIDE else "rad"
+        for n in description.joint_names
+    )
