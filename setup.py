@@ -9,7 +9,7 @@ generated interfaces of the same name.
 
 from setuptools import find_packages, setup
 
-NODES = ("sim_bridge", "safety", "policy", "recorder", "learner", "trial_runner")
+NODES = ("sim_bridge", "safety", "policy", "recorder", "learner", "trial_runner", "stand_in_arm")
 
 setup(
     name="simreal_ros",

@@ -86,7 +86,7 @@ def run(args) -> int:
         actor_rl_weight=args.actor_rl_weight,
         bc_weight=args.bc_weight,
     )
-    command = "simreal " + shlex.join(sys.argv[1:]) if "pretrain" in sys.argv[1:3] else ""
+    command = "simreal " + shlex.join(sys.argv[1:]) if "pretrain" in sys.argv[1:] else ""
     trainer = Pretrainer(config, out, command=command or f"simreal pretrain --task {args.task}")
     if args.resume:
         trainer.resume()

@@ -42,6 +42,12 @@ def add_parser(subparsers) -> None:
         help="the task, for every node that takes it (sim bridge, policy, learner)",
     )
     parser.add_argument(
+        "--checkpoint",
+        default="",
+        help="base checkpoint directory for the policy and the learner (default: the one "
+        "shipped for the robot and task)",
+    )
+    parser.add_argument(
         "--only", default="", help="comma-separated node names to start (default: all)"
     )
     parser.add_argument(
@@ -64,7 +70,7 @@ def run(args) -> int:
     for text in args.set:
         node, parameter, value = parse_override(text)
         overrides.setdefault(node, {})[parameter] = value
-    nodes = description.graph(args.profile, overrides, task=args.task)
+    nodes = description.graph(args.profile, overrides, task=args.task, checkpoint=args.checkpoint)
     nodes = description.select(nodes, [n for n in args.only.split(",") if n])
     if args.list:
         for index, node in enumerate(nodes):

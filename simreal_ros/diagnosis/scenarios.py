@@ -101,9 +101,7 @@ class ReachAroundTask(ReachTask):
 
         if self._kinematics is None:
             robot = physics.robot
-            self._kinematics = ArmKinematics(
-                physics.model, robot.tool_frame, list(robot.arm_joint_names)
-            )
+            self._kinematics = ArmKinematics.for_robot(robot, physics.model)
         start = np.array(physics.robot.home_position, dtype=float)
         arm = list(physics.robot.arm_indices)
         start[arm], _ = self._kinematics.solve(tool, start[arm], iterations=200)
@@ -146,13 +144,10 @@ class ReachAroundExpert:
         side: float | None = None,
     ):
         """``side``: always this detour (-1 near, +1 far); None: the episode's coin flip."""
-        from simreal_ros.robot.model import compile_robot
         from simreal_ros.sim.kinematics import ArmKinematics
 
         robot = robot or pillar_robot()
-        self.kinematics = ArmKinematics(
-            compile_robot(robot), robot.tool_frame, list(robot.arm_joint_names)
-        )
+        self.kinematics = ArmKinematics.for_robot(robot)
         self.arm = list(robot.arm_indices)
         self.home = np.asarray(robot.home_position, dtype=float)
         self.step_length = 0.5 / control_rate_hz  # tool waypoint speed 0.5 m/s

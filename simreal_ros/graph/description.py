@@ -61,7 +61,6 @@ LAUNCH_ARGUMENTS = {
         ),
     ],
     "common": [
-        ("checkpoint", "policy", "checkpoint", "policy checkpoint directory (empty: shipped)"),
         ("data_dir", "recorder", "data_dir", "where episode bags are written"),
         (
             "autostart",
@@ -74,17 +73,34 @@ LAUNCH_ARGUMENTS = {
 }
 
 
-# Graph-level settings: one value for the whole graph, given to every node that takes it,
-# so no two nodes can disagree about the arm or the task.
+@dataclasses.dataclass(frozen=True)
+class GraphSetting:
+    """One value for the whole graph, given to every node that takes it (``parameters``:
+    node -> its parameter name), so no two nodes can disagree about it."""
+
+    parameters: dict[str, str]
+    default: str
+    description: str
+
+
+DEFAULT_TASK = "push"
 GRAPH_SETTINGS = {
-    "robot": (
-        ("sim_bridge", "safety", "policy", "recorder", "learner"),
+    "robot": GraphSetting(
+        {n: "robot" for n in ("sim_bridge", "safety", "policy", "recorder", "learner")},
+        "simreal_arm",
         "the arm: a shipped one (simreal_arm, panda) or the path of a robot directory or "
         "robot.yaml",
     ),
-    "task": (("sim_bridge", "policy", "learner"), "task: push or reach"),
+    "task": GraphSetting(
+        {n: "task" for n in ("sim_bridge", "policy", "learner")}, DEFAULT_TASK, "push or reach"
+    ),
+    "checkpoint": GraphSetting(
+        {"policy": "checkpoint", "learner": "checkpoint_dir"},
+        "",
+        "base policy checkpoint directory, run by the policy and fine-tuned by the learner "
+        "(empty: the one shipped for the robot and task)",
+    ),
 }
-DEFAULT_TASK = "push"
 
 
 def _config_class(node: str):
@@ -116,25 +132,32 @@ def graph(
     overrides: dict[str, dict[str, Any]] | None = None,
     robot: str | None = None,
     task: str | None = None,
+    checkpoint: str = "",
 ) -> list[NodeSpec]:
     """The nodes of ``profile`` in start order; ``overrides`` maps node -> parameters.
 
-    ``robot`` (None: this process's arm) and ``task`` (None: push) reach every node that
-    takes them; a per-node override of either is refused.
+    ``robot`` (None: this process's arm), ``task`` (None: push) and ``checkpoint``
+    (empty: the shipped one) reach every node that takes them (``GRAPH_SETTINGS``); a
+    per-node override of any of them is refused.
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}.")
     from simreal_ros.robot.description import resolve_robot_path, selected_robot_path
 
     robot_path = selected_robot_path() if robot is None else resolve_robot_path(robot)
-    graph_values = {"robot": str(robot_path), "task": task or DEFAULT_TASK}
+    graph_values = {
+        "robot": str(robot_path),
+        "task": task or DEFAULT_TASK,
+        "checkpoint": str(checkpoint),
+    }
     for node_name, parameters in (overrides or {}).items():
-        clash = sorted(set(parameters) & set(GRAPH_SETTINGS))
-        if clash:
-            raise ValueError(
-                f"{node_name}.{clash[0]} is a graph-level setting (every node gets the same "
-                f"one); set it with --{clash[0]} (launch: {clash[0]}:=) instead."
-            )
+        for name, setting in GRAPH_SETTINGS.items():
+            if setting.parameters.get(node_name) in parameters:
+                raise ValueError(
+                    f"{node_name}.{setting.parameters[node_name]} is the graph-level setting "
+                    f"{name!r} (every node gets the same one); set it with --{name} "
+                    f"(launch: {name}:=) instead."
+                )
     source = SOURCE_BY_PROFILE[profile]
     nodes = []
     if profile == "sim":
@@ -186,9 +209,9 @@ def graph(
             parameters={
                 **node.parameters,
                 **{
-                    key: value
-                    for key, value in graph_values.items()
-                    if node.name in GRAPH_SETTINGS[key][0]
+                    setting.parameters[node.name]: graph_values[name]
+                    for name, setting in GRAPH_SETTINGS.items()
+                    if node.name in setting.parameters
                 },
                 **overrides.get(node.name, {}),
             },

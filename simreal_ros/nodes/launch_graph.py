@@ -15,7 +15,6 @@ from launch_ros.actions import LifecycleNode, Node
 from launch_ros.parameter_descriptions import ParameterValue
 
 from simreal_ros.graph.description import (
-    DEFAULT_TASK,
     GRAPH_SETTINGS,
     LAUNCH_ARGUMENTS,
     graph,
@@ -34,11 +33,10 @@ def launch_description(profile: str) -> LaunchDescription:
     ]
     arguments = LAUNCH_ARGUMENTS["common"] + LAUNCH_ARGUMENTS.get(profile, [])
     specs = {spec.name: spec for spec in graph(profile)}
-    graph_defaults = {"robot": "simreal_arm", "task": DEFAULT_TASK}
-    for name, (_nodes, description) in GRAPH_SETTINGS.items():
+    for name, setting in GRAPH_SETTINGS.items():
         actions.append(
             DeclareLaunchArgument(
-                name, default_value=graph_defaults[name], description=description
+                name, default_value=setting.default, description=setting.description
             )
         )
     for name, node, parameter, description in arguments:
@@ -69,9 +67,9 @@ def launch_description(profile: str) -> LaunchDescription:
             inline["use_sim_time"] = ParameterValue(
                 LaunchConfiguration("use_sim_time"), value_type=bool
             )
-        for name, (nodes, _description) in GRAPH_SETTINGS.items():
-            if spec.name in nodes:  # one launch argument for every node that takes it
-                inline[name] = LaunchConfiguration(name)
+        for name, setting in GRAPH_SETTINGS.items():
+            if spec.name in setting.parameters:  # one argument for every node taking it
+                inline[setting.parameters[spec.name]] = LaunchConfiguration(name)
         for name, node, parameter, _description in arguments:
             if node == spec.name:
                 value = LaunchConfiguration(name)

@@ -56,14 +56,11 @@ from simreal_ros.trials.runner import run_trials
 CONDITIONS = ("train", "shifted")
 
 
-def graph_overrides(
-    config: LoopConfig, run: RunDirectory, checkpoint: str, method: str | None = None
-) -> dict:
+def graph_overrides(config: LoopConfig, run: RunDirectory, method: str | None = None) -> dict:
+    """Per-node parameters of the loop's graph (the task and checkpoint are graph-level)."""
     learner = {
-        "task": config.task,
         "method": method or config.method_of_round(1),
         "horizon": config.horizon,
-        "checkpoint_dir": checkpoint,
         "store_root": str(run.models),
         "updates_per_round": config.updates_per_round,
         "screen_seeds": config.screen_seeds,
@@ -79,12 +76,10 @@ def graph_overrides(
     learner.update(config.learner_overrides())
     return {
         "sim_bridge": {
-            "task": config.task,
             "profile": config.stand_in_profile,
             "real_time_factor": config.real_time_factor,
             "joint_state_rate_hz": config.joint_state_rate_hz,
         },
-        "policy": {"checkpoint": checkpoint, "task": config.task},
         "recorder": {"data_dir": str(run.bags)},
         "learner": learner,
     }
@@ -138,8 +133,8 @@ class LoopSession:
         summary.rounds = summary.completed_rounds()
         self._running_update = running_update(summary.rounds)
         self._learner_method = self.config.method_of_round(len(summary.rounds))
-        overrides = graph_overrides(self.config, self.run, self.checkpoint, self._learner_method)
-        nodes = graph("sim", overrides)
+        overrides = graph_overrides(self.config, self.run, self._learner_method)
+        nodes = graph("sim", overrides, task=self.config.task, checkpoint=self.checkpoint)
         domain = None if self.config.domain_id < 0 else self.config.domain_id
         with open(self.run.log_file, "a", encoding="utf-8") as graph_log:
             runner = GraphRunner(nodes, "sim", domain_id=domain, log=graph_log)

@@ -24,6 +24,8 @@ def render_readme(metadata: dict[str, Any], notes: str = "") -> str:
     spec = metadata["spec"]
     arch = metadata["architecture"]
     data = training.get("data", {})
+    robot = training.get("robot", "simreal_arm")  # checkpoints from before it was recorded
+    robot_flag = "" if robot == "simreal_arm" else f"--robot {robot} "
     lines = [
         f"# Base checkpoint `{metadata['version']}` ({spec['task']})",
         "",
@@ -32,6 +34,7 @@ def render_readme(metadata: dict[str, Any], notes: str = "") -> str:
         "",
         "## Provenance",
         "",
+        f"- robot: `{robot}`",
         f"- command: `{training.get('command', '?')}`",
         f"- seed: {training.get('seed', '?')}",
         f"- wall time: {training.get('wall_time_s', 0):.0f} s (on 2 shared CPU cores)",
@@ -76,7 +79,8 @@ def render_readme(metadata: dict[str, Any], notes: str = "") -> str:
         "`real_twin` is a simulated stand-in for the physical arm (a hidden, fixed dynamics "
         "gap outside the training randomization), never the arm itself; `real_twin_mild` is "
         "the first stand-in, inside it. Reproduce a row with "
-        "`simreal eval --checkpoint <this dir> --profile P --condition C --episodes N`.",
+        f"`simreal {robot_flag}eval --checkpoint <this dir> --profile P --condition C "
+        "--episodes N`.",
     ]
     if notes:
         lines += ["", "## Notes", "", notes.strip()]

@@ -204,7 +204,7 @@ def check_against_model(description: RobotDescription) -> RobotDescription:
 
 
 def joint_units(description: RobotDescription) -> tuple[str, ...]:
-    """"rad" for each hinge, "m" for each slide, in controller order."""
+    """ "rad" for each hinge, "m" for each slide, in controller order."""
     model = compile_robot(description)
     return tuple(
         "m" if model.jnt_type[model.joint(n).id] == mujoco.mjtJoint.mjJNT_SLIDE else "rad"

@@ -55,11 +55,7 @@ class _IKExpert:
     ):
         self.robot = robot or load_robot_description()
         self.tuning = tuning or ExpertTuning()
-        from simreal_ros.robot.model import compile_robot
-
-        self.kinematics = ArmKinematics(
-            compile_robot(self.robot), self.robot.tool_frame, list(self.robot.arm_joint_names)
-        )
+        self.kinematics = ArmKinematics.for_robot(self.robot)
         self.arm = np.asarray(self.robot.arm_indices, dtype=np.intp)
         self.gripper = self.robot.gripper_index
         self.dt = 1.0 / control_rate_hz

@@ -9,15 +9,26 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-# Tool pointing straight down, fingers opening along the world y axis: the orientation
-# every planar task uses. Columns are the tool's x, y, z axes in the base frame.
-TOOL_DOWN = np.array([[0.0, -1.0, 0.0], [-1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])
-
 
 class ArmKinematics:
-    """Forward and inverse kinematics of an arm's joints (any number) for one site."""
+    """Forward and inverse kinematics of an arm's joints (any number) for one site.
 
-    def __init__(self, model: mujoco.MjModel, site: str, arm_joints: list[str]) -> None:
+    ``tool_down`` is the orientation every planar task holds the tool in: the tool frame's
+    orientation at the robot's home pose (a description's home points the tool down), so
+    it holds on any arm, whatever axes its tool frame uses.
+    """
+
+    @classmethod
+    def for_robot(cls, robot, model: mujoco.MjModel | None = None) -> ArmKinematics:
+        """The arm joints of a ``RobotDescription`` (model: the arm's, by default)."""
+        from simreal_ros.robot.model import compile_robot
+
+        kinematics = cls(model or compile_robot(robot), robot.tool_frame, robot.arm_joint_names)
+        home = np.asarray(robot.home_position, dtype=float)[list(robot.arm_indices)]
+        kinematics.tool_down = kinematics.forward(home)[1]
+        return kinematics
+
+    def __init__(self, model: mujoco.MjModel, site: str, arm_joints) -> None:
         self.model = model
         self.data = mujoco.MjData(model)
         self.site_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, site)
@@ -29,6 +40,7 @@ class ArmKinematics:
         self.upper = np.array([model.joint(name).range[1] for name in arm_joints])
         self._jacp = np.zeros((3, model.nv))
         self._jacr = np.zeros((3, model.nv))
+        self.tool_down = self.forward(np.zeros(len(arm_joints)))[1]  # see for_robot
 
     def forward(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Site position (3) and rotation matrix (3x3) for arm joint positions ``q``."""
@@ -42,18 +54,20 @@ class ArmKinematics:
         self,
         target_pos: np.ndarray,
         q_init: np.ndarray,
-        target_rot: np.ndarray = TOOL_DOWN,
+        target_rot: np.ndarray | None = None,
         iterations: int = 30,
         damping: float = 1e-3,
         tolerance: float = 1e-4,
         rotation_weight: float = 0.3,
     ) -> tuple[np.ndarray, float]:
-        """Joint positions placing the site at ``target_pos`` with ``target_rot``.
+        """Joint positions placing the site at ``target_pos`` with ``target_rot`` (default
+        ``tool_down``).
 
         Starts from ``q_init`` (the measured joints, so the answer is a function of the
         state) and returns (q, position error in metres). Stays inside the joint limits.
         """
         q = np.array(q_init, dtype=float)
+        target_rot = self.tool_down if target_rot is None else target_rot
         model, data = self.model, self.data
         error = np.zeros(6)
         pos_err = np.inf

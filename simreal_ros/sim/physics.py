@@ -6,7 +6,8 @@ description's joint order (rad; m for a prismatic joint such as a gripper). Dyna
 gains, command latency, observation noise) are read and written by name so profiles,
 domain randomization and system identification share one vocabulary:
 
-``mass.<body>`` (``mass.tool``: the body carrying the tool frame, on any arm),
+``mass.<body>`` (``mass.tool``: the body carrying the tool frame, or the nearest one
+above it with mass, on any arm),
 ``friction.<geom>`` (sliding), ``damping.<joint>``, ``gain.<joint>``
 (position gain of the joint's actuator), ``latency_steps`` (physics steps between a
 command arriving and being applied), ``obs_noise`` (std of Gaussian noise on measured
@@ -51,6 +52,9 @@ class ArmPhysics:
         self.goal_mocap = int(model.body("goal").mocapid[0])
         self.ee_site = model.site(self.robot.tool_frame).id
         self.tool_body = int(model.site_bodyid[self.ee_site])
+        while model.body_mass[self.tool_body] <= 0 and model.body_parentid[self.tool_body] > 0:
+            # A massless tool link (a URDF's tool0): the hand that carries it has the mass.
+            self.tool_body = int(model.body_parentid[self.tool_body])
         self._mirrored = self._mirrored_joints()
         self.ctrl_lower = model.actuator_ctrlrange[self.actuator_idx, 0].copy()
         self.ctrl_upper = model.actuator_ctrlrange[self.actuator_idx, 1].copy()

@@ -105,3 +105,38 @@ def test_only_the_simulated_arm_lets_the_safety_filter_resync():
     real = {node.name: node for node in description.graph("real")}
     assert sim["safety"].parameters.get("allow_resync") is True
     assert "allow_resync" not in real["safety"].parameters
+
+
+def test_robot_task_and_checkpoint_reach_every_node_that_takes_them_from_one_place(tmp_path):
+    from simreal_ros.robot.description import resolve_robot_path
+
+    for profile in description.PROFILES:
+        nodes = {n.name: n for n in description.graph(profile, robot="panda", task="reach")}
+        for name, setting in description.GRAPH_SETTINGS.items():
+            takers = [n for n in setting.parameters if n in nodes]
+            assert takers, name
+            values = {nodes[n].parameters[setting.parameters[n]] for n in takers}
+            assert len(values) == 1, (profile, name, values)  # one value, no disagreement
+        assert nodes["policy"].parameters["robot"] == str(resolve_robot_path("panda"))
+        assert nodes["learner"].parameters["task"] == "reach"
+        assert "robot" not in nodes["lifecycle_manager"].parameters
+    nodes = {n.name: n for n in description.graph("sim", checkpoint=str(tmp_path))}
+    assert nodes["policy"].parameters["checkpoint"] == str(tmp_path)
+    assert nodes["learner"].parameters["checkpoint_dir"] == str(tmp_path)
+    for node, parameter in (
+        ("policy", "robot"),
+        ("sim_bridge", "task"),
+        ("learner", "checkpoint_dir"),
+    ):
+        with pytest.raises(ValueError, match="graph-level setting"):
+            description.graph("sim", {node: {parameter: "x"}})
+    with pytest.raises(ValueError, match="no such robot"):
+        description.graph("sim", robot=str(tmp_path / "nothing"))
+
+
+def test_every_robot_node_declares_the_graph_robot():
+    # A node that touches the arm must take it from the graph, never assume its own.
+    takers = description.GRAPH_SETTINGS["robot"].parameters
+    for node in takers:
+        source = (ROOT / "simreal_ros" / "nodes" / f"{node}.py").read_text()
+        assert "declare_robot(self)" in source, node

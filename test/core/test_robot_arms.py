@@ -35,7 +35,7 @@ def test_every_forward_kinematics_agrees_with_the_simulator(arm):
     workspace = Workspace(
         compile_robot(arm), arm.joint_names, arm.tool_frame, [-2, -2, -2], [2, 2, 2]
     )
-    expert_fk = ArmKinematics(compile_robot(arm), arm.tool_frame, list(arm.arm_joint_names))
+    expert_fk = ArmKinematics.for_robot(arm)
     for q in _random_configurations(arm, 50):
         physics.reset(joint_positions=q)
         simulated = physics.ee_position()
@@ -45,12 +45,14 @@ def test_every_forward_kinematics_agrees_with_the_simulator(arm):
 
 
 def test_inverse_kinematics_reaches_the_task_region_pointing_down(arm):
-    kinematics = ArmKinematics(compile_robot(arm), arm.tool_frame, list(arm.arm_joint_names))
+    kinematics = ArmKinematics.for_robot(arm)
     home = np.asarray(arm.home_position)[list(arm.arm_indices)]
     for target in ([0.40, -0.12, 0.03], [0.62, 0.20, 0.03], [0.5, 0.0, 0.25]):
         q, error = kinematics.solve(np.asarray(target), home, iterations=300)
         assert error < 2e-3, (target, error)
-        assert kinematics.forward(q)[1][2, 2] < -0.98  # tool z axis points down
+        rotation = kinematics.forward(q)[1]
+        assert rotation[2, 2] < -0.98  # the tool z axis points down
+        assert np.trace(rotation.T @ kinematics.tool_down) > 2.9  # held as at home
 
 
 def test_spec_and_observation_follow_the_joint_count(arm):

@@ -19,7 +19,7 @@ from simreal_ros.robot.description import (
     resolve_robot_path,
 )
 from simreal_ros.robot.model import compile_robot, compile_scene
-from simreal_ros.sim.physics import mujoco
+from simreal_ros.sim.physics import ArmPhysics, mujoco
 
 FIRST_ARM_ORDER = (
     "shoulder_pan_joint",
@@ -286,6 +286,8 @@ def test_a_urdf_model_compiles_with_its_tool_link(tmp_path):
     data = mujoco.MjData(model)
     mujoco.mj_kinematics(model, data)
     assert data.site("tool0").xpos == pytest.approx([0.3, 0.0, 0.3], abs=1e-9)
+    # The massless tool link's mass is its carrier's, so profiles can scale mass.tool.
+    assert ArmPhysics(robot).get_dynamics(["mass.tool"]) == {"mass.tool": pytest.approx(1.0)}
 
 
 def test_a_robot_is_found_by_name_directory_or_file(tmp_path):
