@@ -40,6 +40,9 @@ LIMIT_FIELDS = (
 )
 
 
+EXTRA_LIMITS = "__other_joints__"
+
+
 class RobotDescriptionError(ValueError):
     """A robot description that cannot be used; the message names the file and field."""
 
@@ -67,6 +70,8 @@ class RobotDescription:
     workspace_upper: np.ndarray
     gripper_joint: str | None = None
     source: Path | None = None  # the robot.yaml it was read from
+    joint_limits_path: Path | None = None
+    other_limited_joints: tuple[str, ...] = ()  # named in the limits, not controlled
 
     @property
     def num_joints(self) -> int:
@@ -149,9 +154,10 @@ def _number(value: Any, path: Path, field: str) -> float:
     return number
 
 
-def read_joint_limits(path: Path, joints: tuple[str, ...]) -> dict[str, dict[str, float]]:
+def read_joint_limits(path: Path, joints: tuple[str, ...]) -> dict[str, Any]:
     """Per controller joint: lower, upper (None when the file leaves them to the model),
-    velocity, acceleration, jerk and effort, from a ros2_control joint_limits YAML.
+    velocity, acceleration, jerk and effort, from a ros2_control joint_limits YAML; under
+    ``EXTRA_LIMITS``, the other joints the file names.
 
     Accepts the bare ``joint_limits:`` mapping or one nested under a node's
     ``ros__parameters``, as a ros2_control parameter file holds it.
@@ -169,13 +175,7 @@ def read_joint_limits(path: Path, joints: tuple[str, ...]) -> dict[str, dict[str
             "joint_limits convention)."
         )
     table = raw["joint_limits"]
-    unknown = sorted(set(map(str, table)) - set(joints))
-    if unknown:
-        raise RobotDescriptionError(
-            f"{path}: joint_limits names joint(s) {', '.join(unknown)} that are not in "
-            f"controller_joints ({', '.join(joints)}); fix the name or add the joint."
-        )
-    limits = {}
+    limits: dict[str, Any] = {}
     for joint in joints:
         entry = table.get(joint)
         if not isinstance(entry, Mapping):
@@ -200,6 +200,9 @@ def read_joint_limits(path: Path, joints: tuple[str, ...]) -> dict[str, dict[str
                 raise RobotDescriptionError(f"{path}: {where} = {value:g} must be positive.")
             values[name] = value
         limits[joint] = values
+    # Entries for joints the controller does not drive (a MoveIt file lists every joint)
+    # are allowed, but each must name a joint of the model (checked in robot.model).
+    limits[EXTRA_LIMITS] = sorted(set(map(str, table)) - set(joints))
     return limits
 
 
@@ -268,6 +271,8 @@ def parse_robot_description(path: str | Path) -> RobotDescription:
         workspace_upper=_array(corners[1]),
         gripper_joint=None if gripper is None else str(gripper),
         source=path.resolve(),
+        joint_limits_path=limits_path,
+        other_limited_joints=tuple(limits[EXTRA_LIMITS]),
     )
 
 

@@ -43,6 +43,7 @@ def _load_spec(description: RobotDescription) -> mujoco.MjSpec:
     except Exception as error:  # MuJoCo raises ValueError with its parser's message
         raise RobotDescriptionError(
             f"{description.source}: model {path} does not load in MuJoCo: {error}"
+            f"{_package_hint(path)}"
         ) from error
     if path.suffix.lower() == ".urdf":
         spec.compiler.fusestatic = False
@@ -73,6 +74,13 @@ def robot_spec(description: RobotDescription) -> mujoco.MjSpec:
                 f"{where}: controller joint {name!r} is a ball or free joint; a position "
                 "controller drives hinge (revolute) and slide (prismatic) joints only."
             )
+    unknown = [name for name in description.other_limited_joints if name not in joints]
+    if unknown:
+        raise RobotDescriptionError(
+            f"{description.joint_limits_path}: joint_limits names joint(s) "
+            f"{', '.join(unknown)} that the model {description.model_path.name} does not have; "
+            f"its joints are: {', '.join(sorted(joints))}."
+        )
     tool = description.tool_frame
     sites = {site.name for site in spec.sites}
     if tool not in sites:
@@ -101,13 +109,22 @@ def robot_spec(description: RobotDescription) -> mujoco.MjSpec:
     return spec
 
 
+def _package_hint(path: Path) -> str:
+    if "package://" not in path.read_text(encoding="utf-8", errors="replace"):
+        return ""
+    return (
+        " The model uses package:// URIs, which MuJoCo cannot resolve: point its meshes at "
+        "files relative to the model (or drop the visual meshes)."
+    )
+
+
 def _compile(spec: mujoco.MjSpec, description: RobotDescription) -> mujoco.MjModel:
     try:
         return spec.compile()
     except Exception as error:
         raise RobotDescriptionError(
             f"{description.source}: model {description.model_path} does not compile in "
-            f"MuJoCo: {error}"
+            f"MuJoCo: {error}{_package_hint(description.model_path)}"
         ) from error
 
 

@@ -187,6 +187,32 @@ def test_a_user_arm_without_gripper_or_actuators_loads(tmp_path):
     assert model.actuator_forcerange[0, 1] == pytest.approx(20.0)
 
 
+def test_limits_of_joints_the_controller_does_not_drive_are_allowed(tmp_path):
+    # A MoveIt joint_limits.yaml lists every joint; only controller joints are used.
+    limits = _limits()
+    limits["joint_limits"]["j2"]["max_velocity"] = 3.0
+    robot = _load(_write_robot(tmp_path, limits=limits, controller_joints=["j1"], home=[0.2]))
+    assert robot.joint_names == ("j1",) and robot.other_limited_joints == ("j2",)
+
+
+def test_a_urdf_with_package_uris_gets_a_hint(tmp_path):
+    mesh = '<collision><geometry><mesh filename="package://my_description/meshes/l.stl"/>'
+    link = '<inertial><mass value="1"/><inertia ixx="0.01" iyy="0.01" izz="0.01" ixy="0" '
+    link += 'ixz="0" iyz="0"/></inertial>' + mesh + "</geometry></collision>"
+    urdf = (
+        f'<robot name="r"><link name="base"/><link name="l1">{link}</link>'
+        f'<link name="flange"/><joint name="j1" type="revolute"><parent link="base"/>'
+        '<child link="l1"/><limit lower="-2" upper="2" effort="30" velocity="2"/></joint>'
+        '<joint name="j2" type="revolute"><parent link="l1"/><child link="flange"/>'
+        '<limit lower="-2" upper="2" effort="30" velocity="2"/></joint></robot>'
+    )
+    (tmp_path / "arm.urdf").write_text(urdf)
+    path = _write_robot(tmp_path)
+    path.write_text(path.read_text().replace("model: arm.xml", "model: arm.urdf"))
+    with pytest.raises(RobotDescriptionError, match="package:// URIs"):
+        _load(path)
+
+
 def test_position_limits_may_come_from_the_model_and_a_ros_parameter_file(tmp_path):
     limits = _limits(j1__has_position_limits=False)
     nested = {"controller_manager": {"ros__parameters": limits}}
@@ -205,7 +231,7 @@ def test_position_limits_may_come_from_the_model_and_a_ros_parameter_file(tmp_pa
             {"joint_limits": {**_limits()["joint_limits"], "j9": {}}},
             {},
             ARM_MJCF,
-            "j9 that are not in controller_joints",
+            "j9 that the model arm.xml does not have",
         ),
         (
             {
