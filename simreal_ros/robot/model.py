@@ -92,9 +92,12 @@ def robot_spec(description: RobotDescription) -> mujoco.MjSpec:
                 "point."
             )
         bodies[tool].add_site(name=tool)
-    driven = {actuator.target for actuator in spec.actuators}
+    driven: dict[str, list] = {}
+    for actuator in spec.actuators:
+        driven.setdefault(actuator.target, []).append(actuator)
     for i, name in enumerate(description.joint_names):
         if name in driven:
+            _check_position_servo(description, name, driven[name])
             continue
         effort = float(description.effort_limit[i])
         actuator = spec.add_actuator(name=f"{name}_servo", target=name)
@@ -116,6 +119,31 @@ def _package_hint(path: Path) -> str:
         " The model uses package:// URIs, which MuJoCo cannot resolve: point its meshes at "
         "files relative to the model (or drop the visual meshes)."
     )
+
+
+def _check_position_servo(description: RobotDescription, joint: str, actuators: list) -> None:
+    """The controller sends position targets: a joint's actuator must be one servo."""
+    where = f"{description.source}: model {description.model_path.name}"
+    if len(actuators) > 1:
+        raise RobotDescriptionError(
+            f"{where}: controller joint {joint!r} has {len(actuators)} actuators; keep one "
+            "position actuator per controller joint."
+        )
+    actuator = actuators[0]
+    kp, bias = float(actuator.gainprm[0]), float(actuator.biasprm[1])
+    servo = (
+        actuator.trntype == mujoco.mjtTrn.mjTRN_JOINT
+        and actuator.gaintype == mujoco.mjtGain.mjGAIN_FIXED
+        and actuator.biastype == mujoco.mjtBias.mjBIAS_AFFINE
+        and kp > 0
+        and abs(kp + bias) <= 1e-9 * kp
+    )
+    if not servo:
+        raise RobotDescriptionError(
+            f"{where}: the actuator of controller joint {joint!r} is not a position servo "
+            "(a motor or velocity actuator would read position targets as torques or "
+            "speeds); make it a <position> actuator, or remove it and a servo is added."
+        )
 
 
 def _compile(spec: mujoco.MjSpec, description: RobotDescription) -> mujoco.MjModel:

@@ -283,6 +283,20 @@ def test_effort_above_the_models_actuator_is_refused(tmp_path):
         _load(_write_robot(tmp_path, model=model))
 
 
+@pytest.mark.parametrize(
+    ("actuators", "message"),
+    [
+        ('<motor joint="j1" gear="1"/>', "is not a position servo"),
+        ('<velocity joint="j1" kv="10"/>', "is not a position servo"),
+        ('<position joint="j1" kp="50"/><position joint="j1" kp="60"/>', "has 2 actuators"),
+    ],
+)
+def test_an_actuator_that_is_not_one_position_servo_is_refused(tmp_path, actuators, message):
+    model = ARM_MJCF.replace("</worldbody>", f"</worldbody><actuator>{actuators}</actuator>")
+    with pytest.raises(RobotDescriptionError, match=message):
+        _load(_write_robot(tmp_path, model=model))
+
+
 def test_a_urdf_model_compiles_with_its_tool_link(tmp_path):
     urdf = textwrap.dedent(
         """\
