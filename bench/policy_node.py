@@ -126,7 +126,7 @@ def drive(processes: dict, seconds: float) -> dict:
         )
     node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, qos.STATUS)
     position = np.asarray(robot.home_position, dtype=float)
-    js = JointState(name=list(robot.joint_names), velocity=[0.0] * 7)
+    js = JointState(name=list(robot.joint_names), velocity=[0.0] * robot.num_joints)
     count = [0]
 
     def publish() -> None:

@@ -49,7 +49,7 @@ def time_filter(workspace: bool, limited: bool, ticks: int) -> list[float]:
     f.submit_state(HOME, t, t)
     f.tick(t)
     samples = []
-    phase = np.arange(7)
+    phase = np.arange(ROBOT.num_joints)
     for k in range(ticks):
         t += 0.01
         f.submit_state(f.commanded_position, t, t)
@@ -57,7 +57,9 @@ def time_filter(workspace: bool, limited: bool, ticks: int) -> list[float]:
             command = HOME + (0.6 if (k // 50) % 2 == 0 else -0.6)
         else:  # a smooth small motion that passes unchanged
             command = HOME + 0.05 * np.sin(0.01 * k + phase)
-        command[-1] = 0.02  # the gripper half open (home is closed, at its lower limit)
+        if ROBOT.gripper_index is not None:  # half open (home is closed, its lower limit)
+            g = ROBOT.gripper_index
+            command[g] = 0.5 * (ROBOT.position_lower[g] + ROBOT.position_upper[g])
         start = time.perf_counter_ns()
         f.submit_command(command, t, t)
         f.tick(t)
@@ -71,7 +73,7 @@ def time_clip(ticks: int) -> list[float]:
     lower, upper = np.asarray(ROBOT.position_lower), np.asarray(ROBOT.position_upper)
     samples = []
     for k in range(ticks):
-        command = HOME + 0.05 * np.sin(0.01 * k + np.arange(7))
+        command = HOME + 0.05 * np.sin(0.01 * k + np.arange(ROBOT.num_joints))
         start = time.perf_counter_ns()
         np.clip(command, lower, upper)
         samples.append((time.perf_counter_ns() - start) / 1000.0)
