@@ -1,6 +1,6 @@
 """The stand-in arm core: a position-controlled drive per joint, for any arm.
 
-Each test runs on both shipped arms and on a user's arm written here (4 joints, no
+Each test runs on both shipped arms and on a user's arm (test/user_arm.py: 4 joints, no
 gripper, its own joint names, a site as tool frame, one joint's position limits left to
 the model).
 """
@@ -11,110 +11,12 @@ import math
 
 import numpy as np
 import pytest
+from user_arm import joint_names, write_user_arm
 
 from simreal_ros.robot.description import load_robot_description
 from simreal_ros.robot.stand_in_arm import StandInArm, StandInArmConfig
 
-USER_ARM_MJCF = """\
-<mujoco model="bench_arm">
-  <compiler angle="radian" autolimits="true"/>
-  <default>
-    <joint damping="1.0" armature="0.05"/>
-    <geom contype="2" conaffinity="1" rgba="0.3 0.5 0.8 1"/>
-  </default>
-  <worldbody>
-    <body name="base">
-      <geom type="cylinder" size="0.06 0.05" pos="0 0 0.05" contype="0" conaffinity="0"/>
-      <body name="turret" pos="0 0 0.1" gravcomp="1">
-        <inertial pos="0 0 0.1" mass="2.0" diaginertia="0.01 0.01 0.005"/>
-        <joint name="turret_yaw" axis="0 0 1" range="-2.8 2.8"/>
-        <geom type="capsule" size="0.04" fromto="0 0 0 0 0 0.2" contype="0" conaffinity="0"/>
-        <body name="upper" pos="0 0 0.2" gravcomp="1">
-          <inertial pos="0.175 0 0" mass="1.5" diaginertia="0.002 0.016 0.016"/>
-          <joint name="boom_pitch" axis="0 1 0" range="-2.0 1.2"/>
-          <geom type="capsule" size="0.035" fromto="0 0 0 0.35 0 0"/>
-          <body name="fore" pos="0.35 0 0" gravcomp="1">
-            <inertial pos="0.15 0 0" mass="1.0" diaginertia="0.001 0.008 0.008"/>
-            <joint name="stick_pitch" axis="0 1 0" range="-0.3 2.6"/>
-            <geom type="capsule" size="0.03" fromto="0 0 0 0.3 0 0"/>
-            <body name="hand" pos="0.3 0 0" gravcomp="1">
-              <inertial pos="0 0 -0.06" mass="0.3" diaginertia="0.0005 0.0005 0.0002"/>
-              <joint name="tool_pitch" axis="0 1 0" range="-2.5 2.5"/>
-              <geom type="capsule" size="0.025" fromto="0 0 0 0 0 -0.12"/>
-              <site name="tool_tip" pos="0 0 -0.12" quat="0 0.7071068 -0.7071068 0"/>
-            </body>
-          </body>
-        </body>
-      </body>
-    </body>
-  </worldbody>
-</mujoco>
-"""
-
-# ros2_control joint_limits convention; tool_pitch's position limits come from the model.
-USER_ARM_LIMITS = """\
-joint_limits:
-  turret_yaw:
-    has_position_limits: true
-    min_position: -2.7
-    max_position: 2.7
-    has_velocity_limits: true
-    max_velocity: 1.5
-    has_acceleration_limits: true
-    max_acceleration: 8.0
-    has_jerk_limits: true
-    max_jerk: 2000.0
-    has_effort_limits: true
-    max_effort: 60.0
-  boom_pitch:
-    has_position_limits: true
-    min_position: -1.9
-    max_position: 1.1
-    has_velocity_limits: true
-    max_velocity: 1.2
-    has_acceleration_limits: true
-    max_acceleration: 6.0
-    has_jerk_limits: true
-    max_jerk: 1500.0
-    has_effort_limits: true
-    max_effort: 60.0
-  stick_pitch:
-    has_position_limits: true
-    min_position: -0.2
-    max_position: 2.5
-    has_velocity_limits: true
-    max_velocity: 1.5
-    has_acceleration_limits: true
-    max_acceleration: 8.0
-    has_jerk_limits: true
-    max_jerk: 2000.0
-    has_effort_limits: true
-    max_effort: 30.0
-  tool_pitch:
-    has_velocity_limits: true
-    max_velocity: 2.0
-    has_acceleration_limits: true
-    max_acceleration: 10.0
-    has_jerk_limits: true
-    max_jerk: 3000.0
-    has_effort_limits: true
-    max_effort: 10.0
-"""
-
-USER_ARM_YAML = """\
-name: bench_arm
-model: arm.xml
-joint_limits: joint_limits.yaml
-controller_joints: [turret_yaw, boom_pitch, stick_pitch, tool_pitch]
-tool_frame: tool_tip
-# Tool tip at (0.45, 0, 0.20) m pointing down (damped least-squares IK on arm.xml).
-home: [0.0, -0.7724, 1.6166, -0.8442]
-workspace:
-  lower: [0.20, -0.45, 0.005]
-  upper: [0.85, 0.45, 0.60]
-"""
-
-USER_JOINTS = ("turret_yaw", "boom_pitch", "stick_pitch", "tool_pitch")
+USER_JOINTS = joint_names("bench_arm")
 DT = 0.01  # the node's default 100 Hz
 
 
@@ -122,9 +24,7 @@ DT = 0.01  # the node's default 100 Hz
 def robot(request, tmp_path):
     if request.param != "user_arm":
         return load_robot_description(request.param)
-    (tmp_path / "arm.xml").write_text(USER_ARM_MJCF)
-    (tmp_path / "joint_limits.yaml").write_text(USER_ARM_LIMITS)
-    (tmp_path / "robot.yaml").write_text(USER_ARM_YAML)
+    write_user_arm(tmp_path, name="bench_arm", wrist_limits_from_model=True)
     description = load_robot_description(tmp_path)
     assert description.joint_names == USER_JOINTS and description.gripper_joint is None
     return description

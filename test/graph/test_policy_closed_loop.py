@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from rostest_helpers import spin_until
+from rostest_helpers import play_episodes, spin_until
 
 from simreal_ros.graph.processes import NodeProcess, graph_environment, python_module_argv
 from simreal_ros.policy.checkpoint import shipped_checkpoint
@@ -100,19 +100,6 @@ def test_shipped_reach_checkpoint_solves_reach_in_the_sim_graph(
     assert spin_until(executor, lambda: len(actions) > 5, 20.0), closed_loop[-1].output()
     assert actions[-1].policy_version == "reach-base"
 
-    outcomes = []
-    for seed in EPISODES:
-        future = reset.call_async(ResetEpisode.Request(seed=seed, condition="train"))
-        assert spin_until(executor, future.done, 10.0) and future.result().success
-        episode_id = future.result().episode_id
-        statuses.clear()
-
-        def finished(episode_id=episode_id) -> bool:
-            mine = [s for s in statuses if s.episode_id == episode_id]
-            return bool(mine) and (mine[-1].done or mine[-1].truncated or mine[-1].success)
-
-        spin_until(executor, finished, 15.0)
-        mine = [s for s in statuses if s.episode_id == episode_id]
-        outcomes.append(any(s.success for s in mine))
+    outcomes = play_episodes(executor, reset, statuses, EPISODES)
     logs = "\n".join(p.output()[-1500:] for p in closed_loop)
     assert sum(outcomes) >= 2, f"reach outcomes {outcomes}\n{logs}"

@@ -16,100 +16,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 from rostest_helpers import spin_until, wait_for_subscribers
+from user_arm import HOME, VELOCITY_LIMITS, joint_names, write_user_arm
 
 from simreal_ros.graph.processes import NodeProcess, graph_environment, python_module_argv
 
 pytestmark = pytest.mark.graph
 
-ARM_MJCF = """\
-<mujoco model="desk_arm">
-  <compiler angle="radian" autolimits="true"/>
-  <default>
-    <joint damping="1.0" armature="0.05"/>
-    <geom contype="2" conaffinity="1" rgba="0.8 0.5 0.3 1"/>
-  </default>
-  <worldbody>
-    <body name="desk_base">
-      <geom type="cylinder" size="0.06 0.05" pos="0 0 0.05" contype="0" conaffinity="0"/>
-      <body name="desk_turret" pos="0 0 0.1" gravcomp="1">
-        <inertial pos="0 0 0.1" mass="2.0" diaginertia="0.01 0.01 0.005"/>
-        <joint name="desk_yaw" axis="0 0 1" range="-2.8 2.8"/>
-        <geom type="capsule" size="0.04" fromto="0 0 0 0 0 0.2" contype="0" conaffinity="0"/>
-        <body name="desk_upper" pos="0 0 0.2" gravcomp="1">
-          <inertial pos="0.175 0 0" mass="1.5" diaginertia="0.002 0.016 0.016"/>
-          <joint name="desk_shoulder" axis="0 1 0" range="-2.0 1.2"/>
-          <geom type="capsule" size="0.035" fromto="0 0 0 0.35 0 0"/>
-          <body name="desk_fore" pos="0.35 0 0" gravcomp="1">
-            <inertial pos="0.15 0 0" mass="1.0" diaginertia="0.001 0.008 0.008"/>
-            <joint name="desk_elbow" axis="0 1 0" range="-0.3 2.6"/>
-            <geom type="capsule" size="0.03" fromto="0 0 0 0.3 0 0"/>
-            <body name="desk_hand" pos="0.3 0 0" gravcomp="1">
-              <inertial pos="0 0 -0.06" mass="0.3" diaginertia="0.0005 0.0005 0.0002"/>
-              <joint name="desk_wrist" axis="0 1 0" range="-2.5 2.5"/>
-              <geom type="capsule" size="0.025" fromto="0 0 0 0 0 -0.12"/>
-              <!-- The tool frame is a massless body (like a URDF's tool0): z down, x along
-                   -y at zero yaw; mass.tool then scales the link that carries it. -->
-              <body name="desk_tool" pos="0 0 -0.12" quat="0 0.7071068 -0.7071068 0">
-              </body>
-            </body>
-          </body>
-        </body>
-      </body>
-    </body>
-  </worldbody>
-</mujoco>
-"""
-
-
-def _limits(low: float, high: float, velocity: float, effort: float) -> dict:
-    return {
-        "has_position_limits": True,
-        "min_position": low,
-        "max_position": high,
-        "has_velocity_limits": True,
-        "max_velocity": velocity,
-        "has_acceleration_limits": True,
-        "max_acceleration": 8.0,
-        "has_jerk_limits": True,
-        "max_jerk": 2000.0,
-        "has_effort_limits": True,
-        "max_effort": effort,
-    }
-
-
-# ros2_control joint_limits convention, nested in a node's parameters as a ros2_control
-# parameter file holds it.
-JOINT_LIMITS = {
-    "controller_manager": {
-        "ros__parameters": {
-            "joint_limits": {
-                "desk_yaw": _limits(-2.7, 2.7, 1.5, 60.0),
-                "desk_shoulder": _limits(-1.9, 1.1, 1.2, 60.0),
-                "desk_elbow": _limits(-0.2, 2.5, 1.5, 30.0),
-                "desk_wrist": _limits(-2.4, 2.4, 2.0, 10.0),
-            }
-        }
-    }
-}
-VELOCITY_LIMITS = np.array([1.5, 1.2, 1.5, 2.0])
-
-ROBOT_YAML = """\
-name: desk_arm
-model: desk_arm.xml
-joint_limits: desk_limits.yaml
-controller_joints: [desk_yaw, desk_shoulder, desk_elbow, desk_wrist]
-tool_frame: desk_tool
-# Tool at (0.45, 0, 0.20) m pointing down (damped least-squares IK on desk_arm.xml).
-home: [0.0, -0.7724, 1.6166, -0.8442]
-workspace:
-  lower: [0.20, -0.45, 0.005]
-  upper: [0.85, 0.45, 0.60]
-"""
-
-JOINTS = ("desk_yaw", "desk_shoulder", "desk_elbow", "desk_wrist")
-HOME = np.array([0.0, -0.7724, 1.6166, -0.8442])
+JOINTS = joint_names("desk_arm")
 COMMAND_TOPIC = "/forward_position_controller/commands"
 # What only the sim bridge publishes or serves (DESIGN.md); none of it may exist here.
 SIM_ONLY_TOPICS = ("/clock", "/camera/image_raw", "/camera/camera_info")
@@ -117,11 +31,9 @@ SIM_ONLY_TOPICS = ("/clock", "/camera/image_raw", "/camera/camera_info")
 
 @pytest.fixture(scope="module")
 def user_arm(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("desk_arm")
-    (directory / "desk_arm.xml").write_text(ARM_MJCF)
-    (directory / "desk_limits.yaml").write_text(yaml.safe_dump(JOINT_LIMITS))
-    (directory / "robot.yaml").write_text(ROBOT_YAML)
-    return directory
+    return write_user_arm(
+        tmp_path_factory.mktemp("desk_arm"), tool_as_body=True, nested_limits=True
+    )
 
 
 @pytest.fixture(scope="module")
