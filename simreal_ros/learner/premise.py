@@ -109,7 +109,8 @@ def value_rank(checkpoint, task: str, profile: str, episodes: int, seed: int) ->
 def check_premise(checkpoint_dir, config: PremiseConfig | None = None) -> PremiseResult:
     from simreal_ros.policy.checkpoint import load_checkpoint
     from simreal_ros.policy.evaluate import evaluate_policy
-    from simreal_ros.sim.expert import STAND_IN_TUNING, measure_success
+    from simreal_ros.robot.description import load_robot_description
+    from simreal_ros.sim.expert import measure_success, stand_in_tuning
 
     cfg = config or PremiseConfig()
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.episodes))
@@ -122,11 +123,12 @@ def check_premise(checkpoint_dir, config: PremiseConfig | None = None) -> Premis
 
     nominal = evaluation("nominal")
     stand_in = evaluation(cfg.stand_in)
+    checkpoint = load_checkpoint(str(checkpoint_dir))
+    tuning = stand_in_tuning(load_robot_description(), checkpoint.spec)
     feasible = measure_success(
-        cfg.task, cfg.condition, cfg.stand_in, cfg.episodes, cfg.first_seed, STAND_IN_TUNING
+        cfg.task, cfg.condition, cfg.stand_in, cfg.episodes, cfg.first_seed, tuning
     )
     feasible = {k: v for k, v in feasible.items() if k != "failed_seeds"}
-    checkpoint = load_checkpoint(str(checkpoint_dir))
     rank_sim = value_rank(
         checkpoint, cfg.task, cfg.sim_profile, cfg.value_episodes, cfg.first_seed
     )

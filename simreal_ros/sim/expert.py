@@ -33,17 +33,21 @@ class ExpertTuning:
     """How an expert drives a given arm. The defaults suit the nominal sim; an arm that
     tracks its targets more slowly needs the joint step stretched (``command_lead``: the
     target is q + lead * (IK solution - q)) and faster waypoints (``speed_scale``), within
-    a per-tick joint step limit (``max_joint_step``, rad; 0 = none)."""
+    a per-tick joint step limit (``max_joint_step``: one for all arm joints or one per arm
+    joint, in joint units; 0 = none)."""
 
     command_lead: float = 1.0
     speed_scale: float = 1.0
-    max_joint_step: float = 0.0
+    max_joint_step: float | tuple[float, ...] = 0.0
 
 
-# Retuned for the real_twin stand-in (an arm that tracks ~5x slower), chosen by a sweep ON
-# the stand-in and used only to show the task is feasible there (``simreal premise``),
-# within the shipped push policy's own per-tick step (0.0785 rad); never for training.
-STAND_IN_TUNING = ExpertTuning(command_lead=2.0, speed_scale=1.5, max_joint_step=0.0785)
+def stand_in_tuning(robot: RobotDescription, spec) -> ExpertTuning:
+    """Retuned for the real_twin stand-in (an arm that tracks ~5x slower), chosen by a
+    sweep ON the stand-in and used only to show the task is feasible there (``simreal
+    premise``), within the policy's own per-tick step (``spec.action_scale``, the arm
+    joints'); never for training."""
+    step = tuple(float(spec.action_scale[i]) for i in robot.arm_indices)
+    return ExpertTuning(command_lead=2.0, speed_scale=1.5, max_joint_step=step)
 
 
 class _IKExpert:
@@ -74,8 +78,9 @@ class _IKExpert:
         target = waypoint if distance <= max_step else tool + delta * (max_step / distance)
         solution, _ = self.kinematics.solve(target, arm_q, iterations=20)
         step = self.tuning.command_lead * (solution - arm_q)
-        if self.tuning.max_joint_step > 0:
-            step = np.clip(step, -self.tuning.max_joint_step, self.tuning.max_joint_step)
+        limit = np.asarray(self.tuning.max_joint_step, dtype=float)
+        if np.any(limit > 0):
+            step = np.clip(step, -limit, limit)
         command = np.array(q, dtype=float)
         command[self.arm] = arm_q + step
         if self.gripper is not None:
@@ -222,7 +227,12 @@ def main(argv=None) -> None:
         "--stand-in-tuning", action="store_true", help="the tuning retuned for real_twin"
     )
     args = parser.parse_args(argv)
-    tuning = STAND_IN_TUNING if args.stand_in_tuning else None
+    tuning = None
+    if args.stand_in_tuning:
+        from simreal_ros.policy.spec import default_spec
+
+        robot = load_robot_description()
+        tuning = stand_in_tuning(robot, default_spec(robot, args.task))
     result = measure_success(
         args.task, args.condition, args.profile, args.episodes, args.first_seed, tuning
     )
