@@ -174,9 +174,9 @@ def sustained_dds(
         time.sleep(1.0)  # in-flight samples
         stopped = call(StopEpisode, "/recorder/stop", outcome="success")
         event = stopped.episode
-        from simreal_ros.episodes.dataset import read_metadata
+        from simreal_ros.episodes.dataset import read_episode_metadata
 
-        counts = read_metadata(event.bag_path).message_counts
+        counts = read_episode_metadata(event.bag_path).message_counts
         return {
             "per_topic": counts,
             "messages": len(events),

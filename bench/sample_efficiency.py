@@ -18,7 +18,7 @@ Each (method, seed) job runs rounds off ROS through the learner's own code path:
 
   1. collect K stand-in episodes with the current policy's own action distribution (the
      LoRA actor's tanh-Gaussian ``sample``), converted like
-     ``trainer.collect_sim_transitions`` and labelled ``real_twin`` so the learner treats
+     ``session.collect_sim_transitions`` and labelled ``real_twin`` so the learner treats
      them as real data;
   2. ``LearnerSession.finetune`` then ``session.commit`` with a promoted decision (no sim
      gate: the bench measures learning, not gating);
@@ -229,8 +229,8 @@ def fit_sim_critic(
     """
     import torch
 
+    from simreal_ros.learner.session import actor_mean, collect_sim_transitions, twin_q
     from simreal_ros.learner.sgft import FrozenSimValue
-    from simreal_ros.learner.trainer import actor_mean, collect_sim_transitions, twin_q
     from simreal_ros.policy.checkpoint import load_checkpoint, save_checkpoint
 
     torch.manual_seed(seed)
@@ -399,7 +399,7 @@ def method_job(
     from simreal_ros.learner import lora
     from simreal_ros.learner.gate import GateDecision
     from simreal_ros.learner.replay import Transitions
-    from simreal_ros.learner.trainer import (
+    from simreal_ros.learner.session import (
         LearnerSession,
         collect_sim_transitions,
         expert_actions,
@@ -407,7 +407,7 @@ def method_job(
         rollout_transitions,
     )
     from simreal_ros.policy.checkpoint import load_checkpoint
-    from simreal_ros.sim.env import ArmTaskEnv
+    from simreal_ros.sim.gym_env import ArmTaskEnv
 
     torch.manual_seed(seed)
     store_root = Path(tempfile.mkdtemp(prefix=f"{method}-s{seed}-", dir=work_dir))

@@ -86,7 +86,7 @@ def _learn(args: argparse.Namespace) -> int:
     import logging
 
     from simreal_ros.learner.online import OnlineLearner
-    from simreal_ros.learner.trainer import load_episodes, policy_evaluator
+    from simreal_ros.learner.session import load_episodes, policy_evaluator
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     config = build_config(args)

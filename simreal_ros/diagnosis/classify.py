@@ -4,7 +4,7 @@
 
 - ``train``, ``shifted``: ``ConditionOutcome`` (successes out of episodes, with a Wilson
   95% interval from ``simreal_ros.stats``), in training and shifted conditions;
-- ``replay``: the open-loop ``ReplayResult`` (``simreal_ros.diagnosis.replay``) or None;
+- ``replay``: the open-loop ``ReplayResult`` (``simreal_ros.diagnosis.replay_check``) or None;
 - ``stats``: ``ActionStats`` of the failing training-condition episodes (or their
   ``MotionSummary``);
 - ``thresholds``: ``Thresholds`` (defaults below; every number is a parameter).
@@ -55,7 +55,7 @@ from typing import Any
 from simreal_ros import config_schema
 from simreal_ros.config_schema import setting
 from simreal_ros.diagnosis.action_stats import ActionStats, MotionSummary, summarize
-from simreal_ros.diagnosis.replay import ReplayResult
+from simreal_ros.diagnosis.replay_check import ReplayResult
 from simreal_ros.stats import wilson_interval
 
 LABELS = (

@@ -153,7 +153,7 @@ def episodes_from_bags(
     state the action t was computed from; the last state is ``next_obs`` of the last step.
     """
     from simreal_ros.episodes.dataset import EpisodeFilter, find_bags, read_episode
-    from simreal_ros.episodes.dataset import read_metadata as read_bag_metadata
+    from simreal_ros.episodes.dataset import read_episode_metadata as read_bag_metadata
     from simreal_ros.policy.kinematics import ForwardKinematics
     from simreal_ros.robot.description import load_robot_description
 

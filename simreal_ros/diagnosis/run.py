@@ -32,7 +32,7 @@ import numpy as np
 from simreal_ros.diagnosis.action_stats import ActionStats, action_statistics
 from simreal_ros.diagnosis.classify import ConditionOutcome, Diagnosis, Thresholds, classify
 from simreal_ros.diagnosis.episodes import RecordedEpisode
-from simreal_ros.diagnosis.replay import ReplayResult, replay_check
+from simreal_ros.diagnosis.replay_check import ReplayResult, replay_check
 from simreal_ros.diagnosis.scenarios import check_task
 from simreal_ros.policy.evaluate import PolicySource, build_policy
 from simreal_ros.sim.profiles import check_profile, is_stand_in

@@ -25,12 +25,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import os
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from simreal_ros.atomic_files import write_text_atomic
 from simreal_ros.robot.description import RobotDescription, load_robot_description
 from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
 from simreal_ros.sim.tasks import CONDITIONS, TASKS, ReachTask
@@ -74,12 +74,8 @@ def pillar_robot() -> RobotDescription:
     folder = Path(tempfile.gettempdir()) / "simreal_ros_scenarios"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"arm_pillar_{digest}.xml"
-    if not path.is_file():
-        # Atomic: parallel workers may write the same file at once.
-        handle, staging = tempfile.mkstemp(dir=folder, suffix=".xml")
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(xml)
-        os.replace(staging, path)
+    if not path.is_file():  # parallel workers may write the same file at once
+        write_text_atomic(path, xml)
     return dataclasses.replace(robot, model_path=path)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from simreal_ros.episodes.dataset import find_bags, read_metadata
+from simreal_ros.episodes.dataset import find_bags, read_episode_metadata
 from simreal_ros.episodes.metadata import EpisodeMetadata
 from simreal_ros.episodes.recovery import bag_state, mcap_file, scan_mcap
 
@@ -23,7 +23,7 @@ def list_episodes(data_dir: Path | str) -> list[EpisodeEntry]:
     entries = []
     for bag in find_bags(data_dir):
         state = bag_state(bag)
-        meta = read_metadata(bag) if state != "corrupt" else None
+        meta = read_episode_metadata(bag) if state != "corrupt" else None
         size = sum(p.stat().st_size for p in bag.iterdir() if p.is_file())
         entries.append(EpisodeEntry(bag, state, meta, size))
     entries.sort(key=lambda e: (e.metadata.start_time_ns if e.metadata else 0, str(e.bag_dir)))
@@ -68,6 +68,6 @@ def episode_info(bag_dir: Path | str) -> dict:
     }
     if scan.error:
         info["read_stopped_at"] = scan.error
-    meta = read_metadata(bag_dir)
+    meta = read_episode_metadata(bag_dir)
     info["metadata"] = meta.to_dict() if meta else None
     return info

@@ -291,7 +291,7 @@ def start_command_gap(
     return max(abs(command[name] - state[name]) for name in checked)
 
 
-def read_metadata(bag_dir: Path) -> EpisodeMetadata | None:
+def read_episode_metadata(bag_dir: Path) -> EpisodeMetadata | None:
     """The episode's metadata: from metadata.yaml's custom_data, else the newest record in
     the MCAP itself (an unclosed bag carries what was known at start)."""
     bag_dir = Path(bag_dir)
@@ -367,7 +367,7 @@ def read_episode(
     """Transitions of one episode bag (see the module docstring for the alignment)."""
     bag_dir = Path(bag_dir)
     joint_names = list(joint_names)
-    meta = meta or read_metadata(bag_dir) or EpisodeMetadata(episode_id="unknown")
+    meta = meta or read_episode_metadata(bag_dir) or EpisodeMetadata(episode_id="unknown")
     if meta.joint_names:
         _check_spec(bag_dir, "recorded (metadata)", meta.joint_names, joint_names)
     if joint_units and meta.joint_units and list(meta.joint_units) != list(joint_units):
@@ -597,7 +597,7 @@ def load_transitions(
     """
     parts = []
     for bag in find_bags(paths):
-        meta = read_metadata(bag)
+        meta = read_episode_metadata(bag)
         if meta is None:
             warnings.warn(
                 f"{bag}: no episode metadata readable (not a simreal episode bag, or damaged); "

@@ -1,4 +1,4 @@
-"""Learner settings, declared once: the node, the CLI and the trainer all read this."""
+"""Learner settings, declared once: the node, the CLI and the learner session all read this."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ down a tolerance at a time); checks 1-4 apply as well. The old gate exactly is
 ``relative`` with ci_low 0.3, tolerance 0.1.
 
 Otherwise the candidate is promoted; the reason carries the numbers either way. The
-evaluation itself is injected (``Evaluator``); ``trainer.policy_evaluator`` uses the
+evaluation itself is injected (``Evaluator``); ``session.policy_evaluator`` uses the
 policy package's parallel, spawned-worker evaluation.
 """
 

@@ -22,7 +22,7 @@ from typing import Any
 from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.gate import Evaluator
 from simreal_ros.learner.replay import REAL_SOURCES, Transitions
-from simreal_ros.learner.trainer import (
+from simreal_ros.learner.session import (
     LearnerSession,
     RoundResult,
     collect_sim_transitions,

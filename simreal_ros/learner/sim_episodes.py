@@ -53,8 +53,8 @@ def record_rollout(
     """
     actor = actor if actor is not None else checkpoint.model.actor
     version = version or checkpoint.version
-    from simreal_ros.learner.trainer import make_converter
-    from simreal_ros.sim.env import ArmTaskEnv
+    from simreal_ros.learner.session import make_converter
+    from simreal_ros.sim.gym_env import ArmTaskEnv
 
     converter = converter or make_converter(checkpoint)
     names = list(checkpoint.spec.joint_names)

@@ -41,10 +41,6 @@ class StoreError(ValueError):
     """A store operation that cannot be done; the message says why and what to do."""
 
 
-def _write_json_atomic(path: Path, data: Any) -> None:
-    write_json_atomic(path, data, sort_keys=True)
-
-
 @dataclasses.dataclass
 class StoredVersion:
     version: str
@@ -124,7 +120,7 @@ class AdapterStore:
             raise StoreError(f"staged version {version} has no adapter_model.safetensors.")
         metadata = {**metadata, "version": version}
         for name, data in ((METADATA, metadata), (SCREENING, screening or {})):
-            _write_json_atomic(staging / name, data)
+            write_json_atomic(staging / name, data, sort_keys=True)
             if after_each_file:
                 after_each_file(name)
         files = {}
@@ -134,7 +130,7 @@ class AdapterStore:
                 with open(item, "rb") as stream:
                     os.fsync(stream.fileno())
         manifest = {"version": version, "files": files, "created": time.time()}
-        _write_json_atomic(staging / MANIFEST, manifest)
+        write_json_atomic(staging / MANIFEST, manifest, sort_keys=True)
         if after_each_file:
             after_each_file(MANIFEST)
         target = self.root / version
@@ -219,7 +215,7 @@ class AdapterStore:
         history.append({"version": version, "reason": reason, "time": time.time()})
         state = {"current": version, "history": history}
         self.root.mkdir(parents=True, exist_ok=True)
-        _write_json_atomic(self.root / ACTIVE, state)
+        write_json_atomic(self.root / ACTIVE, state, sort_keys=True)
         return state
 
     def rollback(self, version: str | None = None) -> str | None:

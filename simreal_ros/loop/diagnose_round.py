@@ -18,7 +18,7 @@ from typing import Any
 from simreal_ros.diagnosis.action_stats import action_statistics
 from simreal_ros.diagnosis.classify import ConditionOutcome, classify
 from simreal_ros.diagnosis.episodes import episodes_from_bags, record_demonstrations
-from simreal_ros.diagnosis.replay import replay_check
+from simreal_ros.diagnosis.replay_check import replay_check
 from simreal_ros.loop.state import ConditionScore
 
 REPLAY_EPISODES = 3

@@ -209,12 +209,12 @@ def save_checkpoint(
 
 def update_metadata(directory: str | Path, **fields: Any) -> None:
     """Add or replace top-level metadata fields (e.g. evaluation) without touching weights."""
+    from simreal_ros.atomic_files import write_json_atomic
+
     path = Path(directory) / METADATA_FILE
     metadata = json.loads(path.read_text())
     metadata.update(fields)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(metadata, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_json_atomic(path, metadata)
 
 
 def read_metadata(directory: str | Path) -> dict[str, Any]:

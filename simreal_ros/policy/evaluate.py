@@ -219,7 +219,7 @@ def _worker(
 
     torch.set_num_threads(1)
     from simreal_ros.robot.description import select_robot
-    from simreal_ros.sim.env import ArmTaskEnv
+    from simreal_ros.sim.gym_env import ArmTaskEnv
 
     if robot is not None:  # a spawned worker drives its parent's arm
         select_robot(robot)

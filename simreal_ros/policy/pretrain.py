@@ -149,8 +149,8 @@ class Progress:
 
 class Pretrainer:
     def __init__(self, config: PretrainConfig, out: str | Path, command: str = "") -> None:
-        from simreal_ros.sim.env import ArmTaskEnv
         from simreal_ros.sim.expert import make_expert
+        from simreal_ros.sim.gym_env import ArmTaskEnv
 
         self.config = config
         self.out = Path(out)

@@ -2,7 +2,7 @@
 
 Physics + Task + dynamics profile + control rate: ``reset(seed, condition)`` and
 ``step(command)`` with absolute joint position targets in controller order. The gymnasium
-wrapper (``simreal_ros.sim.env``) and the sim bridge node both build on it.
+wrapper (``simreal_ros.sim.gym_env``) and the sim bridge node both build on it.
 """
 
 from __future__ import annotations

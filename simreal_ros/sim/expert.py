@@ -191,7 +191,7 @@ def measure_success(
     tuning: ExpertTuning | None = None,
 ) -> dict:
     """Expert success rate over seeds first_seed.. with a 95% Wilson interval."""
-    from simreal_ros.sim.env import ArmTaskEnv
+    from simreal_ros.sim.gym_env import ArmTaskEnv
 
     env = ArmTaskEnv(task=task, profile=profile, condition=condition)
     expert = make_expert(task, tuning=tuning)

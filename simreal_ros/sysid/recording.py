@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simreal_ros.episodes.dataset import find_bags, iter_bag_messages, read_metadata
+from simreal_ros.episodes.dataset import find_bags, iter_bag_messages, read_episode_metadata
 from simreal_ros.robot.description import RobotDescription
 
 COMMAND_TOPIC = "/forward_position_controller/commands"
@@ -63,7 +63,7 @@ def _stamp_s(msg) -> float:
 def read_replay_episode(bag: Path, robot: RobotDescription, task: str | None) -> ReplayEpisode:
     """One bag; ``SysidInputError`` says what is wrong with it."""
     names = list(robot.joint_names)
-    meta = read_metadata(bag)
+    meta = read_episode_metadata(bag)
     if meta is None:
         raise SysidInputError(f"{bag}: no episode metadata; is this a simreal episode bag?")
     if meta.joint_names and list(meta.joint_names) != names:

@@ -9,7 +9,7 @@ import pytest
 
 from simreal_ros.diagnosis.action_stats import action_statistics, summarize
 from simreal_ros.diagnosis.classify import ConditionOutcome, Thresholds, classify
-from simreal_ros.diagnosis.replay import (
+from simreal_ros.diagnosis.replay_check import (
     ConventionFit,
     EpisodeReplay,
     ReplayResult,

@@ -24,7 +24,7 @@ from simreal_ros.diagnosis.induced_failures import (
     scaled_action_checkpoint,
     train_bc_checkpoint,
 )
-from simreal_ros.diagnosis.replay import replay_check
+from simreal_ros.diagnosis.replay_check import replay_check
 from simreal_ros.diagnosis.run import diagnose
 from simreal_ros.policy.checkpoint import shipped_checkpoint
 from simreal_ros.policy.evaluate import PolicySource, build_policy

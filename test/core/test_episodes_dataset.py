@@ -14,7 +14,7 @@ from simreal_ros.episodes.dataset import (
     JointSpecMismatch,
     load_transitions,
     read_episode,
-    read_metadata,
+    read_episode_metadata,
 )
 from simreal_ros.episodes.synthetic import JOINTS, write_episode
 
@@ -103,7 +103,7 @@ def test_unclosed_bag_is_used_up_to_its_last_valid_message(tmp_path):
     rec.stop("aborted", False)
     path = tmp_path / "data" / "cut" / "cut.mcap"
     path.write_bytes(path.read_bytes() + b"\x06\xff\xff")  # half a record at the end
-    assert read_metadata(tmp_path / "data" / "cut").episode_id == "live"
+    assert read_episode_metadata(tmp_path / "data" / "cut").episode_id == "live"
     with pytest.warns(BagWarning, match=r"cut\.mcap.*not closed"):
         data = load_transitions(tmp_path / "data", JOINTS)
     assert len(data) == 6 and data.truncateds[-1]

@@ -3,8 +3,8 @@ measurement is ``python -m simreal_ros.sim.expert``)."""
 
 import numpy as np
 
-from simreal_ros.sim.env import ArmTaskEnv
 from simreal_ros.sim.expert import make_expert, run_episode
+from simreal_ros.sim.gym_env import ArmTaskEnv
 
 
 def test_push_expert_succeeds_on_most_train_seeds():

@@ -12,7 +12,7 @@ from simreal_ros.config_schema import from_mapping
 from simreal_ros.learner import lora
 from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.gate import screen
-from simreal_ros.learner.trainer import gate_settings, policy_evaluator
+from simreal_ros.learner.session import gate_settings, policy_evaluator
 from simreal_ros.policy import checkpoint as ckpt
 
 pytestmark = pytest.mark.slow
@@ -86,7 +86,7 @@ def test_non_finite_actions_are_counted_and_the_arm_held(reach):
     import numpy as np
 
     from simreal_ros.policy.evaluate import PolicySource, build_policy, run_episode
-    from simreal_ros.sim.env import ArmTaskEnv
+    from simreal_ros.sim.gym_env import ArmTaskEnv
 
     policy = build_policy(PolicySource(str(reach)))
     actor = policy.actor

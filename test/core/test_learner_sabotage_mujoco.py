@@ -12,7 +12,7 @@ from core.learner_toy import invert_layer
 from simreal_ros.learner import lora
 from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.gate import screen
-from simreal_ros.learner.trainer import LearnerSession, collect_sim_transitions, policy_evaluator
+from simreal_ros.learner.session import LearnerSession, collect_sim_transitions, policy_evaluator
 from simreal_ros.policy import checkpoint as ckpt
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ from simreal_ros.learner import lora
 from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.gate import EvaluationSummary
 from simreal_ros.learner.replay import Transitions
-from simreal_ros.learner.trainer import (
+from simreal_ros.learner.session import (
     LearnerSession,
     collect_sim_transitions,
     policy_evaluator,

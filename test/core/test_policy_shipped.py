@@ -36,7 +36,7 @@ def test_shipped_checkpoint_fits_the_robot_and_records_its_numbers(task):
 def test_push_v_sim_prefers_the_cube_at_the_goal():
     """V_sim ranks states the way the task does: same arm pose, cube on the goal beats cube
     far from it (the property SGFT's shaping relies on)."""
-    from simreal_ros.sim.env import ArmTaskEnv
+    from simreal_ros.sim.gym_env import ArmTaskEnv
 
     loaded = ckpt.load_checkpoint(ckpt.shipped_checkpoint("push"))
     converter = SpecConverter(loaded.spec)

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from simreal_ros.sim.env import ArmTaskEnv
 from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
+from simreal_ros.sim.gym_env import ArmTaskEnv
 
 
 @pytest.fixture(scope="module")

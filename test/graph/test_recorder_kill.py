@@ -138,7 +138,7 @@ def test_ctrl_c_closes_the_running_episode_as_aborted(executor, rclpy_context, t
         recorder.stop()  # SIGINT first, as Ctrl-C
     assert "episode interrupted: aborted" in recorder.output(), recorder.output()
     assert bag_state(tmp_path / "interrupted") == "closed"
-    from simreal_ros.episodes.dataset import read_metadata
+    from simreal_ros.episodes.dataset import read_episode_metadata
 
-    meta = read_metadata(tmp_path / "interrupted")
+    meta = read_episode_metadata(tmp_path / "interrupted")
     assert meta.outcome == "aborted" and "shut down" in meta.note

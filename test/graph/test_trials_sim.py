@@ -14,7 +14,7 @@ from rostest_helpers import spin_until
 from sensor_msgs.msg import JointState
 from simreal_ros.msg import PolicyAction
 
-from simreal_ros.episodes.dataset import read_episode, read_metadata
+from simreal_ros.episodes.dataset import read_episode, read_episode_metadata
 from simreal_ros.episodes.recovery import bag_state
 from simreal_ros.graph.processes import NodeProcess, graph_environment, python_module_argv
 from simreal_ros.nodes import qos
@@ -97,7 +97,7 @@ def test_trials_cli_runs_five_labelled_recorded_episodes(tmp_path, rclpy_context
             assert r["error"] == "" and r["outcome"] in ("success", "failure"), r
             assert not r["timed_out"], r  # every episode ended on /task/status done
             assert bag_state(r["bag_path"]) == "closed"
-            meta = read_metadata(r["bag_path"])
+            meta = read_episode_metadata(r["bag_path"])
             assert meta.outcome == r["outcome"] and meta.complete and meta.source == "sim"
             assert meta.seed == r["seed"] and meta.condition == "train"
             assert meta.message_counts["/joint_states"] > 50

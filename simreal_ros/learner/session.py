@@ -99,12 +99,12 @@ def transitions_from_dataset(data, converter, success_by_episode: dict[str, bool
 
 def load_episodes(paths, checkpoint, converter=None) -> tuple[Transitions | None, list[dict]]:
     """Read episode bags into Transitions plus a data manifest (which bags and episodes)."""
-    from simreal_ros.episodes.dataset import find_bags, load_transitions, read_metadata
+    from simreal_ros.episodes.dataset import find_bags, load_transitions, read_episode_metadata
 
     converter = converter or make_converter(checkpoint)
     manifest, success = [], {}
     for bag in find_bags(paths):
-        meta = read_metadata(bag)
+        meta = read_episode_metadata(bag)
         if meta is None:
             continue
         success[meta.episode_id] = bool(meta.success)
@@ -229,7 +229,7 @@ def collect_sim_transitions(
 ) -> Transitions:
     """Roll out the base policy in sim (train condition, seeds seed..): replay/EWC data.
     Exploration as ``policy_actions``."""
-    from simreal_ros.sim.env import ArmTaskEnv
+    from simreal_ros.sim.gym_env import ArmTaskEnv
 
     converter = converter or make_converter(checkpoint)
     kwargs = {} if episode_seconds is None else {"episode_seconds": episode_seconds}
@@ -631,7 +631,7 @@ class LearnerSession:
     def _identified_sim_episodes(self) -> Transitions:
         """method sysid: the running policy (exploring) in the identified sim, accumulated
         over rounds; the data the candidate is fine-tuned on."""
-        from simreal_ros.sim.env import ArmTaskEnv
+        from simreal_ros.sim.gym_env import ArmTaskEnv
 
         cfg = self.config
         if not self.identified_profile:
