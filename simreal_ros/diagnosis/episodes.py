@@ -127,12 +127,12 @@ def record_demonstrations(
 ) -> list[RecordedEpisode]:
     """Scripted-expert episodes in ``profile`` (the successful ones by default)."""
     from simreal_ros.diagnosis.scenarios import make_environment, make_expert
-    from simreal_ros.policy.kinematics import ForwardKinematics
     from simreal_ros.robot.description import load_robot_description
+    from simreal_ros.robot.kinematics import ToolKinematics
 
     env = make_environment(task, profile, condition, control_rate_hz)
     expert = expert or make_expert(task, control_rate_hz)
-    fk = ForwardKinematics(load_robot_description())
+    fk = ToolKinematics.for_robot(load_robot_description())
     out = []
     for seed in seeds:
         episode = run_episode(env, expert, seed, condition, fk, task=task, source="expert")
@@ -154,10 +154,10 @@ def episodes_from_bags(
     """
     from simreal_ros.episodes.dataset import EpisodeFilter, find_bags, read_episode
     from simreal_ros.episodes.dataset import read_episode_metadata as read_bag_metadata
-    from simreal_ros.policy.kinematics import ForwardKinematics
     from simreal_ros.robot.description import load_robot_description
+    from simreal_ros.robot.kinematics import ToolKinematics
 
-    fk = ForwardKinematics(load_robot_description())
+    fk = ToolKinematics.for_robot(load_robot_description())
     where = EpisodeFilter(outcomes=("success",) if successful_only else ())
     out = []
     for bag in find_bags(paths):

@@ -409,8 +409,8 @@ def replay_check(
     its commands open-loop in sim (see the module docstring). Returns the raw numbers;
     ``simreal_ros.diagnosis.classify`` judges them against thresholds."""
     from simreal_ros.diagnosis.scenarios import make_environment
-    from simreal_ros.policy.kinematics import ForwardKinematics
     from simreal_ros.robot.description import load_robot_description
+    from simreal_ros.robot.kinematics import ToolKinematics
 
     episodes = [e for e in episodes if e.length > 0]
     if not episodes:
@@ -419,7 +419,7 @@ def replay_check(
             "successful episodes (or let it use fresh scripted demonstrations)."
         )
     robot = load_robot_description()
-    fk = ForwardKinematics(robot)
+    fk = ToolKinematics.for_robot(robot)
     if control_rate_hz is None:  # a DeployedPolicy knows its rate; anything else: 20 Hz
         spec = getattr(getattr(policy, "converter", None), "spec", None)
         control_rate_hz = spec.control_rate_hz if spec is not None else 20.0

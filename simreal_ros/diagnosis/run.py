@@ -59,13 +59,13 @@ def _episodes(
     torch.set_num_threads(1)
     from simreal_ros.diagnosis.episodes import run_episode
     from simreal_ros.diagnosis.scenarios import make_environment
-    from simreal_ros.policy.kinematics import ForwardKinematics
     from simreal_ros.robot.description import load_robot_description
+    from simreal_ros.robot.kinematics import ToolKinematics
 
     policy = build_policy(source)
     rate = policy.converter.spec.control_rate_hz
     env = make_environment(task, profile, condition, rate)
-    fk = ForwardKinematics(load_robot_description())
+    fk = ToolKinematics.for_robot(load_robot_description())
     out = []
     for seed in seeds:
         episode = run_episode(env, policy, seed, condition, fk, task=task)

@@ -93,11 +93,11 @@ class ReachAroundTask(ReachTask):
         self._kinematics = None
 
     def _start_joints(self, physics, tool: np.ndarray) -> np.ndarray:
-        from simreal_ros.sim.kinematics import ArmKinematics
+        from simreal_ros.robot.kinematics import ToolKinematics
 
         if self._kinematics is None:
             robot = physics.robot
-            self._kinematics = ArmKinematics.for_robot(robot, physics.model)
+            self._kinematics = ToolKinematics.for_robot(robot, arm_only=True, model=physics.model)
         start = np.array(physics.robot.home_position, dtype=float)
         arm = list(physics.robot.arm_indices)
         start[arm], _ = self._kinematics.solve(tool, start[arm], iterations=200)
@@ -140,10 +140,10 @@ class ReachAroundExpert:
         side: float | None = None,
     ):
         """``side``: always this detour (-1 near, +1 far); None: the episode's coin flip."""
-        from simreal_ros.sim.kinematics import ArmKinematics
+        from simreal_ros.robot.kinematics import ToolKinematics
 
         robot = robot or pillar_robot()
-        self.kinematics = ArmKinematics.for_robot(robot)
+        self.kinematics = ToolKinematics.for_robot(robot, arm_only=True)
         self.arm = list(robot.arm_indices)
         self.home = np.asarray(robot.home_position, dtype=float)
         self.step_length = 0.5 / control_rate_hz  # tool waypoint speed 0.5 m/s
@@ -159,7 +159,7 @@ class ReachAroundExpert:
     def act(self, observation: dict) -> np.ndarray:
         q = np.asarray(observation["joint_position"], dtype=float)
         goal = np.asarray(observation["goal_position"], dtype=float)
-        tool, _ = self.kinematics.forward(q[self.arm])
+        tool, _ = self.kinematics.pose(q[self.arm])
         travel = np.sign(goal[1] - PILLAR_CENTRE[1]) or 1.0
         lane_x = PILLAR_CENTRE[0] + self.side * DETOUR_OFFSET
         passed = (tool[1] - PILLAR_CENTRE[1]) * travel  # < 0: not yet beside the pillar

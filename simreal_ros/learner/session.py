@@ -59,10 +59,10 @@ def make_converter(checkpoint):
 
     fk = None
     if checkpoint.spec.needs_kinematics:
-        from simreal_ros.policy.kinematics import ForwardKinematics
         from simreal_ros.robot.description import load_robot_description
+        from simreal_ros.robot.kinematics import ToolKinematics
 
-        fk = ForwardKinematics(load_robot_description())
+        fk = ToolKinematics.for_robot(load_robot_description())
     return SpecConverter(checkpoint.spec, fk)
 
 

@@ -172,10 +172,10 @@ class SpecConverter:
     ) -> None:
         if spec.needs_kinematics and forward_kinematics is None:
             # Default: this process's arm (its model).
-            from simreal_ros.policy.kinematics import ForwardKinematics
             from simreal_ros.robot.description import load_robot_description
+            from simreal_ros.robot.kinematics import ToolKinematics
 
-            forward_kinematics = ForwardKinematics(load_robot_description())
+            forward_kinematics = ToolKinematics.for_robot(load_robot_description())
         self.spec = spec
         self.forward_kinematics = forward_kinematics
         self.obs_mean = np.asarray(spec.obs_mean, dtype=np.float64)

@@ -160,12 +160,10 @@ class SafetyFilter:
             boxes = [
                 config.keep_out_boxes[i : i + 6] for i in range(0, len(config.keep_out_boxes), 6)
             ]
-            from simreal_ros.robot.model import compile_robot
+            from simreal_ros.robot.kinematics import ToolKinematics
 
             workspace = Workspace(
-                compile_robot(description),
-                description.joint_names,
-                description.tool_frame,
+                ToolKinematics.for_robot(description),
                 lower,
                 upper,
                 boxes,

@@ -1,7 +1,8 @@
 """End-effector workspace check by forward kinematics of the robot's MuJoCo model.
 
-The checker owns a private ``MjData``: nothing else steps or reads it, so it never races
-the simulation and needs no lock. Only ``mj_kinematics`` runs (no collision, no dynamics).
+The checker owns its ``ToolKinematics`` (the project's one kinematics, with a private
+``MjData``): nothing else steps or reads it, so it never races the simulation and needs
+no lock. Only ``mj_kinematics`` runs (no collision, no dynamics).
 
 Whole paths (a step and the braking that may follow it) are checked soundly and cheaply
 with a Lipschitz bound: moving joint j by dq_j moves the tool centre point by at most
@@ -28,38 +29,21 @@ class Workspace:
 
     def __init__(
         self,
-        model,
-        joint_names: Sequence[str],
-        site: str,
+        kinematics,
         lower: Sequence[float],
         upper: Sequence[float],
         keep_out: Sequence[Sequence[float]] = (),
     ) -> None:
-        """``model``: the arm's compiled ``MjModel`` (``robot.model.compile_robot``), base
-        at the world origin; the checker keeps it to itself."""
+        """``kinematics``: the arm's ``robot.kinematics.ToolKinematics`` (its controller
+        joints, base at the world origin); the checker keeps it, and its data, to itself."""
         import mujoco  # imported here: limits-only users need not load MuJoCo
 
         self._mujoco = mujoco
-        self.model = model
-        self.data = mujoco.MjData(self.model)  # private copy, never shared
-        addresses, dofs = [], []
-        for name in joint_names:
-            joint_id = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, name)
-            if joint_id < 0:
-                raise ValueError(
-                    f"workspace check: joint {name!r} is not in the robot model; the "
-                    "description's joint names must match the MJCF."
-                )
-            addresses.append(int(self.model.jnt_qposadr[joint_id]))
-            dofs.append(int(self.model.jnt_dofadr[joint_id]))
-        self._qpos_address = np.asarray(addresses, dtype=np.intp)
-        self._dof_address = np.asarray(dofs, dtype=np.intp)
-        site_id = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, site)
-        if site_id < 0:
-            raise ValueError(f"workspace check: site {site!r} is not in the robot model.")
-        self.site = site
-        self._site_id = site_id
-        self._jacp = np.zeros((3, self.model.nv))
+        self.kinematics = kinematics
+        self.model, self.data = kinematics.model, kinematics.data
+        joint_names = kinematics.joint_names
+        site_id = kinematics.site_id
+        self.site = self.model.site(site_id).name
         self._site_xpos = self.data.site_xpos[site_id]  # a view, refreshed by mj_kinematics
         self.lower = tuple(float(x) for x in lower)
         self.upper = tuple(float(x) for x in upper)
@@ -144,9 +128,7 @@ class Workspace:
 
     def ee_position(self, q: np.ndarray) -> np.ndarray:
         """Tool centre point for joint positions ``q`` (a view; copy it to keep it)."""
-        self.data.qpos.put(self._qpos_address, q)
-        self._mujoco.mj_kinematics(self.model, self.data)
-        return self._site_xpos
+        return self.kinematics.position(q)
 
     def violation(self, q: np.ndarray) -> tuple[str, float]:
         """("", 0) inside; else ("workspace", distance outside) or ("keep_out", depth)."""
@@ -173,12 +155,7 @@ class Workspace:
         the policy did not move. It is a proposal: the caller proves its path like any
         other step.
         """
-        mujoco, model, data = self._mujoco, self.model, self.data
-        data.qpos.put(self._qpos_address, q)
-        mujoco.mj_kinematics(model, data)
-        mujoco.mj_comPos(model, data)
-        mujoco.mj_jacSite(model, data, self._jacp, None, self._site_id)
-        jacobian = self._jacp[:, self._dof_address]  # tool metres per joint unit, 3 x n
+        jacobian = self.kinematics.jacobian(q)[0]  # tool metres per joint unit, 3 x n
         point = np.array(self._site_xpos)
         lo, hi = self.lower, self.upper
         step = np.array(step, dtype=float)
@@ -210,9 +187,7 @@ class Workspace:
         keep-out box); negative outside it (minus the depth, as ``violation`` reports).
         """
         self.fk_calls += 1
-        self.data.qpos.put(self._qpos_address, q)
-        self._mujoco.mj_kinematics(self.model, self.data)
-        x, y, z = self._site_xpos.tolist()
+        x, y, z = self.kinematics.position(q).tolist()
         lo, hi = self.lower, self.upper
         if not (lo[0] <= x <= hi[0] and lo[1] <= y <= hi[1] and lo[2] <= z <= hi[2]):
             dx = max(lo[0] - x, x - hi[0], 0.0)

@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from simreal_ros.robot.description import RobotDescription, load_robot_description
-from simreal_ros.sim.kinematics import ArmKinematics
+from simreal_ros.robot.kinematics import ToolKinematics
 from simreal_ros.stats import wilson_interval
 
 PUSH_HEIGHT = 0.015  # tool tip above the table while pushing (the cube is 0.05 m tall)
@@ -59,7 +59,7 @@ class _IKExpert:
     ):
         self.robot = robot or load_robot_description()
         self.tuning = tuning or ExpertTuning()
-        self.kinematics = ArmKinematics.for_robot(self.robot)
+        self.kinematics = ToolKinematics.for_robot(self.robot, arm_only=True)
         self.arm = np.asarray(self.robot.arm_indices, dtype=np.intp)
         self.gripper = self.robot.gripper_index
         self.dt = 1.0 / control_rate_hz
@@ -71,7 +71,7 @@ class _IKExpert:
 
     def _command(self, q: np.ndarray, waypoint: np.ndarray, speed: float) -> np.ndarray:
         arm_q = q[self.arm]
-        tool, _ = self.kinematics.forward(arm_q)
+        tool, _ = self.kinematics.pose(arm_q)
         delta = waypoint - tool
         distance = float(np.linalg.norm(delta))
         max_step = speed * self.tuning.speed_scale * self.dt
@@ -89,7 +89,7 @@ class _IKExpert:
         return command
 
     def tool_position(self, q: np.ndarray) -> np.ndarray:
-        return self.kinematics.forward(q[self.arm])[0]
+        return self.kinematics.pose(q[self.arm])[0]
 
 
 class ReachExpert(_IKExpert):

@@ -7,13 +7,11 @@ import numpy as np
 import pytest
 
 from simreal_ros.policy import checkpoint as ckpt
-from simreal_ros.policy.kinematics import ForwardKinematics
 from simreal_ros.policy.spec import SpecConverter, default_spec
 from simreal_ros.robot.description import SHIPPED_ROBOTS, load_robot_description
-from simreal_ros.robot.model import compile_robot
+from simreal_ros.robot.kinematics import ToolKinematics
 from simreal_ros.safety.workspace import Workspace
 from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
-from simreal_ros.sim.kinematics import ArmKinematics
 from simreal_ros.sim.physics import ArmPhysics
 
 
@@ -28,29 +26,27 @@ def _random_configurations(robot, count, seed=0):
 
 
 def test_every_forward_kinematics_agrees_with_the_simulator(arm):
-    """The policy's, the safety filter's and the expert's FK give the tool frame the
-    simulated arm has, over random configurations."""
+    """The one kinematics, as the policy, the safety filter and the expert use it, gives
+    the tool frame the simulated arm has, over random configurations."""
     physics = ArmPhysics(arm)
-    policy_fk = ForwardKinematics(arm)
-    workspace = Workspace(
-        compile_robot(arm), arm.joint_names, arm.tool_frame, [-2, -2, -2], [2, 2, 2]
-    )
-    expert_fk = ArmKinematics.for_robot(arm)
+    policy_fk = ToolKinematics.for_robot(arm)
+    workspace = Workspace(ToolKinematics.for_robot(arm), [-2, -2, -2], [2, 2, 2])
+    expert_fk = ToolKinematics.for_robot(arm, arm_only=True)
     for q in _random_configurations(arm, 50):
         physics.reset(joint_positions=q)
         simulated = physics.ee_position()
         assert np.allclose(policy_fk(q), simulated, atol=1e-9)
         assert np.allclose(workspace.ee_position(q), simulated, atol=1e-9)
-        assert np.allclose(expert_fk.forward(q[list(arm.arm_indices)])[0], simulated, atol=1e-9)
+        assert np.allclose(expert_fk.pose(q[list(arm.arm_indices)])[0], simulated, atol=1e-9)
 
 
 def test_inverse_kinematics_reaches_the_task_region_pointing_down(arm):
-    kinematics = ArmKinematics.for_robot(arm)
+    kinematics = ToolKinematics.for_robot(arm, arm_only=True)
     home = np.asarray(arm.home_position)[list(arm.arm_indices)]
     for target in ([0.40, -0.12, 0.03], [0.62, 0.20, 0.03], [0.5, 0.0, 0.25]):
         q, error = kinematics.solve(np.asarray(target), home, iterations=300)
         assert error < 2e-3, (target, error)
-        rotation = kinematics.forward(q)[1]
+        rotation = kinematics.pose(q)[1]
         assert rotation[2, 2] < -0.98  # the tool z axis points down
         assert np.trace(rotation.T @ kinematics.tool_down) > 2.9  # held as at home
 
@@ -61,7 +57,7 @@ def test_spec_and_observation_follow_the_joint_count(arm):
     assert spec.act_dim == n
     assert spec.obs_dim == 2 * n + 22  # joints twice, then object, goal and tool fields
     assert spec.joint_units[arm.gripper_index] == "m"
-    converter = SpecConverter(spec, ForwardKinematics(arm))
+    converter = SpecConverter(spec, ToolKinematics.for_robot(arm))
     env = TaskEnvironment(EnvironmentConfig(task="push"), robot=arm)
     observation = env.reset(seed=3)
     vector = converter.observation_vector(observation)

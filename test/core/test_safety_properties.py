@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simreal_ros.robot.description import load_robot_description
-from simreal_ros.robot.model import compile_robot
+from simreal_ros.robot.kinematics import ToolKinematics
 from simreal_ros.safety import (
     ESTOP,
     HOLDING,
@@ -82,9 +82,7 @@ class Arm:
         self.n = len(self.names)
         self.limits = limits_from_description(self.robot, CONFIG)
         self.workspace = Workspace(
-            compile_robot(self.robot),
-            self.names,
-            self.robot.tool_frame,
+            ToolKinematics.for_robot(self.robot),
             self.robot.workspace_lower,
             self.robot.workspace_upper,
             [(0.30, -0.10, 0.0, 0.38, 0.10, 0.12)],
