@@ -48,6 +48,7 @@ import numpy as np
 from simreal_ros.episodes.metadata import METADATA_TOPIC, METADATA_TYPE, EpisodeMetadata
 from simreal_ros.episodes.recovery import bag_state, iter_mcap_records, mcap_file
 from simreal_ros.episodes.typestore import project_typestore
+from simreal_ros.robot.joint_order import JointOrder
 
 OBS_KEYS = (
     "joint_position",
@@ -377,25 +378,21 @@ def read_episode(
         )
     states, actions, takeovers = _Series(), _Series(), _Series()
     poses, statuses, safety = _Series(), _Series(), _Series()
-    order: list[int] | None = None
-    names_seen: tuple[str, ...] = ()
+    joint_order = JointOrder(joint_names)
     wanted = [topics.joint_states, topics.action, topics.takeover, topics.object_pose,
               topics.task_status, topics.safety_status]  # fmt: skip
     for topic, t, msg in iter_bag_messages(bag_dir, wanted):
         if topic == topics.joint_states:
-            if tuple(msg.name) != names_seen:
-                names_seen = tuple(msg.name)
-                missing = [n for n in joint_names if n not in names_seen]
-                if missing:
-                    raise JointSpecMismatch(
-                        f"{bag_dir}: /joint_states has joints {list(names_seen)}, missing "
-                        f"{missing} of the expected {joint_names}; this bag is from a "
-                        "different arm or joint naming."
-                    )
-                order = [names_seen.index(n) for n in joint_names]
+            order, missing = joint_order.index(msg.name)
+            if missing:
+                raise JointSpecMismatch(
+                    f"{bag_dir}: /joint_states has joints {list(msg.name)}, missing "
+                    f"{missing} of the expected {joint_names}; this bag is from a "
+                    "different arm or joint naming."
+                )
             pos = np.asarray(msg.position, float)
-            vel = np.asarray(msg.velocity, float)
-            vel = vel[order] if len(vel) == len(names_seen) else np.full(len(order), np.nan)
+            vel = joint_order.reorder(msg.name, msg.velocity)
+            vel = np.full(len(order), np.nan) if vel is None else vel
             states.add(t, (pos[order], vel, _stamp_ns(msg)))
         elif topic in (topics.action, topics.takeover):
             if len(msg.joint_names):

@@ -20,6 +20,7 @@ from simreal_ros.msg import PolicyAction, TaskStatus
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.params import declare_robot
 from simreal_ros.nodes.runtime import run_node
+from simreal_ros.robot.joint_order import JointOrder
 from simreal_ros.sim.expert import make_expert
 
 EXPERT_VERSION = "scripted_expert"
@@ -30,7 +31,7 @@ class ExpertDriverNode(Node):
         super().__init__("expert_driver", **kwargs)
         self.robot = declare_robot(self)
         self.expert = make_expert(task, self.robot, rate_hz)
-        self._index = {name: i for i, name in enumerate(self.robot.joint_names)}
+        self._joint_order = JointOrder(self.robot.joint_names)
         self._lock = threading.Lock()
         self._position: np.ndarray | None = None
         self._velocity = np.zeros(len(self.robot.joint_names))
@@ -50,17 +51,12 @@ class ExpertDriverNode(Node):
         self.create_timer(1.0 / rate_hz, self._on_tick)
 
     def _on_state(self, msg: JointState) -> None:
-        if set(msg.name) != self._index.keys():
-            return  # not exactly this arm's joints: never act on them
-        position = np.empty(len(self._index))
-        velocity = np.zeros(len(self._index))
-        try:
-            for name, value in zip(msg.name, msg.position, strict=True):
-                position[self._index[name]] = value
-            for name, value in zip(msg.name, msg.velocity, strict=False):
-                velocity[self._index[name]] = value
-        except (KeyError, ValueError):
+        position = self._joint_order.reorder(msg.name, msg.position)
+        if position is None:
             return  # not this arm's joint states: never act on them
+        velocity = self._joint_order.reorder(msg.name, msg.velocity)
+        if velocity is None:
+            velocity = np.zeros(len(position))
         with self._lock:
             self._position, self._velocity = position, velocity
 

@@ -53,6 +53,7 @@ from simreal_ros.nodes.runtime import run_node
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.config import PolicyNodeConfig
 from simreal_ros.policy.inference import DeployedPolicy, deploy_adapter, deploy_base
+from simreal_ros.robot.joint_order import JointOrder
 from simreal_ros.srv import Rollback
 
 MAX_CACHED_VERSIONS = 8
@@ -87,7 +88,7 @@ class PolicyNode(AutostartLifecycleNode):
         self._object_time = 0.0
         self._status_msg: TaskStatus | None = None
         self._goal_time = 0.0
-        self._name_order: tuple[tuple[str, ...], np.ndarray | None] = ((), None)
+        self._joint_order = JointOrder(self.robot.joint_names)
         # Control tick bookkeeping.
         self._timer = None
         self._period_ns = 0
@@ -231,30 +232,18 @@ class PolicyNode(AutostartLifecycleNode):
         return self._object_msg
 
     def _joint_arrays(self, msg: JointState) -> tuple[np.ndarray, np.ndarray] | None:
-        names = tuple(msg.name)
-        if names != self._name_order[0]:
-            self._name_order = (names, self._index_of(names))
-        index = self._name_order[1]
-        if index is None or len(msg.position) != len(names):
+        position = self._joint_order.reorder(msg.name, msg.position)
+        if position is None:
+            _index, missing = self._joint_order.index(msg.name)
+            if missing:
+                self.get_logger().error(
+                    f"/joint_states lacks joint(s) {missing}; the policy needs all of "
+                    f"{list(self.robot.joint_names)}. Ignoring these messages.",
+                    throttle_duration_sec=5.0,
+                )
             return None
-        position = np.asarray(msg.position, dtype=np.float64)[index]
-        if len(msg.velocity) == len(names):
-            velocity = np.asarray(msg.velocity, dtype=np.float64)[index]
-        else:
-            velocity = np.zeros(len(index))
-        return position, velocity
-
-    def _index_of(self, names: tuple[str, ...]) -> np.ndarray | None:
-        wanted = self.robot.joint_names
-        missing = [n for n in wanted if n not in names]
-        if missing:
-            self.get_logger().error(
-                f"/joint_states lacks joint(s) {missing}; the policy needs all of "
-                f"{list(wanted)}. Ignoring these messages.",
-                throttle_duration_sec=5.0,
-            )
-            return None
-        return np.array([names.index(n) for n in wanted])
+        velocity = self._joint_order.reorder(msg.name, msg.velocity)
+        return position, np.zeros(len(position)) if velocity is None else velocity
 
     def _on_object_pose(self, raw: bytes) -> None:
         self._object_raw = raw

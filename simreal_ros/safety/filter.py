@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from simreal_ros.robot.joint_order import JointOrder
 from simreal_ros.safety.config import ALL_REASONS, SafetyConfig
 from simreal_ros.safety.limits import (
     HOLD,
@@ -138,7 +139,7 @@ class SafetyFilter:
         self._policy_version = ""
         self._pending: list[Intervention] = []
         self._previous_state = -1
-        self._state_index_cache: tuple[tuple[str, ...], np.ndarray | None, str] | None = None
+        self._joint_order = JointOrder(self.names)
         self.counts = dict.fromkeys(ALL_REASONS, 0)
         self.ticks = 0
         self.exceptions = 0
@@ -256,19 +257,10 @@ class SafetyFilter:
         return None
 
     def state_index(self, names: Sequence[str]) -> tuple[np.ndarray | None, str]:
-        """Indices of the controller's joints in a JointState's ``names`` (cached)."""
-        key = tuple(names)
-        cache = self._state_index_cache
-        if cache is not None and cache[0] == key:
-            return cache[1], cache[2]
-        lookup = {name: i for i, name in enumerate(key)}
-        missing = [name for name in self.names if name not in lookup]
-        if missing:
-            index, problem = None, missing[0]
-        else:
-            index, problem = np.asarray([lookup[name] for name in self.names], np.intp), ""
-        self._state_index_cache = (key, index, problem)
-        return index, problem
+        """Indices of the controller's joints in a JointState's ``names``, or None and the
+        first joint it lacks."""
+        index, missing = self._joint_order.index(names)
+        return index, missing[0] if missing else ""
 
     def submit_named_state(
         self, names: Sequence[str], positions: Sequence[float], stamp: float, now: float

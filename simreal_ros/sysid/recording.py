@@ -20,6 +20,7 @@ import numpy as np
 
 from simreal_ros.episodes.dataset import find_bags, iter_bag_messages, read_episode_metadata
 from simreal_ros.robot.description import RobotDescription
+from simreal_ros.robot.joint_order import JointOrder
 
 COMMAND_TOPIC = "/forward_position_controller/commands"
 JOINT_STATE_TOPIC = "/joint_states"
@@ -128,13 +129,19 @@ def read_replay_episode(bag: Path, robot: RobotDescription, task: str | None) ->
             f"{bag}: commands have {sorted(width)} values, this robot has {len(names)} "
             f"joints ({', '.join(names)}); the bag comes from another robot or controller."
         )
-    order = [list(states[0].name).index(n) for n in names]
+    joint_order = JointOrder(names)
     state_t = np.array([_stamp_s(m) for m in states])
-    q = np.array([np.asarray(m.position, dtype=float)[order] for m in states])
+    positions = [joint_order.reorder(m.name, m.position) for m in states]
+    if any(p is None for p in positions):
+        raise SysidInputError(
+            f"{bag}: some {JOINT_STATE_TOPIC} messages lack joints of this robot or carry "
+            "one position per name only partly; record complete joint states."
+        )
+    q = np.array(positions)
     qd = np.array(
         [
-            np.asarray(m.velocity, dtype=float)[order]
-            if len(m.velocity) == len(m.name)
+            velocity
+            if (velocity := joint_order.reorder(m.name, m.velocity)) is not None
             else np.zeros(len(names))
             for m in states
         ]

@@ -53,11 +53,14 @@ def test_expert_acts_on_the_graph_state_only_when_enabled(rclpy_context, executo
     for foreign in (
         JointState(name=["a", "b"], position=[1.0, 1.0]),
         JointState(name=names[:1], position=[1.0]),
-        JointState(name=[*names, "extra"], position=[1.0] * (len(names) + 1)),
         JointState(name=names, position=[1.0] * (len(names) - 1)),
     ):
         expert._on_state(foreign)
         assert np.array_equal(expert._position, before), foreign.name
+    # Joints the controller does not drive (a broadcaster publishes them all) are skipped,
+    # as the policy and the safety filter skip them.
+    expert._on_state(JointState(name=["extra", *names], position=[9.0, *before]))
+    assert np.array_equal(expert._position, before)
     # The same arm's joints in another order are taken, mapped by name.
     expert._on_state(JointState(name=names[::-1], position=list(range(len(names)))[::-1]))
     assert np.array_equal(expert._position, np.arange(len(names), dtype=float))
