@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from std_srvs.srv import Trigger
 
@@ -24,6 +24,7 @@ from simreal_ros.learner.online import EpisodeInfo, OnlineLearner
 from simreal_ros.learner.store import StoredVersion
 from simreal_ros.msg import EpisodeEvent, PolicyUpdate, ScreenResult
 from simreal_ros.nodes import qos
+from simreal_ros.nodes.diagnostics import ERROR, OK, WARN, diagnostic_array
 from simreal_ros.nodes.params import declare_config, declare_robot
 from simreal_ros.nodes.runtime import run_node
 
@@ -153,9 +154,6 @@ class LearnerNode(Node):
 
     def _publish_diagnostics(self) -> None:
         status = self.learner.status()
-        diag = DiagnosticStatus()
-        diag.name = "learner: rounds"
-        diag.hardware_id = "learner"
         values = {
             "state": status["state"],
             "round": str(status["round"]),
@@ -176,18 +174,15 @@ class LearnerNode(Node):
         for source, count in sorted(status["buffer_sizes"].items()):
             values[f"buffer_{source}"] = str(count)
         values["critic_warning"] = status["critic_warning"]
-        diag.values = [KeyValue(key=k, value=v) for k, v in values.items()]
         if status["state"] == "failed" or status["last_error"]:
-            diag.level, diag.message = DiagnosticStatus.ERROR, status["last_error"]
+            level, message = ERROR, status["last_error"]
         elif status["critic_warning"]:
-            diag.level, diag.message = DiagnosticStatus.WARN, status["critic_warning"]
+            level, message = WARN, status["critic_warning"]
         else:
-            diag.level = DiagnosticStatus.OK
-            diag.message = f"{status['state']}; running {status['running_version']}"
-        array = DiagnosticArray()
-        array.header.stamp = self.get_clock().now().to_msg()
-        array.status = [diag]
-        self._diag_pub.publish(array)
+            level, message = OK, f"{status['state']}; running {status['running_version']}"
+        self._diag_pub.publish(
+            diagnostic_array(self, "learner: rounds", "learner", level, message, values)
+        )
 
     def destroy_node(self) -> None:
         self.learner.stop()

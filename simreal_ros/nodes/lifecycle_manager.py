@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.srv import ChangeState, GetState
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
@@ -22,6 +22,7 @@ from std_srvs.srv import Trigger
 
 from simreal_ros.graph import bringup
 from simreal_ros.nodes import qos
+from simreal_ros.nodes.diagnostics import ERROR, OK, diagnostic_array
 from simreal_ros.nodes.params import declare_config
 from simreal_ros.nodes.runtime import run_node
 
@@ -159,16 +160,11 @@ class LifecycleManagerNode(Node):
             self.destroy_timer(timer)
 
     def _publish_diagnostics(self) -> None:
-        status = DiagnosticStatus(name="lifecycle_manager: graph")
-        status.level = DiagnosticStatus.OK if self.last_ok else DiagnosticStatus.ERROR
-        status.message = self.last_result
-        status.values = [
-            KeyValue(key=name, value=self.states.get(name, "unknown"))
-            for name in self.config.node_names
-        ]
-        array = DiagnosticArray(status=[status])
-        array.header.stamp = self.get_clock().now().to_msg()
-        self._diag_pub.publish(array)
+        values = {name: self.states.get(name, "unknown") for name in self.config.node_names}
+        level = OK if self.last_ok else ERROR
+        self._diag_pub.publish(
+            diagnostic_array(self, "lifecycle_manager: graph", "", level, self.last_result, values)
+        )
 
 
 def main(args=None) -> None:

@@ -23,6 +23,7 @@ from std_srvs.srv import SetBool, Trigger
 from simreal_ros.msg import EpisodeEvent, PolicyAction, PolicyUpdate, SafetyStatus
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.episode_event import episode_event
+from simreal_ros.nodes.services import call_service
 from simreal_ros.srv import Rollback
 
 
@@ -170,15 +171,10 @@ class LoopDriverNode(Node):
     def switch_policy(self, version: str, timeout_s: float = 30.0) -> None:
         """Make the policy node run ``version`` (its ~/rollback takes any version it knows)
         and wait until its actions carry it; raises with the node's answer if refused."""
-        if not self._policy_rollback.wait_for_service(timeout_sec=timeout_s):
-            raise TimeoutError("no /policy/rollback service: is the policy node running?")
-        future = self._policy_rollback.call_async(Rollback.Request(version=version))
-        if not self._answered(future, timeout_s):
-            raise TimeoutError("the policy node did not answer /policy/rollback.")
-        if not future.result().success:
-            raise RuntimeError(
-                f"the policy node refused to run {version}: {future.result().message}"
-            )
+        request = Rollback.Request(version=version)
+        answer = call_service(self._policy_rollback, request, timeout_s, "policy rollback")
+        if not answer.success:
+            raise RuntimeError(f"the policy node refused to run {version}: {answer.message}")
         if not self.wait_for_policy_version(version, timeout_s):
             raise TimeoutError(f"the policy's actions did not switch to {version} in time.")
 
@@ -199,19 +195,11 @@ class LoopDriverNode(Node):
         """Pause or resume the stand-in's physics (the sim bridge's ~/pause); False if
         the bridge did not do it. Paused, the bridge publishes nothing and the nodes on
         /clock wait, so a learner round gets the CPU the idle graph would otherwise use."""
-        if not self._sim_pause.wait_for_service(timeout_sec=timeout_s):
+        try:
+            answer = call_service(self._sim_pause, SetBool.Request(data=paused), timeout_s)
+        except TimeoutError:
             return False
-        future = self._sim_pause.call_async(SetBool.Request(data=paused))
-        return self._answered(future, timeout_s) and bool(future.result().success)
-
-    def _answered(self, future, timeout_s: float) -> bool:
-        """Wait (spinning elsewhere) until a service call is answered; False on timeout."""
-        deadline = time.monotonic() + timeout_s
-        while not future.done():
-            if time.monotonic() > deadline:
-                return False
-            self._sleep(0.02)
-        return True
+        return bool(answer.success)
 
     def set_policy_active(self, active: bool, timeout_s: float = 10.0) -> None:
         """Activate or deactivate the policy node (lifecycle), e.g. around demonstrations."""
@@ -219,25 +207,17 @@ class LoopDriverNode(Node):
         request.transition.id = (
             Transition.TRANSITION_ACTIVATE if active else Transition.TRANSITION_DEACTIVATE
         )
-        if not self._policy_state.wait_for_service(timeout_sec=timeout_s):
-            raise TimeoutError("no /policy/change_state service: is the policy node running?")
-        future = self._policy_state.call_async(request)
-        if not self._answered(future, timeout_s):
-            raise TimeoutError("the policy node did not answer /policy/change_state.")
-        if not future.result().success:
+        answer = call_service(self._policy_state, request, timeout_s, "policy lifecycle")
+        if not answer.success:
             state = "activate" if active else "deactivate"
             raise RuntimeError(f"the policy node refused to {state}.")
 
     def set_policy_exploration(self, explore: bool, timeout_s: float = 10.0) -> None:
         """Turn the policy node's exploration on (collection) or off (evaluation)."""
-        if not self._policy_parameters.wait_for_service(timeout_sec=timeout_s):
-            raise TimeoutError("no /policy/set_parameters service: is the policy node running?")
         value = ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=explore)
         request = SetParameters.Request(parameters=[Parameter(name="explore", value=value)])
-        future = self._policy_parameters.call_async(request)
-        if not self._answered(future, timeout_s):
-            raise TimeoutError("the policy node did not answer /policy/set_parameters.")
-        result = future.result().results[0]
+        answer = call_service(self._policy_parameters, request, timeout_s, "policy parameters")
+        result = answer.results[0]
         if not result.successful:
             raise RuntimeError(f"the policy node refused explore={explore}: {result.reason}")
 

@@ -36,7 +36,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
@@ -47,6 +47,7 @@ from sensor_msgs.msg import JointState
 from simreal_ros import stats
 from simreal_ros.msg import PolicyAction, PolicyUpdate, TaskStatus
 from simreal_ros.nodes import qos
+from simreal_ros.nodes.diagnostics import OK, WARN, diagnostic_array
 from simreal_ros.nodes.lifecycle import AutostartLifecycleNode
 from simreal_ros.nodes.params import declare_config, declare_robot
 from simreal_ros.nodes.runtime import run_node
@@ -466,9 +467,6 @@ class PolicyNode(AutostartLifecycleNode):
         }
 
     def _publish_diagnostics(self) -> None:
-        status = DiagnosticStatus()
-        status.name = "policy: inference"
-        status.hardware_id = self.robot.name
         state = (
             "active"
             if self._timer is not None
@@ -482,20 +480,18 @@ class PolicyNode(AutostartLifecycleNode):
             }
         )
         values["last_error"] = self._last_error
-        status.values = [KeyValue(key=k, value=v) for k, v in values.items()]
         if self._last_error:
-            status.level, status.message = DiagnosticStatus.WARN, self._last_error
+            level, message = WARN, self._last_error
         elif state != "active":
-            status.level, status.message = DiagnosticStatus.OK, f"{state}"
+            level, message = OK, state
         elif self._skipped_stale or self._missed:
-            status.level = DiagnosticStatus.WARN
-            status.message = f"running {self.active_version}; missed {self._missed} tick(s)"
+            level = WARN
+            message = f"running {self.active_version}; missed {self._missed} tick(s)"
         else:
-            status.level, status.message = DiagnosticStatus.OK, f"running {self.active_version}"
-        array = DiagnosticArray()
-        array.header.stamp = self.get_clock().now().to_msg()
-        array.status = [status]
-        self._diag_pub.publish(array)
+            level, message = OK, f"running {self.active_version}"
+        self._diag_pub.publish(
+            diagnostic_array(self, "policy: inference", self.robot.name, level, message, values)
+        )
 
 
 def _rejected(directory: Path) -> bool:

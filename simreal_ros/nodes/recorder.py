@@ -12,7 +12,7 @@ import importlib
 import time
 
 import rclpy
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.subscription import Subscription
@@ -32,6 +32,7 @@ from simreal_ros.episodes.metadata import (
 )
 from simreal_ros.msg import EpisodeEvent
 from simreal_ros.nodes import qos
+from simreal_ros.nodes.diagnostics import ERROR, OK, WARN, diagnostic_array
 from simreal_ros.nodes.episode_event import episode_event
 from simreal_ros.nodes.params import declare_config, declare_robot
 from simreal_ros.srv import StartEpisode, StopEpisode
@@ -339,7 +340,6 @@ class RecorderNode(Node):
     # ---- diagnostics ----------------------------------------------------------------------
 
     def _on_diagnostics(self) -> None:
-        status = DiagnosticStatus(name="recorder: bag writer", hardware_id="recorder")
         free = free_disk_mb(self.config.data_path)
         values = {
             "recording": "false",
@@ -348,7 +348,7 @@ class RecorderNode(Node):
             "episodes_recorded": str(self._episodes_done),
             "data_dir": str(self.config.data_path),
         }
-        status.level, status.message = DiagnosticStatus.OK, "idle"
+        level, message = OK, "idle"
         recording = self._recording
         if recording is not None:
             stats = recording.stats()
@@ -364,21 +364,20 @@ class RecorderNode(Node):
                 dropped=str(stats.dropped),
                 last_flush_age_s=f"{stats.last_flush_age_s:.3f}",
             )
-            status.message = f"recording {recording.metadata.episode_id}"
+            message = f"recording {recording.metadata.episode_id}"
             if stats.error:
-                status.level, status.message = DiagnosticStatus.ERROR, stats.error
+                level, message = ERROR, stats.error
             elif stats.dropped:
-                status.level = DiagnosticStatus.WARN
-                status.message = f"{stats.dropped} messages dropped (writer queue full)"
+                level = WARN
+                message = f"{stats.dropped} messages dropped (writer queue full)"
         elif self._last_event is not None:
             values["dropped_last_episode"] = str(self._last_event.dropped)
         if free < self.config.min_free_disk_mb:
-            status.level = DiagnosticStatus.ERROR
-            status.message = f"disk nearly full: {free:.0f} MiB free; new episodes are refused"
-        status.values = [KeyValue(key=k, value=v) for k, v in values.items()]
-        array = DiagnosticArray(status=[status])
-        array.header.stamp = self.get_clock().now().to_msg()
-        self._diag_pub.publish(array)
+            level = ERROR
+            message = f"disk nearly full: {free:.0f} MiB free; new episodes are refused"
+        self._diag_pub.publish(
+            diagnostic_array(self, "recorder: bag writer", "recorder", level, message, values)
+        )
 
     def shutdown(self) -> None:
         """Close a running episode as aborted (Ctrl-C); nothing received is lost."""

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import rclpy
+import threading
 
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+
+from simreal_ros.nodes.services import call_service
 from simreal_ros.srv import Rollback
 
 
@@ -11,19 +15,20 @@ def call_rollback_service(name: str, version: str) -> int:
     """Call the policy node's Rollback service; prints its answer, returns an exit code."""
     rclpy.init()
     node = rclpy.create_node("simreal_models_rollback")
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
     try:
         client = node.create_client(Rollback, name)
-        if not client.wait_for_service(timeout_sec=10.0):
-            print(f"no {name} service: is the policy node running?")
-            return 1
-        future = client.call_async(Rollback.Request(version=version))
-        rclpy.spin_until_future_complete(node, future, timeout_sec=60.0)
-        response = future.result()
-        if response is None:
-            print(f"{name} did not answer within 60 s.")
+        try:
+            response = call_service(client, Rollback.Request(version=version), 30.0, "rollback")
+        except TimeoutError as error:
+            print(error)
             return 1
         print(response.message)
         return 0 if response.success else 1
     finally:
+        executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()

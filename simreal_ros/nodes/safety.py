@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.lifecycle import State, TransitionCallbackReturn
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
@@ -22,6 +22,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from simreal_ros.msg import PolicyAction, SafetyIntervention, SafetyStatus
 from simreal_ros.nodes import qos
+from simreal_ros.nodes.diagnostics import ERROR, OK, WARN, diagnostic_array
 from simreal_ros.nodes.lifecycle import AutostartLifecycleNode
 from simreal_ros.nodes.params import declare_config, declare_robot
 from simreal_ros.nodes.runtime import run_node
@@ -309,29 +310,26 @@ class SafetyNode(AutostartLifecycleNode):
         try:
             now = self._now()
             f = self.filter
-            status = DiagnosticStatus()
-            status.name = "safety: filter"
-            status.hardware_id = self.description.name
+            name, hardware = "safety: filter", self.description.name
             state = self._last_result_state
             if self._tick_timer is None:
-                status.level = DiagnosticStatus.WARN
-                status.message = (
+                message = (
                     "unconfigured" if self._command_pub is None else "inactive: output stopped"
                 )
-                array = DiagnosticArray(status=[status])
-                array.header.stamp = self.get_clock().now().to_msg()
-                self._diagnostics_pub.publish(array)
+                self._diagnostics_pub.publish(
+                    diagnostic_array(self, name, hardware, WARN, message)
+                )
                 return
             if f.estop_latched:
-                status.level, status.message = DiagnosticStatus.ERROR, "e-stop latched"
+                level, message = ERROR, "e-stop latched"
             elif not f.has_state:
-                status.level, status.message = DiagnosticStatus.WARN, "no joint state yet"
+                level, message = WARN, "no joint state yet"
             elif state == HOLDING:
-                status.level, status.message = DiagnosticStatus.WARN, "holding"
+                level, message = WARN, "holding"
             else:
-                status.level, status.message = DiagnosticStatus.OK, STATE_NAMES[state]
+                level, message = OK, STATE_NAMES[state]
             if state == ESTOP and not f.estop_latched:
-                status.message = "recovering from e-stop"
+                message = "recovering from e-stop"
             values = [
                 ("estop_latched", f.estop_latched),
                 ("command_age_s", f"{min(f.command_watchdog.age(now), 1e9):.3f}"),
@@ -346,10 +344,9 @@ class SafetyNode(AutostartLifecycleNode):
                 ("interventions_total", sum(f.counts.values())),
             ]
             values += [(f"interventions_{reason}", f.counts[reason]) for reason in ALL_REASONS]
-            status.values = [KeyValue(key=key, value=str(value)) for key, value in values]
-            array = DiagnosticArray(status=[status])
-            array.header.stamp = self.get_clock().now().to_msg()
-            self._diagnostics_pub.publish(array)
+            self._diagnostics_pub.publish(
+                diagnostic_array(self, name, hardware, level, message, values)
+            )
         except Exception as error:
             self._node_error("diagnostics", error)
 

@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 from builtin_interfaces.msg import Time
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from rclpy.lifecycle import State, TransitionCallbackReturn
 from rosgraph_msgs.msg import Clock
@@ -38,6 +38,7 @@ from std_srvs.srv import SetBool
 
 from simreal_ros.msg import TaskStatus
 from simreal_ros.nodes import qos
+from simreal_ros.nodes.diagnostics import OK, WARN, diagnostic_array
 from simreal_ros.nodes.lifecycle import AutostartLifecycleNode
 from simreal_ros.nodes.params import declare_config, declare_robot
 from simreal_ros.nodes.runtime import run_node
@@ -364,28 +365,26 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
 
     # ---------------------------------------------------------- diagnostics
     def _publish_diagnostics(self) -> None:
-        status = DiagnosticStatus(name="sim_bridge: simulation", hardware_id="mujoco")
         core = self.core
+        values: dict[str, str] = {}
         if core is None:
-            status.level, status.message = DiagnosticStatus.WARN, "unconfigured"
+            level, message = WARN, "unconfigured"
         else:
             target = core.real_time_factor
             age = core.command_age()
             profile = core.env.profile
             running = self._active and self.config.mode == "free_running" and not core.paused
-            status.level, status.message = (
-                DiagnosticStatus.OK,
+            level, message = (
+                OK,
                 "running"
                 if running
                 else ("paused" if core.paused else ("lockstep" if self._active else "inactive")),
             )
             if running and target > 0 and core.measured_rtf < 0.9 * target:
-                status.level = DiagnosticStatus.WARN
-                status.message = (
-                    f"real-time factor {core.measured_rtf:.2f} below target {target:g}"
-                )
+                level = WARN
+                message = f"real-time factor {core.measured_rtf:.2f} below target {target:g}"
             if self._camera_error:
-                status.level, status.message = DiagnosticStatus.WARN, self._camera_error
+                level, message = WARN, self._camera_error
             values = {
                 "sim_rate_hz": f"{core.measured_step_rate:.1f}",
                 "real_time_factor": f"{core.measured_rtf:.3f}",
@@ -398,10 +397,9 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
                 "mode": self.config.mode,
                 "profile": profile.name + (" (stand-in)" if profile.is_stand_in else ""),
             }
-            status.values = [KeyValue(key=k, value=v) for k, v in values.items()]
-        msg = DiagnosticArray(status=[status])
-        msg.header.stamp = self.get_clock().now().to_msg()
-        self._diag_pub.publish(msg)
+        self._diag_pub.publish(
+            diagnostic_array(self, "sim_bridge: simulation", "mujoco", level, message, values)
+        )
 
 
 def main(args=None) -> None:

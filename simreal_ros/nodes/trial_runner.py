@@ -15,7 +15,7 @@ import threading
 import time
 
 import rclpy
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
@@ -24,7 +24,9 @@ from std_srvs.srv import SetBool
 from simreal_ros.episodes.metadata import new_episode_id, normalize_failure_mode
 from simreal_ros.msg import PolicyAction, TaskStatus
 from simreal_ros.nodes import qos
+from simreal_ros.nodes.diagnostics import OK, diagnostic_array
 from simreal_ros.nodes.params import declare_config
+from simreal_ros.nodes.services import call_service
 from simreal_ros.sim.profiles import is_stand_in
 from simreal_ros.srv import GetDynamics, ResetEpisode, Resync, StartEpisode, StopEpisode
 from simreal_ros.trials.config import TrialRunnerConfig
@@ -89,19 +91,7 @@ class TrialRunnerNode(Node):
     # ---- ROS plumbing ---------------------------------------------------------------------
 
     def _call(self, client, request, what: str, timeout: float | None = None):
-        timeout = timeout or self.config.service_timeout_s
-        if not client.wait_for_service(timeout_sec=timeout):
-            raise TimeoutError(
-                f"{what} service {client.srv_name} is not available after {timeout:.0f} s; "
-                "is that node running?"
-            )
-        done = threading.Event()
-        future = client.call_async(request)
-        future.add_done_callback(lambda _: done.set())
-        if not done.wait(timeout):
-            client.remove_pending_request(future)
-            raise TimeoutError(f"{what} service {client.srv_name} did not answer in {timeout} s.")
-        return future.result()
+        return call_service(client, request, timeout or self.config.service_timeout_s, what)
 
     def _call_optional(self, client, request, what: str):
         """Call a service the graph may lack; TimeoutError when it is not there.
@@ -347,22 +337,17 @@ class TrialRunnerNode(Node):
 
     def _on_diagnostics(self) -> None:
         successes = sum(r.success for r in self.results)
-        status = DiagnosticStatus(
-            name="trial_runner: trials",
-            hardware_id="trial_runner",
-            level=DiagnosticStatus.OK,
-            message=f"episode {self._episode_id}" if self._recording else "idle",
+        values = {
+            "profile": self.config.profile,
+            "condition": self.config.condition,
+            "episodes_done": len(self.results),
+            "successes": successes,
+            "recording": str(self._recording).lower(),
+        }
+        message = f"episode {self._episode_id}" if self._recording else "idle"
+        self._diag_pub.publish(
+            diagnostic_array(self, "trial_runner: trials", "trial_runner", OK, message, values)
         )
-        status.values = [
-            KeyValue(key="profile", value=self.config.profile),
-            KeyValue(key="condition", value=self.config.condition),
-            KeyValue(key="episodes_done", value=str(len(self.results))),
-            KeyValue(key="successes", value=str(successes)),
-            KeyValue(key="recording", value=str(self._recording).lower()),
-        ]
-        array = DiagnosticArray(status=[status])
-        array.header.stamp = self.get_clock().now().to_msg()
-        self._diag_pub.publish(array)
 
 
 def _enter_pressed() -> bool:

@@ -1,0 +1,28 @@
+"""The one way a node calls a service and waits for the answer.
+
+The caller is a thread other than the one spinning the node (the executor delivers the
+response); a service that is missing or does not answer in time raises TimeoutError
+naming it and what to check, and a timed-out request is withdrawn.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+
+def call_service(client, request, timeout_s: float, what: str = "") -> Any:
+    """``client``'s response to ``request`` within ``timeout_s`` (for the wait for the
+    service and for the answer each)."""
+    label = f"{what} service {client.srv_name}" if what else f"service {client.srv_name}"
+    if not client.wait_for_service(timeout_sec=timeout_s):
+        raise TimeoutError(
+            f"{label} is not available after {timeout_s:g} s; is that node running?"
+        )
+    done = threading.Event()
+    future = client.call_async(request)
+    future.add_done_callback(lambda _: done.set())
+    if not done.wait(timeout_s):
+        client.remove_pending_request(future)
+        raise TimeoutError(f"{label} did not answer in {timeout_s:g} s.")
+    return future.result()
