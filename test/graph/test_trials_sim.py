@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import rclpy
-from rostest_helpers import spin_until
+from rostest_helpers import spin_until, wait_for_subscribers
 from sensor_msgs.msg import JointState
 from simreal_ros.msg import PolicyAction
 
@@ -78,6 +78,10 @@ def test_trials_cli_runs_five_labelled_recorded_episodes(tmp_path, rclpy_context
                 del latest[:-1]
 
         node.create_timer(0.05, act)
+        # The first episode's bag holds actions only once the recorder and the safety node
+        # have discovered this publisher and it is publishing: wait for both.
+        assert wait_for_subscribers(executor, pub, count=2, timeout=30.0)
+        assert spin_until(executor, lambda: sequence[0] > 5, 30.0)
         out = tmp_path / "results.json"
         trials = NodeProcess(
             "trials",
