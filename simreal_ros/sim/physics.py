@@ -3,8 +3,9 @@
 The controller interface is the one a ros2_control arm with a forward position controller
 offers: a command is one absolute position target per controller joint, in the robot
 description's joint order (rad; m for a prismatic joint such as a gripper). Dynamics
-gains, command latency, observation noise) are read and written by name so profiles,
-domain randomization and system identification share one vocabulary:
+parameters (masses, friction, damping, actuator gains, command latency, observation
+noise) are read and written by name so profiles, domain randomization and system
+identification share one vocabulary:
 
 ``mass.<body>`` (``mass.tool``: the body carrying the tool frame, or the nearest one
 above it with mass, on any arm),
