@@ -31,12 +31,12 @@ def run_check(args) -> int:
     import mujoco
 
     from simreal_ros.robot.description import load_robot_description
-    from simreal_ros.robot.model import compile_robot, compile_scene, joint_units
+    from simreal_ros.robot.model import compile_robot, compile_scene
 
     robot = load_robot_description(args.path)
     model = compile_robot(robot)
     compile_scene(robot)  # the arm must also fit the task scene
-    units = joint_units(robot)
+    units = robot.joint_units
     print(f"robot {robot.name}: {robot.source}")
     print(f"  model: {robot.model_path} ({model.nbody - 1} bodies, {model.njnt} joints)")
     print(f"  controller joints ({robot.num_joints}, controller order):")

@@ -56,10 +56,9 @@ def _message_class(msgtype: str):
 def _robot_joints() -> tuple[list[str], list[str]]:
     try:
         from simreal_ros.robot.description import load_robot_description
-        from simreal_ros.robot.model import joint_units
 
         robot = load_robot_description()
-        return list(robot.joint_names), list(joint_units(robot))
+        return list(robot.joint_names), list(robot.joint_units)
     except Exception:  # no usable robot model: episodes simply carry no joint spec
         return [], []
 

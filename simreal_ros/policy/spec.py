@@ -250,9 +250,9 @@ def expected_joint_units(description: Any) -> tuple[str, ...]:
         return tuple(units)
     if getattr(description, "model_path", None) is None:
         return tuple("rad" for _ in description.joint_names)
-    from simreal_ros.robot.model import joint_units
+    from simreal_ros.robot.model import check_against_model
 
-    return joint_units(description)
+    return check_against_model(description).joint_units
 
 
 def validate_against_robot(

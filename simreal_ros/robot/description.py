@@ -72,6 +72,7 @@ class RobotDescription:
     source: Path | None = None  # the robot.yaml it was read from
     joint_limits_path: Path | None = None
     other_limited_joints: tuple[str, ...] = ()  # named in the limits, not controlled
+    joint_units: tuple[str, ...] | None = None  # "rad"/"m" per joint, from the model
 
     @property
     def num_joints(self) -> int:

@@ -191,8 +191,9 @@ def joint_address(model: mujoco.MjModel, names) -> tuple[np.ndarray, np.ndarray]
 
 
 def check_against_model(description: RobotDescription) -> RobotDescription:
-    """The description with position limits the limits file left out taken from the model;
-    refuses limits beyond the model's and a home pose outside the limits."""
+    """The description with position limits the limits file left out taken from the model
+    and its joint units ("rad" per hinge, "m" per slide); refuses limits beyond the model's
+    and a home pose outside the limits."""
     model = compile_robot(description)
     where = f"{description.source}"
     lower = np.array(description.position_lower, dtype=float)
@@ -243,15 +244,10 @@ def check_against_model(description: RobotDescription) -> RobotDescription:
     frozen_lower, frozen_upper = lower.copy(), upper.copy()
     frozen_lower.setflags(write=False)
     frozen_upper.setflags(write=False)
-    return dataclasses.replace(
-        description, position_lower=frozen_lower, position_upper=frozen_upper
-    )
-
-
-def joint_units(description: RobotDescription) -> tuple[str, ...]:
-    """ "rad" for each hinge, "m" for each slide, in controller order."""
-    model = compile_robot(description)
-    return tuple(
+    units = tuple(
         "m" if model.jnt_type[model.joint(n).id] == mujoco.mjtJoint.mjJNT_SLIDE else "rad"
         for n in description.joint_names
+    )
+    return dataclasses.replace(
+        description, position_lower=frozen_lower, position_upper=frozen_upper, joint_units=units
     )
