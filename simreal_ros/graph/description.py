@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from simreal_ros import resources
+from simreal_ros.robot.description import DEFAULT_ROBOT
 
 PROFILES = ("sim", "real")
 
@@ -87,7 +88,7 @@ DEFAULT_TASK = "push"
 GRAPH_SETTINGS = {
     "robot": GraphSetting(
         {n: "robot" for n in ("sim_bridge", "safety", "policy", "recorder", "learner")},
-        "simreal_arm",
+        DEFAULT_ROBOT,
         "the arm: a shipped one (simreal_arm, panda) or the path of a robot directory or "
         "robot.yaml",
     ),

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from simreal_ros.policy.checkpoint import METADATA_FILE, read_metadata
+from simreal_ros.robot.description import DEFAULT_ROBOT
 
 ORDER = (
     "nominal/train",
@@ -24,8 +25,9 @@ def render_readme(metadata: dict[str, Any], notes: str = "") -> str:
     spec = metadata["spec"]
     arch = metadata["architecture"]
     data = training.get("data", {})
-    robot = training.get("robot", "simreal_arm")  # checkpoints from before it was recorded
-    robot_flag = "" if robot == "simreal_arm" else f"--robot {robot} "
+    # Checkpoints from before the robot was recorded are the first arm's.
+    robot = training.get("robot", DEFAULT_ROBOT)
+    robot_flag = "" if robot == DEFAULT_ROBOT else f"--robot {robot} "
     lines = [
         f"# Base checkpoint `{metadata['version']}` ({spec['task']})",
         "",
