@@ -9,10 +9,9 @@ Same model, same process, interleaved in short slices so drifting machine load h
             publishing every topic, with a /joint_states subscriber in another process.
 Prints median steps/s of each, the ratio bridge/raw (target >= 0.9), and the same ratio per
 CPU second of the stepping thread. On a machine shared with other jobs the wall-clock rates
-mostly measure the scheduler's share (a lone CPU-bound thread was seen getting 40% of a core
-at load 8 on 2 cores), so read the per-CPU ratio there. Then it runs the bridge
-at real-time factor 1 and prints its physics rate and the /joint_states rate received by
-the subscriber against the configured rates.
+mostly measure the scheduler's share of a core, not the bridge, so read the per-CPU ratio
+there. Then it runs the bridge at real-time factor 1 and prints its physics rate and the
+/joint_states rate received by the subscriber against the configured rates.
 """
 
 from __future__ import annotations

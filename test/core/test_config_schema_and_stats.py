@@ -45,8 +45,8 @@ def test_wilson_interval_matches_reference_values():
     low, high = wilson_interval(8, 10)
     assert low == pytest.approx(0.4902, abs=1e-3)
     assert high == pytest.approx(0.9433, abs=1e-3)
-    # The ends are exact and every interval holds its rate, at counts whose rounding fell
-    # either way before (0/69 gave a positive low, 4/4 a high below 1).
+    # The ends are exact and every interval holds its rate, also at counts where floating
+    # point rounding would put an end past the rate (e.g. 0/69, 4/4).
     for trials in range(1, 130):
         assert wilson_interval(0, trials)[0] == 0.0
         assert wilson_interval(trials, trials)[1] == 1.0

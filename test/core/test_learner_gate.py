@@ -117,8 +117,9 @@ def test_broken_only_rejects_broken_actions_with_the_numbers(evidence, words):
 
 
 def test_the_measured_misspecified_case_both_rules_on_the_same_numbers():
-    # The measurement: the best adapted candidate, 12/30 on the stand-in vs 5/30
-    # zero-shot, screened 16/20 in randomized sim against the running policy's 20/20.
+    # A candidate adapted to a stand-in the sim does not model screens worse than the
+    # running policy in randomized sim (16/20 against 20/20): the relative rule (``old``)
+    # rejects it for that alone, broken_only (``new``) promotes it.
     candidate, running = {"train": summary(16)}, {"train": summary(20)}
     old = decide(candidate, running, 0.3, 0.1, "randomized", settings=RELATIVE)
     new = decide(candidate, running, 0.0, 0.1, "randomized")

@@ -308,8 +308,8 @@ def test_keep_out_box_is_not_entered():
 
 def test_the_curved_braking_path_does_not_cross_a_thin_keep_out_wall():
     # A 12 mm wall across the arc the tool sweeps when the shoulder pans. Checking only
-    # each step's end and its braking stop point let the arm pass straight through it
-    # (the stop point jumped over the wall before any step ended inside it); the whole
+    # each step's end and its braking stop point would let the arm pass straight through it
+    # (the stop point jumps over the wall before any step ends inside it); the whole
     # commanded path, sampled between outputs, must stay out of the wall.
     wall = [0.37, 0.210, 0.1, 0.42, 0.222, 0.3]
     f = SafetyFilter.from_description(

@@ -3,8 +3,7 @@
 A timer on sim time fires at most once per /clock message. When /clock advances in steps
 longer than the control period (the sim bridge faster than real time, or a lagging
 executor), the filter must still step once per period of sim time, or the arm moves
-slower than its limits allow and the policy's task fails (push: 5/8 at real-time factor
-1, 2/8 at 2 through the graph before this was caught).
+slower than its limits allow and a policy trained at the control period fails its task.
 """
 
 from __future__ import annotations
