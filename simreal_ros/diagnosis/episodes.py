@@ -6,8 +6,9 @@ commander saw before each command (``observations[t]``), the command it sent
 trajectory (``joint_positions``, ``tool_positions``, ``object_positions``: T+1 rows, the
 start state first). Sources:
 
-- ``run_episode(env, actor, seed, condition)``: one closed-loop episode in a
-  ``TaskEnvironment`` with any ``act(observation)`` commander (a policy or an expert);
+- ``record_episode(env, actor, seed, condition, forward_kinematics)``: one closed-loop
+  episode in a ``TaskEnvironment`` with any ``act(observation)`` commander (a policy or an
+  expert), run by the sim core's ``rollout``;
 - ``record_demonstrations(task, profile, condition, seeds)``: the scripted expert's
   successful episodes (fresh demonstrations);
 - ``episodes_from_bags(paths, joint_names)``: recorded episode bags, read with
@@ -22,13 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-OBS_KEYS = (
-    "joint_position",
-    "joint_velocity",
-    "object_position",
-    "object_orientation",
-    "goal_position",
-)
+from simreal_ros.policy.spec import RAW_FIELDS
 
 
 @dataclasses.dataclass
@@ -55,14 +50,33 @@ class RecordedEpisode:
 
 
 def _copy_observation(observation) -> dict[str, np.ndarray]:
-    return {k: np.array(observation[k], dtype=np.float64) for k in OBS_KEYS}
+    return {k: np.array(observation[k], dtype=np.float64) for k in RAW_FIELDS}
 
 
 def tool_positions_of(joint_positions: np.ndarray, forward_kinematics) -> np.ndarray:
     return np.array([forward_kinematics(q) for q in np.asarray(joint_positions)])
 
 
-def run_episode(
+class _ResetWithEnv:
+    """A diagnosis commander as a rollout actor: its ``reset`` may take the task
+    environment (a scenario's demonstrator reads the episode's hidden state from it)."""
+
+    def __init__(self, actor, env) -> None:
+        self.actor, self.env = actor, env
+
+    def reset(self) -> None:
+        reset = getattr(self.actor, "reset", None)
+        if reset is not None:
+            try:
+                reset(self.env)
+            except TypeError:
+                reset()
+
+    def act(self, observation) -> np.ndarray:
+        return self.actor.act(observation)
+
+
+def record_episode(
     env,
     actor,
     seed: int,
@@ -73,31 +87,22 @@ def run_episode(
 ) -> RecordedEpisode:
     """One closed-loop episode in a ``TaskEnvironment``; ``actor`` has ``act(observation)``
     (and optionally ``reset(env)``, called after the env reset)."""
-    observation = env.reset(seed=int(seed), condition=condition)
-    reset = getattr(actor, "reset", None)
-    if reset is not None:
-        try:
-            reset(env)
-        except TypeError:
-            reset()
+    from simreal_ros.sim.gym_env import ArmTaskEnv
+    from simreal_ros.sim.rollout import rollout
+
     observations, commands = [], []
-    positions = [np.array(observation["joint_position"], dtype=np.float64)]
-    objects = [np.array(observation["object_position"], dtype=np.float64)]
-    success = failure = False
-    info: dict = {}
-    done = False
-    while not done:
-        observations.append(_copy_observation(observation))
-        command = np.asarray(actor.act(observation), dtype=np.float64)
-        commands.append(command.copy())
-        step = env.step(command)
-        observation = step.observation
-        positions.append(np.array(observation["joint_position"], dtype=np.float64))
-        objects.append(np.array(observation["object_position"], dtype=np.float64))
-        success = success or step.success
-        failure = failure or bool(step.info.get("failure", False))
-        info = step.info
-        done = step.terminated or step.truncated
+    positions, objects = [], []
+
+    def record(step) -> None:
+        if step.index == 0:
+            positions.append(np.array(step.observation["joint_position"], dtype=np.float64))
+            objects.append(np.array(step.observation["object_position"], dtype=np.float64))
+        observations.append(_copy_observation(step.observation))
+        commands.append(step.command.copy())
+        positions.append(np.array(step.next_observation["joint_position"], dtype=np.float64))
+        objects.append(np.array(step.next_observation["object_position"], dtype=np.float64))
+
+    outcome = rollout(ArmTaskEnv.for_core(env), _ResetWithEnv(actor, env), seed, condition, record)
     joints = np.array(positions)
     return RecordedEpisode(
         task=task or env.task.name,
@@ -110,9 +115,9 @@ def run_episode(
         tool_positions=tool_positions_of(joints, forward_kinematics),
         object_positions=np.array(objects),
         goal=np.array(observations[0]["goal_position"], dtype=np.float64),
-        success=success,
-        failure=failure,
-        final_goal_distance=float(info.get("goal_distance", float("nan"))),
+        success=outcome.success,
+        failure=outcome.failure,
+        final_goal_distance=outcome.final_goal_distance,
     )
 
 
@@ -126,16 +131,16 @@ def record_demonstrations(
     expert=None,
 ) -> list[RecordedEpisode]:
     """Scripted-expert episodes in ``profile`` (the successful ones by default)."""
-    from simreal_ros.diagnosis.scenarios import make_environment, make_expert
+    from simreal_ros.diagnosis.scenarios import make_demonstrator, make_environment
     from simreal_ros.robot.description import load_robot_description
     from simreal_ros.robot.kinematics import ToolKinematics
 
     env = make_environment(task, profile, condition, control_rate_hz)
-    expert = expert or make_expert(task, control_rate_hz)
+    expert = expert or make_demonstrator(task, control_rate_hz)
     fk = ToolKinematics.for_robot(load_robot_description())
     out = []
     for seed in seeds:
-        episode = run_episode(env, expert, seed, condition, fk, task=task, source="expert")
+        episode = record_episode(env, expert, seed, condition, fk, task=task, source="expert")
         if episode.success or not successful_only:
             out.append(episode)
     return out
@@ -167,10 +172,10 @@ def episodes_from_bags(
         data = read_episode(bag, joint_names, meta=meta)
         if len(data) == 0:
             continue
-        rows = [{k: data.obs[k][i] for k in OBS_KEYS} for i in range(len(data))]
+        rows = [{k: data.obs[k][i] for k in RAW_FIELDS} for i in range(len(data))]
         if any(not np.all(np.isfinite(np.concatenate(list(r.values())))) for r in rows):
             continue  # a bag without object pose or goal cannot be replayed
-        last = {k: data.next_obs[k][-1] for k in OBS_KEYS}
+        last = {k: data.next_obs[k][-1] for k in RAW_FIELDS}
         joints = np.array([r["joint_position"] for r in rows] + [last["joint_position"]])
         objects = np.array([r["object_position"] for r in rows] + [last["object_position"]])
         out.append(

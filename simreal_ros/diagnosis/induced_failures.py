@@ -251,18 +251,20 @@ def perturbed_demonstrations(
     command at every visited state: demonstrations that also cover small deviations,
     so a cloned policy recovers from its own errors (DART, Laskey et al. 2017).
     ``expert_options`` go to the scenario's expert (e.g. ``side=1`` for reach_around)."""
-    from simreal_ros.diagnosis.episodes import run_episode
-    from simreal_ros.diagnosis.scenarios import make_environment, make_expert
+    from simreal_ros.diagnosis.episodes import record_episode
+    from simreal_ros.diagnosis.scenarios import make_demonstrator, make_environment
     from simreal_ros.robot.description import load_robot_description
     from simreal_ros.robot.kinematics import ToolKinematics
 
     env = make_environment(task, profile, condition)
-    expert = make_expert(task, **expert_options)
+    expert = make_demonstrator(task, **expert_options)
     actor = _NoisyExecution(expert, noise, np.random.default_rng(seed))
     fk = ToolKinematics.for_robot(load_robot_description())
     out = []
     for episode_seed in seeds:
-        episode = run_episode(env, actor, episode_seed, condition, fk, task=task, source="expert")
+        episode = record_episode(
+            env, actor, episode_seed, condition, fk, task=task, source="expert"
+        )
         episode.commands = np.array(actor.labels)
         out.append(episode)
     return out

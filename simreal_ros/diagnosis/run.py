@@ -57,7 +57,7 @@ def _episodes(
     import torch
 
     torch.set_num_threads(1)
-    from simreal_ros.diagnosis.episodes import run_episode
+    from simreal_ros.diagnosis.episodes import record_episode
     from simreal_ros.diagnosis.scenarios import make_environment
     from simreal_ros.robot.description import load_robot_description
     from simreal_ros.robot.kinematics import ToolKinematics
@@ -68,7 +68,7 @@ def _episodes(
     fk = ToolKinematics.for_robot(load_robot_description())
     out = []
     for seed in seeds:
-        episode = run_episode(env, policy, seed, condition, fk, task=task)
+        episode = record_episode(env, policy, seed, condition, fk, task=task)
         stats = action_statistics(
             episode.commands,
             episode.joint_positions,

@@ -204,7 +204,7 @@ class _CoreExpert:
         return self.expert.act(observation)
 
 
-def make_expert(task: str, control_rate_hz: float = 20.0, **options):
+def make_demonstrator(task: str, control_rate_hz: float = 20.0, **options):
     """A scripted demonstrator with ``reset(env)`` (after each env reset) and ``act(obs)``.
 
     ``options`` go to the scenario's expert (``side=`` for reach_around)."""

@@ -48,15 +48,8 @@ import numpy as np
 from simreal_ros.episodes.metadata import METADATA_TOPIC, METADATA_TYPE, EpisodeMetadata
 from simreal_ros.episodes.recovery import bag_state, iter_mcap_records, mcap_file
 from simreal_ros.episodes.typestore import project_typestore
+from simreal_ros.policy.spec import RAW_FIELDS, field_size
 from simreal_ros.robot.joint_order import JointOrder
-
-OBS_KEYS = (
-    "joint_position",
-    "joint_velocity",
-    "object_position",
-    "object_orientation",
-    "goal_position",
-)
 
 
 class BagWarning(UserWarning):
@@ -100,7 +93,7 @@ class EpisodeFilter:
 
 
 @dataclasses.dataclass
-class Transitions:
+class RecordedSteps:
     """Aligned transitions of one or more episodes; row i of every array is one step."""
 
     joint_names: tuple[str, ...]
@@ -123,11 +116,9 @@ class Transitions:
         return len(self.actions)
 
     @classmethod
-    def empty(cls, joint_names: Sequence[str]) -> Transitions:
+    def empty(cls, joint_names: Sequence[str]) -> RecordedSteps:
         j = len(joint_names)
-        widths = {"joint_position": j, "joint_velocity": j, "object_position": 3,
-                  "object_orientation": 4, "goal_position": 3}  # fmt: skip
-        obs = {k: np.zeros((0, w)) for k, w in widths.items()}
+        obs = {k: np.zeros((0, field_size(k, j))) for k in RAW_FIELDS}
         return cls(
             tuple(joint_names),
             obs,
@@ -147,7 +138,9 @@ class Transitions:
         )
 
     @classmethod
-    def concatenate(cls, parts: Sequence[Transitions], joint_names: Sequence[str]) -> Transitions:
+    def concatenate(
+        cls, parts: Sequence[RecordedSteps], joint_names: Sequence[str]
+    ) -> RecordedSteps:
         if not parts:
             return cls.empty(joint_names)
         out = {}
@@ -161,7 +154,7 @@ class Transitions:
                 out[field.name] = np.concatenate(values)
         return cls(**out)
 
-    def select(self, mask: np.ndarray) -> Transitions:
+    def select(self, mask: np.ndarray) -> RecordedSteps:
         out = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
@@ -171,7 +164,7 @@ class Transitions:
                 out[field.name] = value[mask]
             else:
                 out[field.name] = value
-        return Transitions(**out)
+        return RecordedSteps(**out)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Flat name -> array mapping (``obs.joint_position`` ...), e.g. for ``np.savez``."""
@@ -364,8 +357,8 @@ def read_episode(
     joint_units: Sequence[str] = (),
     topics: DatasetTopics = DatasetTopics(),
     meta: EpisodeMetadata | None = None,
-) -> Transitions:
-    """Transitions of one episode bag (see the module docstring for the alignment)."""
+) -> RecordedSteps:
+    """The recorded steps of one episode bag (see the module docstring for the alignment)."""
     bag_dir = Path(bag_dir)
     joint_names = list(joint_names)
     meta = meta or read_episode_metadata(bag_dir) or EpisodeMetadata(episode_id="unknown")
@@ -455,12 +448,12 @@ def _observation_index(states: _Series, actions: _Series, a_times: np.ndarray) -
 
 def _align(bag_dir, joint_names, meta, states, actions, takeovers, poses, statuses, safety):
     if not actions.times or not states.times:
-        return Transitions.empty(joint_names)
+        return RecordedSteps.empty(joint_names)
     a_times = np.asarray(actions.times, np.int64)
     state_idx = _observation_index(states, actions, a_times)
     keep = state_idx >= 0  # actions before the first joint state have no observation
     if not keep.any():
-        return Transitions.empty(joint_names)
+        return RecordedSteps.empty(joint_names)
     a_times, state_idx = a_times[keep], state_idx[keep]
     action_rows = [r for r, k in zip(actions.rows, keep, strict=True) if k]
     n = len(a_times)
@@ -517,7 +510,7 @@ def _align(bag_dir, joint_names, meta, states, actions, takeovers, poses, status
     next_times = np.concatenate([a_times[1:], last_t])
     next_obs = _observations(states, poses, statuses, next_times, states.latest_index(next_times))
     ids = np.full(n, meta.episode_id)
-    return Transitions(
+    return RecordedSteps(
         tuple(joint_names),
         obs,
         acts,
@@ -586,8 +579,8 @@ def load_transitions(
     where: EpisodeFilter = EpisodeFilter(),
     joint_units: Sequence[str] = (),
     topics: DatasetTopics = DatasetTopics(),
-) -> Transitions:
-    """Transitions of every selected episode under ``paths``, concatenated in path order.
+) -> RecordedSteps:
+    """Recorded steps of every selected episode under ``paths``, concatenated in path order.
 
     Unreadable bags are skipped with a BagWarning naming the file; a joint mismatch raises
     JointSpecMismatch.
@@ -611,4 +604,4 @@ def load_transitions(
             raise
         except Exception as error:
             warnings.warn(f"{bag}: skipped, unreadable: {error}", BagWarning, stacklevel=2)
-    return Transitions.concatenate(parts, joint_names)
+    return RecordedSteps.concatenate(parts, joint_names)

@@ -1,8 +1,9 @@
 """Transitions in the actor's coordinates, and the co-training sampler that mixes sources.
 
 Everything here is in the policy's normalised coordinates: observations standardised by
-the checkpoint's statistics, actions in [-1, 1]. Converting recorded episodes into this
-form happens once, in ``trainer.transitions_from_dataset``.
+the checkpoint's statistics, actions in [-1, 1]. Converting recorded episodes
+(``episodes.dataset.RecordedSteps``) into this form happens once, in
+``learner.data.transitions_from_dataset``.
 """
 
 from __future__ import annotations

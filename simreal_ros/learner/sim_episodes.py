@@ -9,10 +9,10 @@ tests, the benchmark and `simreal learn --record-sim` demos where no graph is ru
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from simreal_ros.episodes import messages
 from simreal_ros.episodes.bag_writer import EpisodeRecording, TopicSpec
@@ -51,14 +51,18 @@ def record_rollout(
     multiple of it, as the sim bridge and a joint_state_broadcaster publish faster).
     ``actor`` / ``version``: another actor on the checkpoint's spec (e.g. base + adapter).
     """
+    from simreal_ros.learner.data import ActionRuleActor, policy_actions
+    from simreal_ros.policy.spec import SpecConverter
+    from simreal_ros.sim.gym_env import ArmTaskEnv
+    from simreal_ros.sim.rollout import rollout
+
     actor = actor if actor is not None else checkpoint.model.actor
     version = version or checkpoint.version
-    from simreal_ros.learner.session import make_converter
-    from simreal_ros.sim.gym_env import ArmTaskEnv
-
-    converter = converter or make_converter(checkpoint)
+    converter = converter or SpecConverter(checkpoint.spec)
     names = list(checkpoint.spec.joint_names)
-    env = ArmTaskEnv(task=task, profile=profile, episode_seconds=episode_seconds)
+    env = ArmTaskEnv(
+        task=task, profile=profile, episode_seconds=episode_seconds, state_rate_hz=state_rate_hz
+    )
     bag_dir = Path(bag_dir)
     meta = EpisodeMetadata(
         episode_id=episode_id or bag_dir.name,
@@ -73,78 +77,50 @@ def record_rollout(
     )
     recording = EpisodeRecording(bag_dir, TOPICS, meta, flush_period_s=0.05)
     recording.start()
-    rng = np.random.default_rng(seed)
     t0 = 1_700_000_000_000_000_000
     success = False
+
+    def write(step) -> None:
+        nonlocal success
+        t = t0 + step.index * PERIOD_NS
+        if step.index == 0:
+            start = step.observation
+            _send(recording, 3, t0 - 5_000_000, _status(meta, 0, start, 0.0, False, False, False))
+            _send_state(recording, t0, names, start)
+        intent = messages.policy_action(
+            t, step.command, version=version, sequence=step.index, joint_names=names
+        )
+        _send(recording, 2, t, intent)
+        _send(recording, 4, t, messages.float64_multi_array(step.command))
+        obs = step.next_observation
+        samples = step.info.get("measurements") or ()
+        for sample in samples:
+            _send_state(
+                recording, t0 + round(sample.time * 1e9), names, dataclasses.asdict(sample)
+            )
+        if not samples:
+            _send_state(recording, t + PERIOD_NS, names, obs)
+        success = success or bool(step.info.get("success", False))
+        done = step.terminated or step.truncated
+        status = _status(meta, step.index + 1, obs, step.reward, success, done, step.truncated)
+        _send(recording, 3, t + 2_000_000, status)
+
     try:
-        obs, _ = env.reset(seed=seed, options={"condition": condition})
-        core = env.core
-        measure_every = _measure_every(core, state_rate_hz)
-        _send(recording, 3, t0 - 5_000_000, _status(meta, 0, obs, 0.0, False, False, False))
-        _send_state(recording, t0, names, core.measure(), obs)
-        step, done = 0, False
-        while not done:
-            t = t0 + step * PERIOD_NS
-            normalized = torch.as_tensor(
-                converter.normalized_observation(obs), dtype=torch.float32
-            )
-            with torch.no_grad():
-                action = actor(normalized).numpy()
-            action = np.clip(action + noise * rng.standard_normal(action.shape), -1.0, 1.0)
-            command = converter.command_from_action(action, obs["joint_position"])
-            intent = messages.policy_action(
-                t, command, version=version, sequence=step, joint_names=names
-            )
-            _send(recording, 2, t, intent)
-            _send(recording, 4, t, messages.float64_multi_array(command))
-            if measure_every:
-                timestep = core.step(command, measure_every=measure_every)
-                obs, reward = timestep.observation, timestep.reward
-                terminated, truncated, info = (
-                    timestep.terminated,
-                    timestep.truncated,
-                    timestep.info,
-                )
-                for sample in info["measurements"]:
-                    _send_state(recording, t0, names, sample, obs)
-            else:
-                obs, reward, terminated, truncated, info = env.step(command)
-                _send_state(recording, t0, names, None, obs, t + PERIOD_NS)
-            success = success or bool(info.get("success", False))
-            done = bool(terminated or truncated)
-            status = _status(meta, step + 1, obs, reward, success, done, bool(truncated))
-            _send(recording, 3, t + 2_000_000, status)
-            step += 1
+        policy = ActionRuleActor(
+            converter, policy_actions(actor, noise), np.random.default_rng(seed)
+        )
+        rollout(env, policy, seed, condition, write)
     finally:
         env.close()
     return recording.stop("success" if success else "failure", success)
 
 
-def _measure_every(core, state_rate_hz: float) -> int:
-    """Physics steps between state messages; 0: one per control period (the observation)."""
-    period_steps = core.substeps
-    per_period = state_rate_hz / core.config.control_rate_hz
-    if abs(per_period - 1.0) < 1e-9:
-        return 0
-    every = period_steps / per_period if per_period > 0 else 0.0
-    if per_period < 1 or abs(every - round(every)) > 1e-9 or period_steps % round(every):
-        raise ValueError(
-            f"state_rate_hz={state_rate_hz:g} must be a whole multiple of the control rate "
-            f"{core.config.control_rate_hz:g} Hz that divides its {period_steps} physics steps."
-        )
-    return round(every)
-
-
-def _send_state(recording, t0: int, names, sample, obs, stamp: int | None = None) -> None:
-    """/joint_states and /object/pose of one measurement; the observation then carries the
-    same noisy values the messages do (as a subscriber of those topics would see)."""
-    if sample is not None:
-        stamp = t0 + round(sample.time * 1e9)
-        obs["joint_position"] = sample.joint_position
-        obs["object_position"] = sample.object_position
-    state = messages.joint_state(stamp, names, obs["joint_position"], obs["joint_velocity"])
-    _send(recording, 0, stamp - 2_000_000, state)  # received before the tick's action
-    pose = messages.pose_stamped(stamp, obs["object_position"], obs["object_orientation"])
+def _send_state(recording, stamp: int, names, state) -> None:
+    """/joint_states and /object/pose of one measurement (an observation or a
+    ``Measurement``'s fields)."""
+    message = messages.joint_state(stamp, names, state["joint_position"], state["joint_velocity"])
+    _send(recording, 0, stamp - 2_000_000, message)  # received before the tick's action
+    pose = messages.pose_stamped(stamp, state["object_position"], state["object_orientation"])
     _send(recording, 1, stamp - 1_000_000, pose)
 
 

@@ -12,12 +12,13 @@ import sys
 import threading
 
 import numpy as np
-from geometry_msgs.msg import PoseStamped
+from geometry_msgs.msg import Point, PoseStamped
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 
 from simreal_ros.msg import PolicyAction, TaskStatus
 from simreal_ros.nodes import qos
+from simreal_ros.nodes.observation import joint_arrays, observation_from_messages
 from simreal_ros.nodes.params import declare_robot
 from simreal_ros.nodes.runtime import run_node
 from simreal_ros.robot.joint_order import JointOrder
@@ -33,11 +34,9 @@ class ExpertDriverNode(Node):
         self.expert = make_expert(task, self.robot, rate_hz)
         self._joint_order = JointOrder(self.robot.joint_names)
         self._lock = threading.Lock()
-        self._position: np.ndarray | None = None
-        self._velocity = np.zeros(len(self.robot.joint_names))
-        self._object = np.zeros(3)
-        self._orientation = np.array([1.0, 0.0, 0.0, 0.0])
-        self._goal: np.ndarray | None = None
+        self._joints: tuple[np.ndarray, np.ndarray] | None = None
+        self._pose = PoseStamped()  # until the first pose: the cube at the origin, unrotated
+        self._goal: Point | None = None
         self.enabled = False
         self._sequence = 0
         self._message = PolicyAction()
@@ -51,38 +50,27 @@ class ExpertDriverNode(Node):
         self.create_timer(1.0 / rate_hz, self._on_tick)
 
     def _on_state(self, msg: JointState) -> None:
-        position = self._joint_order.reorder(msg.name, msg.position)
-        if position is None:
+        joints = joint_arrays(self._joint_order, msg)
+        if joints is None:
             return  # not this arm's joint states: never act on them
-        velocity = self._joint_order.reorder(msg.name, msg.velocity)
-        if velocity is None:
-            velocity = np.zeros(len(position))
         with self._lock:
-            self._position, self._velocity = position, velocity
+            self._joints = joints
 
     def _on_pose(self, msg: PoseStamped) -> None:
-        p, q = msg.pose.position, msg.pose.orientation
         with self._lock:
-            self._object = np.array([p.x, p.y, p.z])
-            self._orientation = np.array([q.w, q.x, q.y, q.z])
+            self._pose = msg
 
     def _on_task(self, msg: TaskStatus) -> None:
         with self._lock:
-            self._goal = np.array([msg.goal.x, msg.goal.y, msg.goal.z])
+            self._goal = msg.goal
 
     def _on_tick(self) -> None:
         if not self.enabled:
             return
         with self._lock:
-            if self._position is None or self._goal is None:
+            if self._joints is None or self._goal is None:
                 return
-            observation = {
-                "joint_position": self._position.copy(),
-                "joint_velocity": self._velocity.copy(),
-                "object_position": self._object.copy(),
-                "object_orientation": self._orientation.copy(),
-                "goal_position": self._goal.copy(),
-            }
+            observation = observation_from_messages(self._joints, self._pose, self._goal)
         command = self.expert.act(observation)
         self._sequence += 1
         self._message.header.stamp = self.get_clock().now().to_msg()

@@ -138,34 +138,25 @@ def build_policy(source: PolicySource, description: Any = None):
     return deployed
 
 
-def run_episode(env, policy, seed: int, condition: str, reference=None) -> EpisodeRecord:
-    observation, _ = env.reset(seed=int(seed), options={"condition": condition})
-    total, steps, success, failure = 0.0, 0, False, False
-    terminated = truncated = False
-    info: dict[str, Any] = {}
-    stats = _ActionStats()
-    while not (terminated or truncated):
-        before = _hard_interventions(env)
-        command = stats.command(policy, observation, reference)
-        observation, reward, terminated, truncated, info = env.step(command)
-        stats.intervened_steps += _hard_interventions(env) > before
-        total += float(reward)
-        steps += 1
-        success = success or bool(info.get("success", False))
-        failure = failure or bool(info.get("failure", False))
+def evaluate_episode(env, policy, seed: int, condition: str, reference=None) -> EpisodeRecord:
+    """One episode of ``policy`` on a gymnasium ``env``, with the screening evidence."""
+    from simreal_ros.sim.rollout import rollout
+
+    actor = _ScreenedActor(env, policy, reference)
+    outcome = rollout(env, actor, seed, condition, actor.on_step)
     return EpisodeRecord(
-        seed=int(seed),
-        success=success,
-        episode_return=total,
-        length=steps,
-        failure=failure,
-        final_goal_distance=float(info.get("goal_distance", float("nan"))),
-        interventions=int(info.get("safety_interventions", 0)),
-        intervened_steps=stats.intervened_steps,
-        saturated_actions=stats.saturated,
-        action_components=stats.components,
-        nonfinite_steps=stats.nonfinite,
-        divergence=stats.divergence(),
+        seed=outcome.seed,
+        success=outcome.success,
+        episode_return=outcome.episode_return,
+        length=outcome.steps,
+        failure=outcome.failure,
+        final_goal_distance=outcome.final_goal_distance,
+        interventions=int(outcome.info.get("safety_interventions", 0)),
+        intervened_steps=actor.intervened_steps,
+        saturated_actions=actor.saturated,
+        action_components=actor.components,
+        nonfinite_steps=actor.nonfinite,
+        divergence=actor.divergence(),
     )
 
 
@@ -177,15 +168,20 @@ def _hard_interventions(env) -> int:
     return sum(n for limit, n in safety.counts.items() if limit not in SHAPING_LIMITS)
 
 
-class _ActionStats:
-    """Per-episode action evidence for the screening gate (see the module docstring)."""
+class _ScreenedActor:
+    """``policy`` as a rollout actor that gathers one episode's action evidence for the
+    screening gate (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, env, policy, reference) -> None:
+        self.env, self.policy, self.reference = env, policy, reference
         self.intervened_steps = self.saturated = self.components = self.nonfinite = 0
         self._difference = 0.0
         self._compared = 0
+        self._before = 0
 
-    def command(self, policy, observation, reference) -> np.ndarray:
+    def act(self, observation) -> np.ndarray:
+        self._before = _hard_interventions(self.env)
+        policy = self.policy
         if not (hasattr(policy, "converter") and hasattr(policy, "actor")):
             return policy.act(observation)  # a policy without a normalised action
         normalized = policy.converter.normalized_observation(observation)
@@ -196,11 +192,14 @@ class _ActionStats:
             self.nonfinite += 1
             return joints.copy()  # hold, as the safety filter would
         self.saturated += int(np.sum(np.abs(action) >= SATURATED))
-        if reference is not None:
-            other = np.asarray(reference.actor(normalized), dtype=np.float64)
+        if self.reference is not None:
+            other = np.asarray(self.reference.actor(normalized), dtype=np.float64)
             self._difference += float(np.sum(np.abs(action - other)))
             self._compared += action.size
         return policy.converter.command_from_action(action, joints)
+
+    def on_step(self, step) -> None:
+        self.intervened_steps += _hard_interventions(self.env) > self._before
 
     def divergence(self) -> float | None:
         return self._difference / self._compared if self._compared else None
@@ -235,7 +234,7 @@ def _worker(
         safety_filter=safety_filter,
     )
     try:
-        records = [run_episode(env, policy, seed, condition, other) for seed in seeds]
+        records = [evaluate_episode(env, policy, seed, condition, other) for seed in seeds]
     finally:
         env.close()
     return spec.task, policy.version, records

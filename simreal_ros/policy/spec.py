@@ -35,6 +35,8 @@ RAW_FIELD_SIZES: dict[str, int | None] = {
     "object_orientation": 4,  # quaternion w, x, y, z
     "goal_position": 3,
 }
+# The keys of an observation dict, in this order, wherever one is built.
+RAW_FIELDS: tuple[str, ...] = tuple(RAW_FIELD_SIZES)
 # Fields derived from raw ones; computed by the same function everywhere.
 DERIVED_FIELD_SIZES: dict[str, int] = {
     "goal_minus_object": 3,

@@ -20,14 +20,6 @@ from simreal_ros.sim.physics import ArmPhysics
 from simreal_ros.sim.profiles import DynamicsProfile, check_profile, load_profile
 from simreal_ros.sim.tasks import CONDITIONS, TASKS, Task, make_task
 
-OBSERVATION_KEYS = (
-    "joint_position",
-    "joint_velocity",
-    "object_position",
-    "object_orientation",
-    "goal_position",
-)
-
 
 @dataclasses.dataclass
 class EnvironmentConfig:
@@ -177,6 +169,8 @@ class TaskEnvironment:
         ``measure_every`` > 0: also measure the arm and cube every that many physics steps
         within the period, as a joint-state publisher faster than the control rate would
         (``info["measurements"]``: ``Measurement`` rows; without the safety filter only).
+        The observation then carries the last measurement's noisy joint and cube positions,
+        as a subscriber of those topics would see them.
         """
         physics = self.physics
         measurements: list[Measurement] = []
@@ -202,8 +196,12 @@ class TaskEnvironment:
         failure = self.task.failure(physics)
         terminated = failure or (success and self.config.terminate_on_success)
         truncated = (not terminated) and self.step_index >= self.max_steps
+        observation = self.observation()
+        if measurements:
+            observation["joint_position"] = measurements[-1].joint_position
+            observation["object_position"] = measurements[-1].object_position
         return TimeStep(
-            observation=self.observation(),
+            observation=observation,
             reward=self.task.reward(physics, self.config.reward),
             success=success,
             terminated=bool(terminated),
@@ -220,6 +218,22 @@ class TaskEnvironment:
                 "measurements": measurements,
             },
         )
+
+    def measure_every(self, state_rate_hz: float) -> int:
+        """Physics steps between measurements at ``state_rate_hz`` (``step``'s
+        ``measure_every``); 0 at the control rate (the observation is the measurement)."""
+        period_steps = self.substeps
+        per_period = state_rate_hz / self.config.control_rate_hz
+        if abs(per_period - 1.0) < 1e-9:
+            return 0
+        every = period_steps / per_period if per_period > 0 else 0.0
+        if per_period < 1 or abs(every - round(every)) > 1e-9 or period_steps % round(every):
+            raise ValueError(
+                f"state_rate_hz={state_rate_hz:g} must be a whole multiple of the control rate "
+                f"{self.config.control_rate_hz:g} Hz that divides its {period_steps} physics "
+                "steps."
+            )
+        return round(every)
 
     def _filtered_step(self, command) -> None:
         """One control period with the safety filter between the command and the arm."""

@@ -170,18 +170,6 @@ def make_expert(
     raise ValueError(f"no scripted expert for task {task!r}; use push or reach.")
 
 
-def run_episode(env, expert, seed: int, condition: str = "train") -> dict:
-    """One expert episode on an ``ArmTaskEnv``; returns outcome and length."""
-    observation, _ = env.reset(seed=seed, options={"condition": condition})
-    expert.reset()
-    steps, success, terminated, truncated = 0, False, False, False
-    while not (terminated or truncated):
-        observation, _, terminated, truncated, info = env.step(expert.act(observation))
-        steps += 1
-        success = success or bool(info["success"])
-    return {"seed": seed, "success": success, "steps": steps, "failure": info["failure"]}
-
-
 def measure_success(
     task: str = "push",
     condition: str = "train",
@@ -192,15 +180,15 @@ def measure_success(
 ) -> dict:
     """Expert success rate over seeds first_seed.. with a 95% Wilson interval."""
     from simreal_ros.sim.gym_env import ArmTaskEnv
+    from simreal_ros.sim.rollout import rollout
 
     env = ArmTaskEnv(task=task, profile=profile, condition=condition)
     expert = make_expert(task, tuning=tuning)
     start = time.perf_counter()
     results = [
-        run_episode(env, expert, seed, condition)
-        for seed in range(first_seed, first_seed + episodes)
+        rollout(env, expert, seed, condition) for seed in range(first_seed, first_seed + episodes)
     ]
-    successes = sum(r["success"] for r in results)
+    successes = sum(r.success for r in results)
     low, high = wilson_interval(successes, episodes)
     return {
         "task": task,
@@ -210,8 +198,8 @@ def measure_success(
         "successes": successes,
         "rate": successes / episodes,
         "ci95": (low, high),
-        "mean_steps": float(np.mean([r["steps"] for r in results])),
-        "failed_seeds": [r["seed"] for r in results if not r["success"]],
+        "mean_steps": float(np.mean([r.steps for r in results])),
+        "failed_seeds": [r.seed for r in results if not r.success],
         "seconds": time.perf_counter() - start,
     }
 

@@ -3,7 +3,8 @@
 ACTION: the controller command, 7 absolute joint position targets in the robot
 description's joint order (rad; m for a prismatic joint), exactly what the sim bridge and a
 ros2_control forward_position_controller accept. OBSERVATION: a dict of what the arm's
-topics carry (see ``OBSERVATION_KEYS``). Control at 20 Hz by default, physics at 500 Hz.
+topics carry (the policy spec's ``RAW_FIELDS``). Control at 20 Hz by default, physics at
+500 Hz.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from simreal_ros.policy.spec import RAW_FIELDS, field_size
 from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
 
 
@@ -22,7 +24,10 @@ class ArmTaskEnv(gym.Env):
 
     ``reset(seed=..., options={"condition": "train" | "shifted"})`` is deterministic per
     seed. ``terminated`` is a true termination (success or cube off the table);
-    ``truncated`` is the time limit.
+    ``truncated`` is the time limit. ``state_rate_hz`` (a whole multiple of the control
+    rate): also measure the arm and cube at that rate within each control period, as a
+    faster joint-state publisher would (``info["measurements"]``; the observation then
+    carries the last measurement).
     """
 
     metadata: ClassVar[dict] = {"render_modes": ["rgb_array"], "render_fps": 20}
@@ -39,9 +44,10 @@ class ArmTaskEnv(gym.Env):
         render_mode: str | None = None,
         camera: str = "front",
         safety_filter: bool = False,
+        state_rate_hz: float | None = None,
     ) -> None:
         super().__init__()
-        self.core = TaskEnvironment(
+        core = TaskEnvironment(
             EnvironmentConfig(
                 task=task,
                 profile=profile,
@@ -53,10 +59,23 @@ class ArmTaskEnv(gym.Env):
                 safety_filter=safety_filter,
             )
         )
-        robot = self.core.robot
+        self._attach(core, render_mode, camera, state_rate_hz)
+
+    @classmethod
+    def for_core(cls, core: TaskEnvironment) -> ArmTaskEnv:
+        """The gymnasium interface over an existing task environment (e.g. a scenario's)."""
+        env = cls.__new__(cls)
+        gym.Env.__init__(env)
+        env._attach(core, None, "front", None)
+        return env
+
+    def _attach(self, core, render_mode, camera, state_rate_hz) -> None:
+        self.core = core
+        robot = core.robot
         self.render_mode = render_mode
         self.camera = camera
         self._renderer = None
+        self.measure_every = core.measure_every(state_rate_hz) if state_rate_hz else 0
         self.action_space = spaces.Box(
             low=np.asarray(robot.position_lower, dtype=np.float64),
             high=np.asarray(robot.position_upper, dtype=np.float64),
@@ -67,13 +86,7 @@ class ArmTaskEnv(gym.Env):
             return spaces.Box(-np.inf, np.inf, shape=(size,), dtype=np.float64)
 
         self.observation_space = spaces.Dict(
-            {
-                "joint_position": box(robot.num_joints),
-                "joint_velocity": box(robot.num_joints),
-                "object_position": box(3),
-                "object_orientation": box(4),
-                "goal_position": box(3),
-            }
+            {field: box(field_size(field, robot.num_joints)) for field in RAW_FIELDS}
         )
 
     @property
@@ -94,7 +107,7 @@ class ArmTaskEnv(gym.Env):
         return observation, info
 
     def step(self, action):
-        step = self.core.step(action)
+        step = self.core.step(action, measure_every=self.measure_every)
         return step.observation, step.reward, step.terminated, step.truncated, step.info
 
     def render(self):

@@ -3,22 +3,23 @@ measurement is ``python -m simreal_ros.sim.expert``)."""
 
 import numpy as np
 
-from simreal_ros.sim.expert import make_expert, run_episode
+from simreal_ros.sim.expert import make_expert
 from simreal_ros.sim.gym_env import ArmTaskEnv
+from simreal_ros.sim.rollout import rollout
 
 
 def test_push_expert_succeeds_on_most_train_seeds():
     env = ArmTaskEnv(task="push")
     expert = make_expert("push")
-    results = [run_episode(env, expert, seed) for seed in range(100, 110)]
-    assert sum(r["success"] for r in results) >= 8, results
+    results = [rollout(env, expert, seed, "train") for seed in range(100, 110)]
+    assert sum(r.success for r in results) >= 8, results
 
 
 def test_reach_expert_succeeds():
     env = ArmTaskEnv(task="reach")
     expert = make_expert("reach")
-    results = [run_episode(env, expert, seed) for seed in range(100, 105)]
-    assert sum(r["success"] for r in results) >= 4, results
+    results = [rollout(env, expert, seed, "train") for seed in range(100, 105)]
+    assert sum(r.success for r in results) >= 4, results
 
 
 def test_expert_actions_are_valid_commands_within_limits():

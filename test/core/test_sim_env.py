@@ -134,3 +134,17 @@ def test_no_reach_episode_starts_solved():
             env.reset(seed=seed, condition=condition)
             assert env.task.goal_distance(env.physics) > 2 * tolerance, (condition, seed)
             assert env.task.sparse_reward(env.physics) == 0.0
+
+
+def test_a_faster_state_rate_measures_within_the_period_and_observes_the_last_sample():
+    env = ArmTaskEnv(task="push", profile="real_twin", state_rate_hz=100.0)
+    assert env.measure_every == env.core.substeps // 5
+    observation, _ = env.reset(seed=0)
+    observation, *_, info = env.step(observation["joint_position"])
+    samples = info["measurements"]
+    assert len(samples) == 5 and samples[-1].time == pytest.approx(env.core.physics.time)
+    np.testing.assert_array_equal(observation["joint_position"], samples[-1].joint_position)
+    np.testing.assert_array_equal(observation["object_position"], samples[-1].object_position)
+    assert ArmTaskEnv(task="push", state_rate_hz=20.0).measure_every == 0
+    with pytest.raises(ValueError, match="whole multiple"):
+        ArmTaskEnv(task="push", state_rate_hz=30.0)

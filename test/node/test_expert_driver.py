@@ -48,7 +48,7 @@ def test_expert_acts_on_the_graph_state_only_when_enabled(rclpy_context, executo
     assert commanded_tool[0] > tool[0] + 1e-3
 
     # Joint states of another arm, or of only part of this one, are ignored, never acted on.
-    before = expert._position.copy()
+    before = expert._joints[0].copy()
     names = list(robot.joint_names)
     for foreign in (
         JointState(name=["a", "b"], position=[1.0, 1.0]),
@@ -56,11 +56,11 @@ def test_expert_acts_on_the_graph_state_only_when_enabled(rclpy_context, executo
         JointState(name=names, position=[1.0] * (len(names) - 1)),
     ):
         expert._on_state(foreign)
-        assert np.array_equal(expert._position, before), foreign.name
+        assert np.array_equal(expert._joints[0], before), foreign.name
     # Joints the controller does not drive (a broadcaster publishes them all) are skipped,
     # as the policy and the safety filter skip them.
     expert._on_state(JointState(name=["extra", *names], position=[9.0, *before]))
-    assert np.array_equal(expert._position, before)
+    assert np.array_equal(expert._joints[0], before)
     # The same arm's joints in another order are taken, mapped by name.
     expert._on_state(JointState(name=names[::-1], position=list(range(len(names)))[::-1]))
-    assert np.array_equal(expert._position, np.arange(len(names), dtype=float))
+    assert np.array_equal(expert._joints[0], np.arange(len(names), dtype=float))
