@@ -23,12 +23,22 @@ def add_parser(subparsers) -> None:
     p.add_argument("version")
     p.add_argument("--store", default=DEFAULT_STORE, help="adapter store directory")
     p.set_defaults(func=_show)
-    p = sub.add_parser("rollback", help="make an earlier version the running one")
+    p = sub.add_parser(
+        "rollback",
+        help="make an earlier version the running one",
+        description="Make an earlier version the running one (the store's active.json). "
+        "With --service a running policy node does it: it rolls back its own adapter_store "
+        "and runs the result, or refuses and keeps both as they were, so the store and the "
+        "node never disagree. Without --service only the store at --store changes.",
+    )
     p.add_argument("version", nargs="?", default="", help="default: the one before")
-    p.add_argument("--store", default=DEFAULT_STORE, help="adapter store directory")
+    p.add_argument(
+        "--store", default=DEFAULT_STORE, help="adapter store directory (not with --service)"
+    )
     p.add_argument(
         "--service", default="",
-        help="also call this Rollback service of a running policy node, e.g. /policy/rollback",
+        help="ask this Rollback service of a running policy node, e.g. /policy/rollback, to "
+        "roll back its adapter_store and run the result",
     )  # fmt: skip
     p.set_defaults(func=_rollback)
 
@@ -41,7 +51,7 @@ def format_table(store) -> str:
     for item in store.list():
         created = datetime.datetime.fromtimestamp(item.manifest.get("created", 0))
         marker = "*" if item.version == current else ""
-        decision = "promoted" if item.promoted else "rejected"
+        decision = "rejected" if item.rejected else "promoted" if item.promoted else "-"
         lines.append(
             f"{marker:2}{item.version:10} {item.parent_version or 'base':10} "
             f"{item.metadata.get('method', ''):6} {decision:9} "
@@ -53,14 +63,14 @@ def format_table(store) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from simreal_ros.learner.store import AdapterStore
+    from simreal_ros.adapters.store import AdapterStore
 
     print(format_table(AdapterStore(args.store)))
     return 0
 
 
 def _show(args: argparse.Namespace) -> int:
-    from simreal_ros.learner.store import AdapterStore
+    from simreal_ros.adapters.store import AdapterStore
 
     item = AdapterStore(args.store).load(args.version)
     print(
@@ -79,13 +89,12 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _rollback(args: argparse.Namespace) -> int:
-    from simreal_ros.learner.store import AdapterStore
-
-    store = AdapterStore(args.store)
-    version = store.rollback(args.version or None)
-    print(f"running version is now {version or 'the base checkpoint'}")
     if args.service:
         from simreal_ros.nodes.rollback_client import call_rollback_service
 
-        return call_rollback_service(args.service, version or "")
+        return call_rollback_service(args.service, args.version)
+    from simreal_ros.adapters.store import AdapterStore
+
+    version = AdapterStore(args.store).rollback(args.version or None)
+    print(f"running version is now {version or 'the base checkpoint'}")
     return 0

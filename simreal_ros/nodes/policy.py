@@ -19,8 +19,14 @@ so neither start-up nor the first hot swap pays seconds of imports holding the G
 Hot swap: a promoted /learner/policy_update is loaded on a worker thread (checksum,
 conventions, numpy LoRA merge into a copy of the base); the control tick reads
 one reference per tick, so the new version takes over between two ticks. A failed load
-keeps the running policy and says why in the log and on /diagnostics. ~/rollback switches
-to any earlier version (the base, adapters seen on updates, adapters in `adapter_store`).
+keeps the running policy and says why in the log and on /diagnostics.
+
+Versions on disk are the adapter store's (`adapter_store`, the learner's store_root): the
+newest kept ones are merged at configure, the node starts with the store's current one,
+and ~/rollback goes through the store, so the store's active.json and the running version
+move together: the store picks the version (an empty request: the one before, by its
+history), the node loads it, and only then is it activated in the store and swapped in.
+A refusal changes neither.
 
 `sequence` of each PolicyAction is the index of its tick on the timer's grid, so a gap
 is a missed tick.
@@ -29,7 +35,6 @@ is a missed tick.
 from __future__ import annotations
 
 import collections
-import json
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -45,10 +50,12 @@ from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import JointState
 
 from simreal_ros import stats
+from simreal_ros.adapters.store import ROLLBACK, AdapterStore, StoredVersion
 from simreal_ros.msg import PolicyAction, PolicyUpdate, TaskStatus
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.diagnostics import OK, WARN, diagnostic_array
 from simreal_ros.nodes.lifecycle import AutostartLifecycleNode
+from simreal_ros.nodes.observation import joint_arrays, observation_from_messages
 from simreal_ros.nodes.params import declare_config, declare_robot
 from simreal_ros.nodes.runtime import run_node
 from simreal_ros.policy import checkpoint as ckpt
@@ -73,8 +80,8 @@ class PolicyNode(AutostartLifecycleNode):
         self._checkpoint: ckpt.NumpyCheckpoint | None = None
         self._policy: DeployedPolicy | None = None  # swapped atomically between ticks
         self._cache: collections.OrderedDict[str, DeployedPolicy] = collections.OrderedDict()
-        self._adapters: dict[str, tuple[str, str]] = {}  # version -> (adapter dir, sha256)
-        self._history: list[str] = []  # versions activated, oldest first
+        self._adapters: dict[str, tuple[str, str]] = {}  # announced: version -> (dir, sha256)
+        self._store: AdapterStore | None = None
         self._pending: Future | None = None
         self._last_error = ""
         self._swaps = 0
@@ -145,10 +152,12 @@ class PolicyNode(AutostartLifecycleNode):
         with self._lock:
             self._cache.clear()
             self._cache[base.version] = base
-            self._history = [base.version]
         self._policy = base
+        store = self.config.adapter_store
+        self._store = AdapterStore(store) if store else None
         # Before any tick runs: merge the adapters kept on disk, so rollbacks are swaps.
         self._preload_store()
+        self._policy = self._store_current(base)
         self._action_pub = self.create_lifecycle_publisher(
             PolicyAction, "/policy/action", qos.COMMAND
         )
@@ -200,7 +209,7 @@ class PolicyNode(AutostartLifecycleNode):
         with self._lock:
             self._cache.clear()
             self._adapters.clear()
-            self._history = []
+        self._store = None
         self._joint_msg = self._object_msg = self._status_msg = None
         self._joint_raw = self._joint_raw_used = None
         self._object_raw = self._object_raw_used = None
@@ -233,8 +242,8 @@ class PolicyNode(AutostartLifecycleNode):
         return self._object_msg
 
     def _joint_arrays(self, msg: JointState) -> tuple[np.ndarray, np.ndarray] | None:
-        position = self._joint_order.reorder(msg.name, msg.position)
-        if position is None:
+        arrays = joint_arrays(self._joint_order, msg)
+        if arrays is None:
             _index, missing = self._joint_order.index(msg.name)
             if missing:
                 self.get_logger().error(
@@ -242,9 +251,7 @@ class PolicyNode(AutostartLifecycleNode):
                     f"{list(self.robot.joint_names)}. Ignoring these messages.",
                     throttle_duration_sec=5.0,
                 )
-            return None
-        velocity = self._joint_order.reorder(msg.name, msg.velocity)
-        return position, np.zeros(len(position)) if velocity is None else velocity
+        return arrays
 
     def _on_object_pose(self, raw: bytes) -> None:
         self._object_raw = raw
@@ -275,14 +282,7 @@ class PolicyNode(AutostartLifecycleNode):
         if time.monotonic() - self._joint_time > self.config.max_observation_age:
             self._skipped_stale += 1
             return
-        p, o, g = object_msg.pose.position, object_msg.pose.orientation, status_msg.goal
-        observation = {
-            "joint_position": joints[0],
-            "joint_velocity": joints[1],
-            "object_position": np.array([p.x, p.y, p.z]),
-            "object_orientation": np.array([o.w, o.x, o.y, o.z]),
-            "goal_position": np.array([g.x, g.y, g.z]),
-        }
+        observation = observation_from_messages(joints, object_msg, status_msg.goal)
         start = time.perf_counter()
         config = self.config  # one read: a parameter change lands between ticks
         try:
@@ -318,7 +318,8 @@ class PolicyNode(AutostartLifecycleNode):
 
     def _load_version(self, version: str) -> DeployedPolicy:
         """Build a runnable version (cache hit, base, or adapter merge): on the loader
-        thread for a swap, at configure for the adapters kept on disk."""
+        thread for a swap or a rollback, on the executor thread (from on_configure) for
+        the adapters the store keeps."""
         with self._lock:
             cached = self._cache.get(version)
             known = self._adapters.get(version)
@@ -334,12 +335,8 @@ class PolicyNode(AutostartLifecycleNode):
         if checkpoint is None:
             raise ckpt.CheckpointError("the node is not configured; no base to merge into.")
         if known is None:
-            known = self._scan_store().get(version)
-        if known is None:
-            raise ckpt.CheckpointError(
-                f"version {version!r} is not kept on disk: known versions are "
-                f"{self.known_versions()}."
-            )
+            stored = self._stored(version)
+            known = (str(stored.path), stored.checksum)
         adapter_dir, checksum = known
         deployed = deploy_adapter(
             checkpoint,
@@ -368,45 +365,41 @@ class PolicyNode(AutostartLifecycleNode):
         if self._checkpoint is None:
             return
         self._policy = deployed  # atomic reference swap
-        with self._lock:
-            self._history.append(deployed.version)
         self._swaps += 1
         self._last_error = ""
         self.get_logger().info(f"now running {deployed.version}")
 
     def _preload_store(self) -> None:
-        """At configure: merge the newest adapters kept on disk, so a rollback to one of
-        them is a reference swap and never a load inside the service callback."""
-        for version in list(self._scan_store())[-(MAX_CACHED_VERSIONS - 1) :]:
+        """At configure: merge the newest versions the store keeps (rejected ones never
+        run), so a rollback to one of them is a reference swap, not a merge."""
+        if self._store is None:
+            return
+        kept = [item.version for item in self._store.list() if not item.rejected]
+        for version in kept[-(MAX_CACHED_VERSIONS - 1) :]:
             try:
                 self._load_version(version)
             except Exception as error:  # a broken adapter on disk must not stop the node
-                self.get_logger().warning(f"adapter {version} on disk not loadable: {error}")
+                self.get_logger().warning(f"adapter {version} in the store not loadable: {error}")
 
-    def _scan_store(self) -> dict[str, tuple[str, str]]:
-        found: dict[str, tuple[str, str]] = {}
-        if not self.config.adapter_store:
-            return found
-        store = Path(self.config.adapter_store).expanduser()
-        if not store.is_dir():
-            return found
-        for directory in sorted(store.iterdir()):
-            # Skip the learner's half-written staging directories and rejected candidates:
-            # neither is a version that ever ran.
-            if directory.name.startswith(".") or _rejected(directory):
-                continue
-            if (directory / ckpt.ADAPTER_CONFIG).is_file():
-                try:
-                    meta = ckpt.read_adapter_metadata(directory)
-                except ValueError:
-                    continue
-                found[str(meta.get("version") or directory.name)] = (str(directory), "")
-        return found
+    def _store_current(self, base: DeployedPolicy) -> DeployedPolicy:
+        """What the store says runs (its active.json), or the base if it names none or
+        that version cannot be loaded (the base is the safe fallback, and the log says)."""
+        try:
+            version = self._store.current() if self._store is not None else None
+            return base if version is None else self._load_version(version)
+        except Exception as error:
+            self._last_error = f"the store's current version not loadable, running base: {error}"
+            self.get_logger().error(self._last_error)
+            return base
 
-    def known_versions(self) -> list[str]:
-        with self._lock:
-            versions = list(dict.fromkeys([*self._cache, *self._adapters]))
-        return list(dict.fromkeys([*versions, *self._scan_store()]))
+    def _stored(self, version: str) -> StoredVersion:
+        """``version`` from the store, checked (complete, intact, not rejected)."""
+        if self._store is None:
+            raise ckpt.CheckpointError(
+                f"version {version!r} was never announced on /learner/policy_update and no "
+                "adapter_store is set to find it in."
+            )
+        return self._store.runnable(version)
 
     @property
     def active_version(self) -> str:
@@ -416,27 +409,33 @@ class PolicyNode(AutostartLifecycleNode):
     def _on_rollback(self, request: Rollback.Request, response: Rollback.Response):
         current = self.active_version
         response.active_version = current
-        if self._checkpoint is None:
-            response.success = False
+        response.success = False
+        checkpoint, store = self._checkpoint, self._store
+        if checkpoint is None:
             response.message = "not configured: configure the node before rolling back."
             return response
-        version = request.version
-        if not version:
-            with self._lock:
-                earlier = [v for v in reversed(self._history) if v != current]
-            if not earlier:
-                response.success = False
-                response.message = f"{current} is the only version run so far."
-                return response
-            version = earlier[0]
+        version = request.version or "the version before"
         try:
+            if store is None:
+                raise ckpt.CheckpointError(
+                    "no adapter_store is set; ~/rollback follows the adapter store's history "
+                    "(active.json): set adapter_store to the learner's store_root."
+                )
+            # The base checkpoint is the store's None (no adapter).
+            target = (
+                None
+                if request.version == checkpoint.version
+                else store.rollback_target(request.version or None)
+            )
+            version = target or checkpoint.version
             # Preloaded and swapped-from versions are cached: a reference swap. Anything
             # else is merged here (tens of ms), delaying the next tick once.
             deployed = self._loader.submit(self._load_version, version).result(timeout=30.0)
-        except Exception as error:
-            response.success = False
-            response.message = f"rollback to {version!r} refused, still running {current}: {error}"
-            self.get_logger().error(response.message)
+            store.activate(target, ROLLBACK)
+        except Exception as error:  # keep running the current policy, say why
+            self._last_error = f"rollback to {version} refused, still running {current}: {error}"
+            self.get_logger().error(self._last_error)
+            response.message = self._last_error
             return response
         self._activate_version(deployed)
         response.success = True
@@ -492,16 +491,6 @@ class PolicyNode(AutostartLifecycleNode):
         self._diag_pub.publish(
             diagnostic_array(self, "policy: inference", self.robot.name, level, message, values)
         )
-
-
-def _rejected(directory: Path) -> bool:
-    screening = directory / "screening.json"
-    if not screening.is_file():
-        return False
-    try:
-        return json.loads(screening.read_text()).get("promoted") is False
-    except (OSError, ValueError):
-        return True  # unreadable decision: not a version to run
 
 
 def main(args=None) -> None:

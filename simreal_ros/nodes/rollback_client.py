@@ -1,4 +1,5 @@
-"""Ask a running policy node to switch versions (`simreal models rollback --service`)."""
+"""Ask a running policy node to roll back (`simreal models rollback --service`): the node
+rolls back its own adapter store and runs the result, so nothing else writes the store."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from simreal_ros.srv import Rollback
 
 
 def call_rollback_service(name: str, version: str) -> int:
-    """Call the policy node's Rollback service; prints its answer, returns an exit code."""
+    """Call the policy node's Rollback service (``version`` empty: the one before); prints
+    its answer, returns an exit code."""
     rclpy.init()
     node = rclpy.create_node("simreal_models_rollback")
     executor = SingleThreadedExecutor()

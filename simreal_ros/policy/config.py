@@ -39,8 +39,9 @@ class PolicyNodeConfig:
     )
     adapter_store: str = setting(
         "",
-        "Directory whose subdirectories are adapter versions kept on disk (for rollback); "
-        "adapters announced on /learner/policy_update are known as well",
+        "The learner's adapter store (its store_root): its versions are preloaded at "
+        "configure, and ~/rollback follows and updates its active.json; empty: no store, "
+        "promoted updates still hot-swap but ~/rollback is refused",
     )
     diagnostics_period: float = setting(
         1.0, "Period of /diagnostics", low=0.05, high=60.0, unit="s"

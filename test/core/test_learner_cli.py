@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import sys
+import types
 
 import pytest
 import torch
 
+from simreal_ros.adapters.store import AdapterStore
 from simreal_ros.cli.main import main
 from simreal_ros.learner.sim_episodes import record_rollout
-from simreal_ros.learner.store import AdapterStore
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.model import ActorCritic, Architecture
 from simreal_ros.policy.spec import default_spec
@@ -60,8 +62,27 @@ def test_learn_models_list_show_rollback(setup, tmp_path, capsys):
     assert shown["screening"]["promoted"] is True
     assert main(["models", "rollback", "--store", str(store)]) == 0
     assert AdapterStore(store).current() == "v0001"
-    assert main(["models", "rollback", "v0003", "--store", str(store)]) == 0  # any kept one
+    assert main(["models", "rollback", "v0002", "--store", str(store)]) == 0  # any kept one
+    capsys.readouterr()
+    # ...that screening did not reject: the rejected candidate never runs.
+    assert main(["models", "rollback", "v0003", "--store", str(store)]) == 2
+    assert "rejected by screening" in capsys.readouterr().err
+    assert AdapterStore(store).current() == "v0002"
     assert main(["models", "show", "v0042", "--store", str(store)]) == 2  # clear error
+
+
+def test_models_rollback_with_a_service_leaves_the_store_to_the_node(tmp_path, monkeypatch):
+    """One path: with --service the node rolls back its own store; the CLI writes none."""
+    calls = []
+    client = types.ModuleType("simreal_ros.nodes.rollback_client")
+    client.call_rollback_service = lambda name, version: calls.append((name, version)) or 0
+    monkeypatch.setitem(sys.modules, client.__name__, client)
+    store = tmp_path / "models"
+    argv = ["models", "rollback", "--store", str(store), "--service", "/policy/rollback"]
+    assert main(argv) == 0
+    assert main([*argv, "v0001"]) == 0
+    assert calls == [("/policy/rollback", ""), ("/policy/rollback", "v0001")]
+    assert not store.exists()
 
 
 def test_learn_refuses_unknown_settings(setup, tmp_path, capsys):

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from simreal_ros.adapters.store import AdapterStore, StoreError
 from simreal_ros.learner import lora
-from simreal_ros.learner.store import AdapterStore, StoreError
 from simreal_ros.policy.model import ACTOR_LORA_TARGETS, Actor, Architecture
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,13 +86,13 @@ def test_unknown_lora_target_is_refused_by_name():
         lora.wrap(actor, targets=["no_such_layer"])
 
 
-def commit_version(store: AdapterStore, version: str, seed: int = 0, hook=None):
+def commit_version(store: AdapterStore, version: str, seed: int = 0, hook=None, screening=None):
     _, model = trained_adapter(seed)
     staging = store.new_staging(version)
     lora.save(model, staging)
     return store.commit(
-        staging, version, {"parent_version": None, "method": "bc"}, {"promoted": True},
-        after_each_file=hook,
+        staging, version, {"parent_version": None, "method": "bc"},
+        {"promoted": True} if screening is None else screening, after_each_file=hook,
     )  # fmt: skip
 
 
@@ -119,6 +119,51 @@ def test_store_commit_list_show_activate_and_rollback(tmp_path):
         commit_version(store, "v0001")
 
 
+def test_rollback_target_is_checked_but_not_activated(tmp_path):
+    store = AdapterStore(tmp_path / "models")
+    for version in ("v0001", "v0002"):
+        commit_version(store, version)
+        store.activate(version, "promoted")
+    assert store.rollback_target() == "v0001"
+    assert store.rollback_target("v0002") == "v0002"
+    assert store.current() == "v0002"  # nothing activated yet
+    with pytest.raises(StoreError, match="not in"):
+        store.rollback_target("v0042")
+    assert store.rollback() == "v0001" and store.current() == "v0001"
+
+
+def test_a_rejected_version_is_kept_but_never_activated(tmp_path):
+    store = AdapterStore(tmp_path / "models")
+    commit_version(store, "v0001")
+    store.activate("v0001", "promoted")
+    rejected = commit_version(store, "v0002", screening={"promoted": False, "reason": "slow"})
+    unscreened = commit_version(store, "v0003", screening={})
+    assert rejected.rejected and not unscreened.rejected and not unscreened.promoted
+    assert store.versions() == ["v0001", "v0002", "v0003"]  # kept, with its numbers
+    for refuse in (
+        lambda: store.activate("v0002", "promoted"),
+        lambda: store.rollback("v0002"),
+        lambda: store.rollback_target("v0002"),
+    ):
+        with pytest.raises(StoreError, match=r"rejected by screening \(slow\)"):
+            refuse()
+    assert store.current() == "v0001"
+    assert store.rollback("v0003") == "v0003"  # no decision is not a rejection
+
+
+def test_a_directory_without_a_manifest_is_not_a_version(tmp_path):
+    store = AdapterStore(tmp_path / "models")
+    commit_version(store, "v0001")
+    by_hand = tmp_path / "models" / "v0002"
+    by_hand.mkdir()
+    (by_hand / "adapter_config.json").write_text("{}")
+    assert store.versions() == ["v0001"]
+    for refuse in (lambda: store.load("v0002"), lambda: store.rollback("v0002")):
+        with pytest.raises(StoreError, match=r"no MANIFEST\.json: it is not a version"):
+            refuse()
+    assert store.current() is None
+
+
 def test_store_refuses_a_modified_version(tmp_path):
     store = AdapterStore(tmp_path / "models")
     commit_version(store, "v0001")
@@ -137,7 +182,7 @@ SAVER = textwrap.dedent(
     torch.set_num_threads(1)
     sys.path.insert(0, {test_dir!r})
     from test_learner_lora_store import commit_version
-    from simreal_ros.learner.store import AdapterStore
+    from simreal_ros.adapters.store import AdapterStore
 
     stage = sys.argv[1]
     def hook(name):

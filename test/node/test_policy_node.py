@@ -17,6 +17,7 @@ from sensor_msgs.msg import JointState
 from simreal_ros.msg import PolicyAction, PolicyUpdate, TaskStatus
 from simreal_ros.srv import Rollback
 
+from simreal_ros.adapters.store import AdapterStore
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.policy import PolicyNode
 from simreal_ros.policy import checkpoint as ckpt
@@ -108,6 +109,17 @@ def make_adapter(base_dir, adapter_dir, version):
                 parameter.normal_(0.0, 0.3)
     peft_actor.save_pretrained(str(adapter_dir))
     return ckpt.write_adapter_metadata(adapter_dir, base, version, base.version)
+
+
+def commit_adapter(base_dir, store: AdapterStore, version, promoted=True, activate=True):
+    """What the learner does with a screened candidate: commit it, activate it if promoted."""
+    with store.staging(version) as staging:
+        metadata = make_adapter(base_dir, staging, version)
+        screening = {"promoted": promoted, "reason": "test" if promoted else "broke the gate"}
+        stored = store.commit(staging, version, metadata, screening)
+    if promoted and activate:
+        store.activate(version, "promoted")
+    return stored
 
 
 def test_lifecycle_transitions_and_actions_match_the_core_policy(
@@ -204,9 +216,10 @@ def test_hot_swap_at_100_hz_misses_no_tick_and_rollback_returns(rclpy_context, e
     base_dir = ckpt.make_untrained_checkpoint(
         tmp_path / "base", ROBOT, control_rate_hz=100.0, version="base-v1"
     )
-    # a1 arrives only by update (merged while ticking); a2 is kept in the store on disk.
-    make_adapter(base_dir, tmp_path / "updates" / "a1", "a1")
-    make_adapter(base_dir, tmp_path / "store" / "a2", "a2")
+    # a2 is kept in the store (merged at configure); a1 is committed later and arrives by
+    # update (merged while ticking).
+    store = AdapterStore(tmp_path / "store")
+    commit_adapter(base_dir, store, "a2", activate=False)
     world = World(rclpy_context, executor, rate_hz=100.0)
     clock = SimClock(world, executor)
     node = make_policy(
@@ -226,11 +239,12 @@ def test_hot_swap_at_100_hz_misses_no_tick_and_rollback_returns(rclpy_context, e
     )
     clock.advance(100)
     assert wait_for_subscribers(executor, world.updates)
+    a1 = commit_adapter(base_dir, store, "a1")
     update = PolicyUpdate(
         version="a1",
         parent_version="base-v1",
-        adapter_path=str(tmp_path / "updates" / "a1"),
-        checksum=ckpt.sha256_file(tmp_path / "updates" / "a1" / ckpt.ADAPTER_WEIGHTS),
+        adapter_path=str(a1.path),
+        checksum=a1.checksum,
         promoted=True,
         method="bc",
         reason="test",
@@ -276,37 +290,101 @@ def test_hot_swap_at_100_hz_misses_no_tick_and_rollback_returns(rclpy_context, e
         assert spin_until(executor, future.done, 10.0)
         return future.result()
 
+    # The version before a1, by the store's history: the base; the store follows.
     response = call("")
     assert response.success, response.message
-    assert response.active_version == "base-v1"
+    assert response.active_version == "base-v1" and store.current() is None
     clock.advance(5)
     assert world.actions[-1].policy_version == "base-v1"
     response = call("a1")
     assert response.success, response.message
-    assert node.active_version == "a1"
-    # a2 is kept on disk, but the checksum it was announced with still does not hold.
+    assert node.active_version == "a1" and store.current() == "a1"
+    # a2 is kept in the store, but the checksum it was announced with still does not hold.
     response = call("a2")
     assert not response.success and "checksum" in response.message
     response = call("nope")
     assert not response.success and "nope" in response.message
-    assert node.active_version == "a1"
+    assert node.active_version == "a1" and store.current() == "a1"
 
 
-def test_store_scan_skips_staging_and_rejected_versions(tmp_path):
-    from simreal_ros.nodes.policy import _rejected
+def rollback(node: PolicyNode, version: str) -> Rollback.Response:
+    """The ~/rollback callback, called as the service would call it."""
+    return node._on_rollback(Rollback.Request(version=version), Rollback.Response())
 
-    promoted = tmp_path / "v0001"
-    rejected = tmp_path / "v0002"
-    unknown = tmp_path / "v0003"
-    for directory in (promoted, rejected, unknown):
-        directory.mkdir()
-    (promoted / "screening.json").write_text('{"promoted": true}')
-    (rejected / "screening.json").write_text('{"promoted": false}')
-    assert not _rejected(promoted)
-    assert _rejected(rejected)
-    assert not _rejected(unknown)  # placed by hand, no decision: usable
-    (unknown / "screening.json").write_text("{not json")
-    assert _rejected(unknown)  # an unreadable decision is never run
+
+def test_rollback_moves_the_store_and_the_running_version_together(
+    rclpy_context, executor, tmp_path
+):
+    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, version="base-v1")
+    store = AdapterStore(tmp_path / "store")
+    commit_adapter(base_dir, store, "v0001")
+    commit_adapter(base_dir, store, "v0002")
+    commit_adapter(base_dir, store, "v0003", promoted=False)
+    make_adapter(base_dir, tmp_path / "store" / "by_hand", "by_hand")  # no MANIFEST
+    (tmp_path / "store" / ".staging-v0004.x").mkdir()  # a killed save's debris
+    node = make_policy(
+        rclpy_context, executor, checkpoint=str(base_dir), adapter_store=str(store.root)
+    )
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+    # Preloaded: the store's kept versions, never a rejected one nor what it does not know.
+    assert set(node._cache) == {"base-v1", "v0001", "v0002"}
+
+    def together(version: str) -> None:
+        assert node.active_version == version
+        assert store.current() == (None if version == "base-v1" else version)
+
+    assert rollback(node, "v0002").success
+    together("v0002")
+    # Empty: the version before, by the store's history, walking back (not toggling).
+    response = rollback(node, "")
+    assert response.success and response.active_version == "v0001", response.message
+    together("v0001")
+    assert rollback(node, "").active_version == "base-v1"
+    together("base-v1")
+    response = rollback(node, "")
+    assert not response.success and "no earlier version" in response.message
+    together("base-v1")
+
+    # Refused: the running version and the store stay as they were, and the node says why.
+    for version, why in (
+        ("v0003", "rejected by screening (broke the gate)"),
+        ("by_hand", "no MANIFEST.json"),
+        ("v0042", "not in"),
+    ):
+        response = rollback(node, version)
+        assert not response.success and why in response.message, response.message
+        assert response.active_version == "base-v1"
+        assert why in node._last_error
+        together("base-v1")
+
+    assert rollback(node, "v0002").success
+    together("v0002")
+    assert node._last_error == ""
+    # A kept version modified on disk is refused, though it is cached.
+    weights = store.root / "v0001" / ckpt.ADAPTER_WEIGHTS
+    weights.write_bytes(weights.read_bytes()[:-8])
+    response = rollback(node, "v0001")
+    assert not response.success and "checksum" in response.message
+    together("v0002")
+    # A configure starts from what the store says runs.
+    assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+    together("v0002")
+    # The base by its name is the store's "no adapter".
+    assert rollback(node, "base-v1").success
+    together("base-v1")
+    assert store.active()["history"][-1]["reason"] == "rollback"
+
+
+def test_rollback_without_a_store_is_refused(rclpy_context, executor, tmp_path):
+    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, version="base-v1")
+    node = make_policy(rclpy_context, executor, checkpoint=str(base_dir))
+    response = rollback(node, "")
+    assert not response.success and "configure" in response.message
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+    response = rollback(node, "")
+    assert not response.success and "adapter_store" in response.message
+    assert node.active_version == "base-v1"
 
 
 def test_exploration_is_a_run_time_switch_capped_by_its_std(rclpy_context, executor, tmp_path):

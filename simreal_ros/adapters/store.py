@@ -10,6 +10,10 @@ Atomicity: a version is assembled in a hidden staging directory under the root a
 A kill at any moment therefore leaves either no new version (staging debris, ignored and
 cleaned up later) or a complete one. ``active.json`` (which version runs, and the history
 of activations for rollback) is replaced atomically too.
+
+A directory without a MANIFEST is not a version of the store (a half-written one, or one
+placed by hand): it is never listed, loaded or activated. A version whose screening
+rejected it is kept with its numbers but is never made the running one.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ MANIFEST = "MANIFEST.json"
 SCREENING = "screening.json"
 METADATA = "simreal_adapter.json"
 ACTIVE = "active.json"
+ROLLBACK = "rollback"  # the reason of an activation that is not a step forward
 STAGING_PREFIX = ".staging-"
 VERSION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -56,6 +61,11 @@ class StoredVersion:
     @property
     def promoted(self) -> bool:
         return bool(self.screening.get("promoted", False))
+
+    @property
+    def rejected(self) -> bool:
+        """Screened and not promoted (a version stored without a decision is not)."""
+        return self.screening.get("promoted") is False
 
     @property
     def checksum(self) -> str:
@@ -159,6 +169,11 @@ class AdapterStore:
         if not path.is_dir():
             known = ", ".join(self.versions()) or "none"
             raise StoreError(f"version {version!r} is not in {self.root} (kept: {known}).")
+        if not (path / MANIFEST).is_file():
+            raise StoreError(
+                f"{path} has no {MANIFEST}: it is not a version of the adapter store (only "
+                "versions the learner commits are); commit it with the learner or remove it."
+            )
         try:
             manifest = json.loads((path / MANIFEST).read_text())
             metadata = json.loads((path / METADATA).read_text())
@@ -196,6 +211,18 @@ class AdapterStore:
                 out.append(self.load(version, verify=False))
         return out
 
+    def runnable(self, version: str) -> StoredVersion:
+        """``version`` loaded and checked, if it may be made the running one."""
+        stored = self.load(version)
+        if stored.rejected:
+            reason = stored.screening.get("reason", "")
+            raise StoreError(
+                f"version {version} was rejected by screening"
+                + (f" ({reason})" if reason else "")
+                + "; it never runs. Roll back to a promoted version or the base."
+            )
+        return stored
+
     # ------------------------------------------------------------------ activation
     def active(self) -> dict[str, Any]:
         path = self.root / ACTIVE
@@ -209,7 +236,7 @@ class AdapterStore:
     def activate(self, version: str | None, reason: str) -> dict[str, Any]:
         """Make ``version`` (None = the base checkpoint, no adapter) the running one."""
         if version is not None:
-            self.load(version)  # refuses a missing or damaged version
+            self.runnable(version)  # refuses a missing, damaged or rejected version
         state = self.active()
         history = list(state.get("history", []))
         history.append({"version": version, "reason": reason, "time": time.time()})
@@ -220,20 +247,26 @@ class AdapterStore:
 
     def rollback(self, version: str | None = None) -> str | None:
         """Activate ``version``, or with None the version that ran before the current one."""
+        target = self.rollback_target(version)
+        self.activate(target, ROLLBACK)
+        return target
+
+    def rollback_target(self, version: str | None = None) -> str | None:
+        """What ``rollback(version)`` would activate (None: the base checkpoint), checked
+        but not activated, so a caller can prepare it first and then
+        ``activate(target, ROLLBACK)``."""
         if version:
-            self.activate(version, "rollback")
-            return version
+            return self.runnable(version).version
         # Step back along the promotions (rollbacks themselves are not steps), so
         # repeated rollbacks walk further back instead of toggling.
         current = self.current()
         # The base checkpoint (None) ran before any adapter.
         history = self.active().get("history", [])
-        chain = [None] + [e["version"] for e in history if e["reason"] != "rollback"]
+        chain = [None] + [e["version"] for e in history if e["reason"] != ROLLBACK]
         if current in chain:
             position = len(chain) - 1 - chain[::-1].index(current)
             for earlier in reversed(chain[:position]):
                 if earlier != current:
-                    self.activate(earlier, "rollback")
                     return earlier
         raise StoreError(f"there is no earlier version than {current!r} to roll back to.")
 
