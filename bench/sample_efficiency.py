@@ -18,7 +18,7 @@ Each (method, seed) job runs rounds off ROS through the learner's own code path:
 
   1. collect K stand-in episodes with the current policy's own action distribution (the
      LoRA actor's tanh-Gaussian ``sample``), converted like
-     ``session.collect_sim_transitions`` and labelled ``real_twin`` so the learner treats
+     ``learner.data.collect_sim_transitions`` and labelled ``real_twin`` so the learner treats
      them as real data;
   2. ``LearnerSession.finetune`` then ``session.commit`` with a promoted decision (no sim
      gate: the bench measures learning, not gating);
@@ -45,8 +45,9 @@ V_sim: a base whose critics were never trained would make SGFT's shaping (and RL
 start) noise; ``--fit-v-sim auto`` then fits them to the base actor's value in sim
 (randomized profile, never the stand-in) once, before any job.
 
-``--quick`` is the preset sized for 2 cores in under 20 minutes (``QUICK``); the default
-preset (``FULL``) has more seeds and a budget past 5 minutes of stand-in data.
+``--quick`` is the small preset (``QUICK``); the default preset (``FULL``) has more seeds
+and a budget past 5 minutes of stand-in data. Results and run times are recorded in
+docs/results.md and the README's results table, not here. Run:
 
     PYTHONPATH=. .venv/bin/python bench/sample_efficiency.py --quick --out /tmp/se.json
     # the horizon ablation:
@@ -229,7 +230,8 @@ def fit_sim_critic(
     """
     import torch
 
-    from simreal_ros.learner.session import actor_mean, collect_sim_transitions, twin_q
+    from simreal_ros.learner.critics import actor_mean, twin_q
+    from simreal_ros.learner.data import collect_sim_transitions
     from simreal_ros.learner.sgft import FrozenSimValue
     from simreal_ros.policy.checkpoint import load_checkpoint, save_checkpoint
 
@@ -397,15 +399,15 @@ def method_job(
     import torch
 
     from simreal_ros.learner import lora
-    from simreal_ros.learner.gate import GateDecision
-    from simreal_ros.learner.replay import Transitions
-    from simreal_ros.learner.session import (
-        LearnerSession,
+    from simreal_ros.learner.data import (
         collect_sim_transitions,
         expert_actions,
         policy_actions,
         rollout_transitions,
     )
+    from simreal_ros.learner.gate import GateDecision
+    from simreal_ros.learner.replay import Transitions
+    from simreal_ros.learner.session import LearnerSession
     from simreal_ros.policy.checkpoint import load_checkpoint
     from simreal_ros.sim.gym_env import ArmTaskEnv
 
@@ -513,12 +515,12 @@ def method_job(
                 _round_row(round_index, episodes, demos, steps, control_rate, collected,
                            evaluation, metrics, collect_s, train_s, time.perf_counter() - t2)
             )  # fmt: skip
-            if session.identification:
-                rounds[-1]["identification"] = session.identification
+            if session.identified.identification:
+                rounds[-1]["identification"] = session.identified.identification
     finally:
         env.close()
         shutil.rmtree(store_root, ignore_errors=True)
-    out["reward_scale"] = float(session.reward_scale)
+    out["reward_scale"] = float(session.critics.reward_scale)
     return _finish(out, cfg, started)
 
 
@@ -533,7 +535,7 @@ def _record_bags(cfg, session, bag_root: Path, seeds, bench_seed: int) -> list[t
         meta = record_rollout(
             bag_root / episode_id, session.checkpoint, task=cfg.task, seed=int(s),
             profile=cfg.profile, actor=lora.inner(session.actor_peft),
-            version=session.running_version or session.checkpoint.version,
+            version=session.promotion.running_version or session.checkpoint.version,
             condition=cfg.condition, episode_seconds=cfg.episode_seconds,
             noise=cfg.noise or 0.1, converter=session.converter, episode_id=episode_id,
             state_rate_hz=100,

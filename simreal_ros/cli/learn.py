@@ -85,8 +85,9 @@ def build_config(args: argparse.Namespace):
 def _learn(args: argparse.Namespace) -> int:
     import logging
 
+    from simreal_ros.learner.data import load_episodes
     from simreal_ros.learner.online import OnlineLearner
-    from simreal_ros.learner.session import load_episodes, policy_evaluator
+    from simreal_ros.learner.promotion import policy_evaluator
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     config = build_config(args)

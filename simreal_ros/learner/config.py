@@ -275,8 +275,9 @@ class LearnerConfig:
         "Screening rule. broken_only: sim kills only what is clearly broken (success floor "
         "on the Wilson upper bound, safety-filter interventions, non-finite or saturated "
         "actions, divergence from the base) and never rejects a candidate for doing worse "
-        "than the running policy in a sim known to be misspecified; relative: the old rule, "
-        "also no worse than the running policy (or the base) by more than promote_tolerance. "
+        "than the running policy in a sim known to be misspecified; relative: the strict "
+        "rule, also no worse than the running policy (or the base) by more than "
+        "promote_tolerance. "
         "Details: simreal_ros/learner/gate.py.",
         choices=("broken_only", "relative"),
         dynamic=True,
@@ -292,8 +293,8 @@ class LearnerConfig:
     promote_ci_low: float = setting(
         0.0,
         "Reject unless the Wilson 95% LOWER bound of the sim success rate clears this; it "
-        "certifies in sim, so it is off (0) by default. The old gate: 0.3 with gate_rule "
-        "relative.",
+        "certifies in sim, so it is off (0) by default; a strict, certifying gate is 0.3 "
+        "with gate_rule relative.",
         low=0.0,
         high=1.0,
         dynamic=True,

@@ -23,14 +23,14 @@ so a candidate is rejected only on evidence that it is broken, in any condition:
 Optionally (``ci_low`` > 0) the Wilson LOWER bound must clear ``ci_low`` too; that one
 certifies, so it is off by default.
 
-Rule ``relative`` (the old rule, kept as an option): the lower-bound check plus "not
+Rule ``relative`` (strict, an option): the lower-bound check plus "not
 worse than the reference by more than ``tolerance``", the reference being the running
 policy or the base where that screens better (so a chain of promotions cannot ratchet
-down a tolerance at a time); checks 1-4 apply as well. The old gate exactly is
+down a tolerance at a time); checks 1-4 apply as well. A strict, certifying gate is
 ``relative`` with ci_low 0.3, tolerance 0.1.
 
 Otherwise the candidate is promoted; the reason carries the numbers either way. The
-evaluation itself is injected (``Evaluator``); ``session.policy_evaluator`` uses the
+evaluation itself is injected (``Evaluator``); ``promotion.policy_evaluator`` uses the
 policy package's parallel, spawned-worker evaluation.
 """
 

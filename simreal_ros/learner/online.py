@@ -17,18 +17,13 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from simreal_ros.learner.config import LearnerConfig
+from simreal_ros.learner.data import collect_sim_transitions, load_episodes
 from simreal_ros.learner.gate import Evaluator
+from simreal_ros.learner.promotion import policy_evaluator
 from simreal_ros.learner.replay import REAL_SOURCES, Transitions
-from simreal_ros.learner.session import (
-    LearnerSession,
-    RoundResult,
-    collect_sim_transitions,
-    load_episodes,
-    policy_evaluator,
-)
+from simreal_ros.learner.session import LearnerSession, RoundResult
 
 log = logging.getLogger("simreal_ros.learner")
 
@@ -40,6 +35,26 @@ class EpisodeInfo:
     source: str
     success: bool = False
     outcome: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerStatus:
+    """What the loop is doing and what its last round decided (the node's diagnostics)."""
+
+    state: str
+    round: int
+    episodes_seen: int
+    episodes_pending: int
+    running_version: str  # "base" for the base checkpoint
+    last_error: str
+    waiting: str
+    skipped_episodes: int
+    critic_warning: str
+    buffer_sizes: dict[str, int]  # transitions by source, real and sim
+    loss: float  # the last round's; NaN before the first
+    samples_per_s: float
+    last_gate: str = ""  # "<version>: promoted" or "<version>: rejected"
+    last_gate_reason: str = ""
 
 
 class OnlineLearner:
@@ -98,38 +113,40 @@ class OnlineLearner:
             self._force = True
             self._lock.notify_all()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> LearnerStatus:
         with self._lock:
             pending = len(self._pending)
         session = self.session
-        out: dict[str, Any] = {
-            "state": self.state,
-            "round": session.round if session else 0,
-            "episodes_seen": self.episodes_seen,
-            "episodes_pending": pending,
-            "running_version": (session.running_version if session else None) or "base",
-            "last_error": self.last_error,
-            "waiting": self.waiting,
-            "skipped_episodes": len(self.skipped),
-            "critic_warning": session.critic_warning if session else "",
-        }
         sizes: dict[str, int] = {}
         if self.real is not None:
             sizes.update(self.real.counts_by_source())
         if session and session.sim_data is not None:
             for key, value in session.sim_data.counts_by_source().items():
                 sizes[key] = sizes.get(key, 0) + value
-        out["buffer_sizes"] = sizes
-        out["loss"] = self.last_metrics.get("loss", float("nan"))
-        out["samples_per_s"] = self.last_metrics.get("samples_per_s", float("nan"))
+        last_gate = last_gate_reason = ""
         if self.last_result is not None:
             decision = self.last_result.decision
-            out["last_gate"] = (
+            last_gate = (
                 f"{self.last_result.candidate.version}: "
                 f"{'promoted' if decision.promoted else 'rejected'}"
             )
-            out["last_gate_reason"] = decision.reason
-        return out
+            last_gate_reason = decision.reason
+        return LearnerStatus(
+            state=self.state,
+            round=session.round if session else 0,
+            episodes_seen=self.episodes_seen,
+            episodes_pending=pending,
+            running_version=(session.promotion.running_version if session else None) or "base",
+            last_error=self.last_error,
+            waiting=self.waiting,
+            skipped_episodes=len(self.skipped),
+            critic_warning=session.critics.warning if session else "",
+            buffer_sizes=sizes,
+            loss=self.last_metrics.get("loss", float("nan")),
+            samples_per_s=self.last_metrics.get("samples_per_s", float("nan")),
+            last_gate=last_gate,
+            last_gate_reason=last_gate_reason,
+        )
 
     def update_config(self, config: LearnerConfig) -> None:
         """Run-time settings: the round triggers see them now, a round from its start (one
@@ -224,8 +241,7 @@ class OnlineLearner:
             real = data.subset(data.real_mask())
             sim = data.subset(~data.real_mask())
             if len(real):
-                if session.v_sim is not None:
-                    session.v_sim.annotate(real)  # once per transition, not once per round
+                session.critics.annotate(real)  # once per transition, not once per round
                 self.real = (
                     real if self.real is None else Transitions.concatenate([self.real, real])
                 )

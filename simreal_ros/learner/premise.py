@@ -95,7 +95,8 @@ def returns_to_go(transitions, gamma: float, failure_value: float) -> np.ndarray
 
 def value_rank(checkpoint, task: str, profile: str, episodes: int, seed: int) -> float:
     """V_sim's rank correlation with the return-to-go on the base policy's own states."""
-    from simreal_ros.learner.session import actor_mean, collect_sim_transitions, twin_q
+    from simreal_ros.learner.critics import actor_mean, twin_q
+    from simreal_ros.learner.data import collect_sim_transitions
     from simreal_ros.learner.sgft import FrozenSimValue, auto_failure_value
 
     gamma = float(checkpoint.gamma)

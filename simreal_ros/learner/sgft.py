@@ -1,6 +1,8 @@
 """SGFT: reward shaping by a frozen sim value function, and horizon-indexed critic targets.
 
-Choices (the open points of the SGFT paper and its released code):
+SGFT is Simulation-Guided Fine-Tuning (Yin, Westenbroek et al., ICLR 2025, arXiv
+2502.02705). Where the paper and its released code leave a point open, this module
+chooses:
 - V_sim(s) = min(Q1, Q2)(s, mu_sim(s)) of the pretrained (sim) critics at the sim actor's
   mean action, optionally averaged over a few sampled actions. Deterministic, frozen
   (a private copy with requires_grad off, evaluated under no_grad), cached per transition.

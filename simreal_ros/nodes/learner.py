@@ -18,10 +18,11 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from std_srvs.srv import Trigger
 
+from simreal_ros.adapters.store import StoredVersion
 from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.gate import GateDecision
 from simreal_ros.learner.online import EpisodeInfo, OnlineLearner
-from simreal_ros.learner.store import StoredVersion
+from simreal_ros.learner.session import RoundResult
 from simreal_ros.msg import EpisodeEvent, PolicyUpdate, ScreenResult
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.diagnostics import ERROR, OK, WARN, diagnostic_array
@@ -73,6 +74,8 @@ def update_message(stored: StoredVersion, decision: GateDecision, method: str) -
 class LearnerNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__("learner", **kwargs)
+        # Created once the parameters are declared; their apply callback runs before that.
+        self.learner: OnlineLearner | None = None
         declare_robot(self)
         self.config: LearnerConfig = declare_config(self, LearnerConfig, apply=self._apply_config)
         self._update_pub = self.create_publisher(
@@ -96,7 +99,7 @@ class LearnerNode(Node):
 
     def _announce_running_version(self) -> None:
         """After a restart, latch the version the store says runs, so late joiners get it."""
-        from simreal_ros.learner.store import AdapterStore, StoreError
+        from simreal_ros.adapters.store import AdapterStore, StoreError
 
         store = AdapterStore(self.config.store_root)
         version = store.current()
@@ -115,9 +118,8 @@ class LearnerNode(Node):
     def _apply_config(self, config: LearnerConfig) -> None:
         """A run-time change of a dynamic setting: it applies from the next round."""
         self.config = config
-        learner = getattr(self, "learner", None)  # None while parameters are declared
-        if learner is not None:
-            learner.update_config(config)
+        if self.learner is not None:
+            self.learner.update_config(config)
 
     def _on_episode(self, msg: EpisodeEvent) -> None:
         if not msg.bag_path:
@@ -129,19 +131,19 @@ class LearnerNode(Node):
 
     def _on_train_now(self, request, response):
         status = self.learner.status()
-        if status["state"] == "failed":
+        if status.state == "failed":
             response.success = False
-            response.message = status["last_error"]
+            response.message = status.last_error
             return response
         self.learner.request_round()
         response.success = True
         response.message = (
-            f"round requested ({status['episodes_pending']} episode(s) pending; "
-            f"buffers {status['buffer_sizes']})"
+            f"round requested ({status.episodes_pending} episode(s) pending; "
+            f"buffers {status.buffer_sizes})"
         )
         return response
 
-    def _on_result(self, result) -> None:
+    def _on_result(self, result: RoundResult) -> None:
         """Worker thread: publish every decision (promoted or not)."""
         msg = update_message(result.stored, result.decision, result.candidate.method)
         self._publish(msg)
@@ -155,31 +157,31 @@ class LearnerNode(Node):
     def _publish_diagnostics(self) -> None:
         status = self.learner.status()
         values = {
-            "state": status["state"],
-            "round": str(status["round"]),
-            "loss": _fmt(status["loss"]),
-            "samples_per_s": _fmt(status["samples_per_s"]),
-            "episodes_seen": str(status["episodes_seen"]),
-            "episodes_pending": str(status["episodes_pending"]),
-            "running_version": status["running_version"],
-            "last_gate": status.get("last_gate", ""),
-            "last_gate_reason": status.get("last_gate_reason", ""),
-            "last_error": status["last_error"],
-            "waiting": status["waiting"],
-            "skipped_episodes": str(status["skipped_episodes"]),
+            "state": status.state,
+            "round": str(status.round),
+            "loss": _fmt(status.loss),
+            "samples_per_s": _fmt(status.samples_per_s),
+            "episodes_seen": str(status.episodes_seen),
+            "episodes_pending": str(status.episodes_pending),
+            "running_version": status.running_version,
+            "last_gate": status.last_gate,
+            "last_gate_reason": status.last_gate_reason,
+            "last_error": status.last_error,
+            "waiting": status.waiting,
+            "skipped_episodes": str(status.skipped_episodes),
             "method": self.config.method,
             "sim_replay": str(self.config.sim_replay),
             "ewc": str(self.config.ewc),
         }
-        for source, count in sorted(status["buffer_sizes"].items()):
+        for source, count in sorted(status.buffer_sizes.items()):
             values[f"buffer_{source}"] = str(count)
-        values["critic_warning"] = status["critic_warning"]
-        if status["state"] == "failed" or status["last_error"]:
-            level, message = ERROR, status["last_error"]
-        elif status["critic_warning"]:
-            level, message = WARN, status["critic_warning"]
+        values["critic_warning"] = status.critic_warning
+        if status.state == "failed" or status.last_error:
+            level, message = ERROR, status.last_error
+        elif status.critic_warning:
+            level, message = WARN, status.critic_warning
         else:
-            level, message = OK, f"{status['state']}; running {status['running_version']}"
+            level, message = OK, f"{status.state}; running {status.running_version}"
         self._diag_pub.publish(
             diagnostic_array(self, "learner: rounds", "learner", level, message, values)
         )

@@ -129,7 +129,7 @@ class ActorCritic(nn.Module):
 
     @torch.no_grad()
     def v_sim(self, obs: torch.Tensor, samples: int = 0) -> torch.Tensor:
-        """V_sim(s) = min(Q1, Q2)(s, a) at the actor's mean action (SGFT.md's choice).
+        """V_sim(s) = min(Q1, Q2)(s, a) at the actor's mean action (learner/sgft.py's choice).
 
         ``samples`` > 0 averages the min over that many sampled actions instead.
         Deterministic and gradient-free: SGFT uses it as a frozen potential.

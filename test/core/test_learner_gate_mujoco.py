@@ -12,7 +12,7 @@ from simreal_ros.config_schema import from_mapping
 from simreal_ros.learner import lora
 from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.gate import screen
-from simreal_ros.learner.session import gate_settings, policy_evaluator
+from simreal_ros.learner.promotion import gate_settings, policy_evaluator
 from simreal_ros.policy import checkpoint as ckpt
 
 pytestmark = pytest.mark.slow
@@ -85,7 +85,7 @@ def test_non_finite_actions_are_counted_and_the_arm_held(reach):
 
     import numpy as np
 
-    from simreal_ros.policy.evaluate import PolicySource, build_policy, run_episode
+    from simreal_ros.policy.evaluate import PolicySource, build_policy, evaluate_episode
     from simreal_ros.sim.gym_env import ArmTaskEnv
 
     policy = build_policy(PolicySource(str(reach)))
@@ -98,7 +98,7 @@ def test_non_finite_actions_are_counted_and_the_arm_held(reach):
     broken = dataclasses.replace(policy, actor=sometimes_nan)
     env = ArmTaskEnv(task="reach", profile="randomized", safety_filter=True)
     try:
-        records = [run_episode(env, broken, seed, "train") for seed in SEEDS[:3]]
+        records = [evaluate_episode(env, broken, seed, "train") for seed in SEEDS[:3]]
     finally:
         env.close()
     assert sum(r.nonfinite_steps for r in records) > 0

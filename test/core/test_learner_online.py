@@ -74,15 +74,15 @@ def test_rounds_run_off_the_caller_thread_and_survive_a_failure(setup, tmp_path)
         for episode in episodes:
             learner.offer(episode)
         assert time.perf_counter() - start < 0.05  # offer never waits on training
-        assert wait(lambda: "sim worker crashed" in learner.status()["last_error"])
+        assert wait(lambda: "sim worker crashed" in learner.status().last_error)
         assert not results and learner.session.store.versions() == []  # nothing half-stored
         # The same episodes announced again (a resuming loop) add no duplicate data.
         for episode in episodes:
             learner.offer(episode)
         assert wait(lambda: results), learner.status()
         status = learner.status()
-        assert status["buffer_sizes"] == {"real_twin": sum(m.steps for m in metas)}
-        assert status["last_error"] == "" and "promoted" in status["last_gate"]
+        assert status.buffer_sizes == {"real_twin": sum(m.steps for m in metas)}
+        assert status.last_error == "" and "promoted" in status.last_gate
         assert results[0].stored.version == learner.session.store.current()
         assert learner.session.store.clean_staging() == []  # the failed round left no debris
     finally:

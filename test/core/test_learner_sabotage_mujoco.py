@@ -11,8 +11,10 @@ from core.learner_toy import invert_layer
 
 from simreal_ros.learner import lora
 from simreal_ros.learner.config import LearnerConfig
+from simreal_ros.learner.data import collect_sim_transitions
 from simreal_ros.learner.gate import screen
-from simreal_ros.learner.session import LearnerSession, collect_sim_transitions, policy_evaluator
+from simreal_ros.learner.promotion import policy_evaluator
+from simreal_ros.learner.session import LearnerSession
 from simreal_ros.policy import checkpoint as ckpt
 
 pytestmark = pytest.mark.slow

@@ -11,13 +11,12 @@ import torch
 
 from simreal_ros.learner import lora
 from simreal_ros.learner.config import LearnerConfig
+from simreal_ros.learner.data import collect_sim_transitions
+from simreal_ros.learner.finetune import anchor_weight
 from simreal_ros.learner.gate import EvaluationSummary
+from simreal_ros.learner.promotion import policy_evaluator
 from simreal_ros.learner.replay import Transitions
-from simreal_ros.learner.session import (
-    LearnerSession,
-    collect_sim_transitions,
-    policy_evaluator,
-)
+from simreal_ros.learner.session import LearnerSession
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.model import ActorCritic, Architecture
 from simreal_ros.policy.spec import default_spec
@@ -139,7 +138,7 @@ def test_next_session_resumes_from_the_running_version(tmp_path, base_dir, data)
     first = LearnerSession(cfg, sim_data=copy_of(sim))
     first.run_round(copy_of(real), policy_evaluator(cfg))
     second = LearnerSession(dataclasses.replace(cfg), sim_data=copy_of(sim))
-    assert second.running_version == "v0001"
+    assert second.promotion.running_version == "v0001"
     obs = torch.as_tensor(real.obs[:4])
     with torch.no_grad():
         torch.testing.assert_close(
@@ -155,11 +154,12 @@ def test_rl_with_checkpoint_critic_plus_lora_trains_only_adapters(tmp_path, base
     cfg = config(tmp_path, base_dir, method="rl", critic_init="checkpoint_lora")
     session = LearnerSession(cfg, sim_data=copy_of(sim))
     base_critic = {k: v.clone() for k, v in session.checkpoint.model.critic.state_dict().items()}
-    trainable = [n for n, p in session.critic.named_parameters() if p.requires_grad]
+    critic = session.critics.critic
+    trainable = [n for n, p in critic.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
-    before = [p.detach().clone() for p in session.critic.parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in critic.parameters() if p.requires_grad]
     candidate = session.finetune(copy_of(real))
-    after = [p.detach() for p in session.critic.parameters() if p.requires_grad]
+    after = [p.detach() for p in critic.parameters() if p.requires_grad]
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
     for key, value in session.checkpoint.model.critic.state_dict().items():
         torch.testing.assert_close(value, base_critic[key])  # Q_sim itself never moves
@@ -176,13 +176,14 @@ def test_rl_and_sgft_share_one_path_differing_only_in_the_reward(tmp_path, base_
     real_s = copy_of(real)
     sgft.finetune(real_s)
     rl.finetune(copy_of(real))
-    assert type(sgft.tuner) is type(rl.tuner)
-    assert sgft.tuner.horizon is None and rl.tuner.horizon is None
+    sgft_tuner, rl_tuner = sgft.trainer.tuner, rl.trainer.tuner
+    assert type(sgft_tuner) is type(rl_tuner)
+    assert sgft_tuner.horizon is None and rl_tuner.horizon is None
     batch = batch_from(real_s, np.arange(6), np.ones(6, bool))
-    torch.testing.assert_close(rl.tuner.training_rewards(batch), batch.rewards)
+    torch.testing.assert_close(rl_tuner.training_rewards(batch), batch.rewards)
     keep = 1.0 - batch.terminals
     expected = 2.0 * (batch.rewards + GAMMA * keep * batch.v_sim_next - batch.v_sim)
-    torch.testing.assert_close(sgft.tuner.training_rewards(batch), expected)
+    torch.testing.assert_close(sgft_tuner.training_rewards(batch), expected)
 
 
 def test_every_method_runs_with_the_same_budget_scale_rule_entropy_and_failure_value(
@@ -213,32 +214,31 @@ def test_every_method_runs_with_the_same_budget_scale_rule_entropy_and_failure_v
     expected_updates = max(15, int(np.ceil(0.5 * len(real))))
     assert rl_candidate.metrics["updates"] == sgft_candidate.metrics["updates"]
     assert rl_candidate.metrics["updates"] == expected_updates
-    assert rl.tuner.updates == sgft.tuner.updates == expected_updates
+    rl_tuner, sgft_tuner = rl.trainer.tuner, sgft.trainer.tuner
+    assert rl_tuner.updates == sgft_tuner.updates == expected_updates
     # One failure value and one entropy treatment, in both tuners.
-    assert rl.failure_value == sgft.failure_value < 0
-    assert rl.tuner.failure_value == sgft.tuner.failure_value == rl.failure_value
-    assert rl.tuner.entropy_backup is sgft.tuner.entropy_backup is False
-    assert rl.tuner.anchor_weight == sgft.tuner.anchor_weight
+    failure_value = rl.critics.failure_value
+    assert failure_value == sgft.critics.failure_value < 0
+    assert rl_tuner.failure_value == sgft_tuner.failure_value == failure_value
+    assert rl_tuner.entropy_backup is sgft_tuner.entropy_backup is False
+    assert rl_tuner.anchor_weight == sgft_tuner.anchor_weight
     # Each method's training reward has unit std on the sim data.
-    penalised = with_failure_value(sim.rewards, sim.failures, GAMMA, rl.failure_value)
-    assert np.std(rl.reward_scale * penalised) == pytest.approx(1.0, rel=1e-3)
+    penalised = with_failure_value(sim.rewards, sim.failures, GAMMA, failure_value)
+    assert np.std(rl.critics.reward_scale * penalised) == pytest.approx(1.0, rel=1e-3)
     shaped = shape_rewards(
         penalised, sgft.sim_data.v_sim, sgft.sim_data.v_sim_next, sim.terminals, GAMMA
     )
-    assert np.std(sgft.reward_scale * shaped) == pytest.approx(1.0, rel=1e-3)
+    assert np.std(sgft.critics.reward_scale * shaped) == pytest.approx(1.0, rel=1e-3)
 
 
 def test_the_trust_region_weakens_as_real_data_grows(tmp_path, base_dir):
-    session = LearnerSession(
-        config(tmp_path, base_dir, method="rl", anchor_weight=2.0, anchor_half_transitions=100)
-    )
-    assert session.anchor_weight(0) == pytest.approx(2.0)
-    assert session.anchor_weight(100) == pytest.approx(1.0)
-    assert session.anchor_weight(900) == pytest.approx(0.2)
-    fixed = LearnerSession(
-        config(tmp_path / "fixed", base_dir, method="rl", anchor_half_transitions=0)
-    )
-    assert fixed.anchor_weight(10**6) == fixed.config.anchor_weight
+    halving = config(tmp_path, base_dir, method="rl", anchor_weight=2.0,
+                     anchor_half_transitions=100)  # fmt: skip
+    assert anchor_weight(halving, 0) == pytest.approx(2.0)
+    assert anchor_weight(halving, 100) == pytest.approx(1.0)
+    assert anchor_weight(halving, 900) == pytest.approx(0.2)
+    fixed = config(tmp_path / "fixed", base_dir, method="rl", anchor_half_transitions=0)
+    assert anchor_weight(fixed, 10**6) == fixed.anchor_weight
 
 
 def test_sysid_method_trains_only_on_the_identified_sim_and_screens_there(
@@ -266,9 +266,9 @@ def test_sysid_method_trains_only_on_the_identified_sim_and_screens_there(
     assert result.candidate.metadata["screening_profile"] == str(identified)
     assert set(seen) == {str(identified)}
     # More identified-sim episodes each round, from the running policy.
-    first = len(session.sysid_data)
+    first = len(session.trainer.sysid_data)
     session.run_round(real, evaluator)
-    assert len(session.sysid_data) > first
+    assert len(session.trainer.sysid_data) > first
 
 
 def test_sysid_method_without_an_identified_profile_says_what_to_do(tmp_path, base_dir, data):
@@ -286,4 +286,22 @@ def test_identification_failure_keeps_screening_in_the_configured_profile(tmp_pa
     session = LearnerSession(config(tmp_path, base_dir, method="rl", identify_dynamics=True))
     assert session.identify([bag, bag]) is None
     assert session.screening_profile == "nominal"
-    assert "cannot be used" in session.identification["error"]
+    assert "cannot be used" in session.identified.identification["error"]
+
+
+def test_v_sim_annotates_each_transition_once_and_only_for_sgft(tmp_path, base_dir, data):
+    sim, real = data
+    sgft = LearnerSession(config(tmp_path, base_dir, method="sgft", horizon=1),
+                          sim_data=copy_of(sim))  # fmt: skip
+    assert sgft.sim_data.v_sim is not None and sgft.sim_data.v_sim_next is not None
+    fresh = copy_of(real)
+    assert fresh.v_sim is None
+    sgft.critics.annotate(fresh)
+    assert fresh.v_sim is not None and len(fresh.v_sim_next) == len(fresh)
+    cached = fresh.v_sim
+    sgft.critics.annotate(fresh)
+    assert fresh.v_sim is cached
+    bc = LearnerSession(config(tmp_path / "bc", base_dir, method="bc"))
+    untouched = copy_of(real)
+    bc.critics.annotate(untouched)
+    assert untouched.v_sim is None

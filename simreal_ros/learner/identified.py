@@ -1,0 +1,69 @@
+"""The best available model of the arm for a learner session: a profile identified from
+real bags (or configured), where candidates are screened and method sysid trains."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from simreal_ros.learner.config import LearnerConfig
+
+log = logging.getLogger("simreal_ros.learner")
+
+
+class IdentifiedDynamics:
+    """The identified profile (a profile YAML; empty: none yet) and how it was obtained."""
+
+    def __init__(self, profile: str = "") -> None:
+        self.profile = profile
+        self.identification: dict[str, Any] = {}
+
+    def screening_profile(self, config: LearnerConfig) -> str:
+        """The identified profile when there is one, else ``screen_profile`` (randomised by
+        default)."""
+        return self.profile or config.screen_profile
+
+    def identify(
+        self, config: LearnerConfig, bags: Sequence[str | Path], round_: int
+    ) -> str | None:
+        """System identification from the newest real bags before round ``round_ + 1``; the
+        profile, or None (and the reason in ``identification``) when they cannot be
+        identified from."""
+        from simreal_ros.sysid import FitSettings, SysidInputError, identify_bags
+        from simreal_ros.sysid.output import identification_summary
+
+        cfg = config
+        if cfg.identified_profile:
+            return cfg.identified_profile
+        chosen = [str(b) for b in bags][-cfg.sysid_max_episodes :]
+        # Named by time: a learner restarted by the loop counts its rounds from 1 again.
+        out = (
+            Path(cfg.store_root) / "sysid" / f"{time.strftime('%Y%m%d-%H%M%S')}-round{round_ + 1}"
+        )
+        settings = FitSettings(
+            restarts=cfg.sysid_restarts,
+            evaluations_per_restart=cfg.sysid_evaluations,
+            evaluations_resample=max(20, cfg.sysid_evaluations // 2),
+            threads=cfg.screen_workers,
+            seed=cfg.seed + round_,
+        )
+        started = time.time()
+        try:
+            if len(chosen) < 2:
+                raise SysidInputError(f"{len(chosen)} real bags; identification needs 2.")
+            result, profile = identify_bags(
+                chosen, out, cfg.task, holdout=1 if len(chosen) >= 4 else 0, settings=settings
+            )
+        except (SysidInputError, ValueError) as error:
+            fallback = self.screening_profile(cfg)
+            self.identification = {"error": str(error), "profile": fallback}
+            log.warning("identification failed, screening in %s: %s", fallback, error)
+            return None
+        self.profile = str(profile)
+        self.identification = identification_summary(result.to_dict(), str(profile))
+        log.info("identified dynamics from %d bags in %.0f s: %s", len(chosen),
+                 time.time() - started, profile)  # fmt: skip
+        return str(profile)
