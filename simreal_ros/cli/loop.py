@@ -46,8 +46,9 @@ def _boolean(text: str) -> bool:
 
 
 def run(args) -> int:
+    from simreal_ros.loop.orchestrator import LoopOrchestrator
     from simreal_ros.loop.state import RunDirectory
-    from simreal_ros.nodes.loop_session import LoopSession
+    from simreal_ros.nodes.loop_graph import ros_loop_graph
 
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(LoopConfig)}
     config = from_mapping(LoopConfig, values)
@@ -55,7 +56,10 @@ def run(args) -> int:
     run_id = args.run_id or time.strftime(f"{config.task}-{methods}-%Y%m%d-%H%M%S")
     run_dir = RunDirectory(args.runs_dir, run_id)
     print(f"[simreal loop] run {run_dir.path} (the arm is the real_twin stand-in, simulated)")
-    summary = LoopSession(config, run_dir).execute()
+    orchestrator = LoopOrchestrator(config, run_dir)
+    summary = orchestrator.execute(
+        lambda method: ros_loop_graph(config, run_dir, method, orchestrator.say)
+    )
     rounds = summary.completed_rounds()
     print(f"[simreal loop] {len(rounds)} round(s) done; report: {run_dir.report_file}")
     first, last = rounds[0], rounds[-1]

@@ -7,6 +7,7 @@ import dataclasses
 from simreal_ros.config_schema import setting, validate
 from simreal_ros.learner.config import METHODS
 from simreal_ros.loop.arm_decision import INCONCLUSIVE
+from simreal_ros.loop.plan import MAX_ROUND_INDEX
 
 
 @dataclasses.dataclass
@@ -50,7 +51,9 @@ class LoopConfig:
         "'gate_rule=relative;promote_ci_low=0.3'",
     )
     horizon: int = setting(1, "SGFT horizon H (0 = infinite: plain shaping)", low=0, high=64)
-    rounds: int = setting(3, "fine-tuning rounds after the zero-shot round 0", low=0, high=100)
+    rounds: int = setting(
+        3, "fine-tuning rounds after the zero-shot round 0", low=0, high=MAX_ROUND_INDEX
+    )
     eval_episodes: int = setting(
         8, "stand-in evaluation episodes per condition and round", low=1, high=1000
     )
@@ -124,6 +127,16 @@ class LoopConfig:
         """Round 0 is zero-shot (no training): the first method; round i >= 1 cycles."""
         names = self.round_methods()
         return names[(max(index, 1) - 1) % len(names)]
+
+    def uses_expert(self) -> bool:
+        """Whether some round collects scripted-expert demonstrations (method bc)."""
+        return "bc" in self.round_methods() and self.expert_demos > 0
+
+    def base_checkpoint(self) -> str:
+        """The checkpoint the rounds fine-tune: ``checkpoint``, or the task's shipped one."""
+        from simreal_ros.policy.checkpoint import shipped_checkpoint
+
+        return self.checkpoint or str(shipped_checkpoint(self.task))
 
     def learner_overrides(self) -> dict:
         """``learner_set`` as a mapping, each key a LearnerConfig setting."""

@@ -19,6 +19,7 @@ from simreal_ros.diagnosis.action_stats import action_statistics
 from simreal_ros.diagnosis.classify import ConditionOutcome, classify
 from simreal_ros.diagnosis.episodes import episodes_from_bags, record_demonstrations
 from simreal_ros.diagnosis.replay_check import replay_check
+from simreal_ros.episodes.metadata import CONDITIONS
 from simreal_ros.loop.state import ConditionScore
 
 REPLAY_EPISODES = 3
@@ -30,18 +31,19 @@ def diagnose_round(
     policy,
     task: str,
     profile: str,
-    seed: int,
+    replay_seeds: Sequence[int],
 ) -> dict[str, Any]:
     """``evaluation``: the round's evaluation episodes (condition, success, bag_path);
-    ``policy``: the running policy (``act(observation) -> command``), as deployed."""
+    ``policy``: the running policy (``act(observation) -> command``), as deployed;
+    ``replay_seeds``: the starts of the replay check's scripted demonstrations (the loop
+    gives ``REPLAY_EPISODES``)."""
     from simreal_ros.robot.description import load_robot_description
 
     joint_names = load_robot_description().joint_names
     bags = [Path(e["bag_path"]) for e in evaluation if e.get("bag_path")]
     recorded = episodes_from_bags(bags, joint_names, task=task, successful_only=False)
     rate = policy.converter.spec.control_rate_hz
-    seeds = list(range(seed, seed + REPLAY_EPISODES))
-    demonstrations = record_demonstrations(task, profile, "train", seeds, rate)
+    demonstrations = record_demonstrations(task, profile, "train", list(replay_seeds), rate)
     replay = replay_check(policy, demonstrations, profile, task=task) if demonstrations else None
     failing = [
         action_statistics(
@@ -56,7 +58,7 @@ def diagnose_round(
         ConditionOutcome(c, by_condition[c].successes, by_condition[c].episodes)
         if c in by_condition
         else ConditionOutcome(c, 0, 0)
-        for c in ("train", "shifted")
+        for c in CONDITIONS
     ]
     diagnosis = classify(outcomes[0], outcomes[1], replay, failing)
     return {"label": diagnosis.label, "summary": diagnosis.summary.replace("\n", " | ")}

@@ -7,9 +7,8 @@ import html
 import io
 from pathlib import Path
 
+from simreal_ros.episodes.metadata import CONDITIONS
 from simreal_ros.loop.state import LoopSummary
-
-CONDITIONS = ("train", "shifted")
 
 
 def _figure_png(draw) -> str:
@@ -70,7 +69,8 @@ def _success_plot(summary: LoopSummary):
         axes.set_xlabel("round (0 = zero-shot)")
         axes.set_ylabel("success on the stand-in")
         axes.set_title("Success rate with Wilson 95% CI")
-        axes.legend()
+        if axes.get_legend_handles_labels()[0]:
+            axes.legend()
 
     return draw
 
@@ -88,12 +88,14 @@ def _bar_plot(summary: LoopSummary, value, title: str, ylabel: str):
 
 def _loss_plot(summary: LoopSummary):
     def draw(axes):
-        for record in summary.completed_rounds():
-            losses = record.update.get("losses") or []
-            if losses:
-                axes.plot(losses, label=f"round {record.index}")
-        axes.set_xlabel("update (logged points)")
-        axes.set_ylabel("loss")
+        trained = [r for r in summary.completed_rounds() if r.update and r.update.final_metrics]
+        names = sorted({k for r in trained for k in r.update.final_metrics if k.endswith("loss")})
+        for name in names:
+            points = [(r.index, r.update.final_metrics[name]) for r in trained
+                      if name in r.update.final_metrics]  # fmt: skip
+            axes.plot(*zip(*points, strict=True), marker="o", label=name)
+        axes.set_xlabel("round")
+        axes.set_ylabel("loss at the end of the round's training")
         axes.set_title("Learner losses per round")
         if axes.get_legend_handles_labels()[0]:
             axes.legend()
@@ -198,20 +200,20 @@ def render_report(summary: LoopSummary) -> str:
     gate_rows = [
         [
             str(record.index),
-            record.method or record.update.get("method", "-"),
-            record.update.get("version", "-"),
-            ("promoted" if record.update.get("promoted") else "rejected")
+            record.method or record.update.method or "-",
+            record.update.version,
+            ("promoted" if record.update.promoted else "rejected")
             + (f", then {record.arm_decision['kind']} on the arm" if record.arm_decision else ""),
             "; ".join(
                 f"{s['condition']} {s['successes']}/{s['episodes']} "
                 f"[{s['ci_low']:.0%}, {s['ci_high']:.0%}] "
                 f"vs running {s['baseline_success_rate']:.0%}"
-                for s in record.update.get("screening", [])
+                for s in record.update.screening
             ),
-            record.update.get("reason", ""),
+            record.update.reason,
         ]
         for record in records
-        if record.update
+        if record.update is not None
     ]
     identification_rows = [
         [

@@ -39,6 +39,30 @@ class ConditionScore:
         return cls(condition, len(outcomes), successes, low, high)
 
 
+@dataclasses.dataclass(frozen=True)
+class LearnerDecision:
+    """The learner's answer to a round: its /learner/policy_update for the candidate, and
+    the candidate's final training metrics from the store."""
+
+    version: str
+    promoted: bool
+    method: str = ""
+    reason: str = ""
+    parent_version: str = ""
+    adapter_path: str = ""
+    checksum: str = ""
+    # Per screened condition, the announced fields of the gate's ConditionResult.
+    screening: tuple[dict[str, Any], ...] = ()
+    final_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LearnerDecision:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in fields}
+        values["screening"] = tuple(dict(s) for s in data.get("screening", ()))
+        return cls(**values)
+
+
 @dataclasses.dataclass
 class RoundRecord:
     """What happened in one round; round 0 is the zero-shot evaluation."""
@@ -47,7 +71,7 @@ class RoundRecord:
     policy_version: str = ""  # what runs after the round (after the arm's decision)
     method: str = ""  # the learner's method this round ("" in round 0: no training)
     collected: dict[str, int] = dataclasses.field(default_factory=dict)
-    update: dict[str, Any] = dataclasses.field(default_factory=dict)
+    update: LearnerDecision | None = None  # None in round 0 (no training)
     evaluation: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     # Off-ROS episodes on the stand-in, same seeds every round (ConditionScore dicts).
     check: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -85,12 +109,13 @@ def _find_score(items: list[dict[str, Any]], condition: str) -> ConditionScore |
     return None
 
 
-def running_update(rounds: list[RoundRecord]) -> dict[str, Any]:
+def running_update(rounds: list[RoundRecord]) -> LearnerDecision | None:
     """The update the policy runs after these rounds: the last promoted one the arm did not
-    roll back (a rollback returns to what ran before it)."""
-    running: dict[str, Any] = {}
+    roll back (a rollback returns to what ran before it); None: the base checkpoint."""
+    running = None
     for record in rounds:
-        if record.update.get("promoted") and record.arm_decision.get("kind") != LOST:
+        promoted = record.update is not None and record.update.promoted
+        if promoted and record.arm_decision.get("kind") != LOST:
             running = record.update
     return running
 
@@ -113,7 +138,11 @@ class LoopSummary:
                 f"summary.json has version {data.get('version')!r}, this simreal writes "
                 f"{SUMMARY_VERSION}; start a new run with another --run-id."
             )
-        rounds = [RoundRecord(**item) for item in data.get("rounds", [])]
+        rounds = []
+        for item in data.get("rounds", []):
+            update = item.get("update")
+            decision = LearnerDecision.from_dict(update) if update else None
+            rounds.append(RoundRecord(**(item | {"update": decision})))
         return cls(data["run_id"], data["config"], data["started"], rounds, data["version"])
 
     def completed_rounds(self) -> list[RoundRecord]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
@@ -20,6 +19,7 @@ from rcl_interfaces.srv import SetParameters
 from rclpy.node import Node
 from std_srvs.srv import SetBool, Trigger
 
+from simreal_ros.loop.state import LearnerDecision
 from simreal_ros.msg import EpisodeEvent, PolicyAction, PolicyUpdate, SafetyStatus
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.episode_event import episode_event
@@ -27,16 +27,16 @@ from simreal_ros.nodes.services import call_service
 from simreal_ros.srv import Rollback
 
 
-def update_to_dict(msg: PolicyUpdate) -> dict[str, Any]:
-    return {
-        "version": msg.version,
-        "parent_version": msg.parent_version,
-        "adapter_path": msg.adapter_path,
-        "checksum": msg.checksum,
-        "promoted": bool(msg.promoted),
-        "reason": msg.reason,
-        "method": msg.method,
-        "screening": [
+def decision_from_message(msg: PolicyUpdate) -> LearnerDecision:
+    return LearnerDecision(
+        version=msg.version,
+        promoted=bool(msg.promoted),
+        method=msg.method,
+        reason=msg.reason,
+        parent_version=msg.parent_version,
+        adapter_path=msg.adapter_path,
+        checksum=msg.checksum,
+        screening=tuple(
             {
                 "condition": item.condition,
                 "profile": item.profile,
@@ -49,15 +49,15 @@ def update_to_dict(msg: PolicyUpdate) -> dict[str, Any]:
                 "baseline_success_rate": float(item.baseline_success_rate),
             }
             for item in msg.screening
-        ],
-    }
+        ),
+    )
 
 
 class LoopDriverNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__("loop_driver", **kwargs)
         self._lock = threading.Lock()
-        self._updates: list[dict[str, Any]] = []
+        self._updates: list[LearnerDecision] = []
         self._policy_version = ""
         self._actions = 0
         self._interventions = 0
@@ -75,7 +75,7 @@ class LoopDriverNode(Node):
 
     def _on_update(self, msg: PolicyUpdate) -> None:
         with self._lock:
-            self._updates.append(update_to_dict(msg))
+            self._updates.append(decision_from_message(msg))
 
     def _on_action(self, msg: PolicyAction) -> None:
         with self._lock:
@@ -152,7 +152,7 @@ class LoopDriverNode(Node):
         ``exclude``): a restarted learner's latched start-up announcement of the running
         version is not a round's decision, whenever it arrives."""
         with self._lock:
-            known = set(exclude) | {u["version"] for u in self._updates}
+            known = set(exclude) | {u.version for u in self._updates}
             seen = len(self._updates)
         future = self._train_now.call_async(Trigger.Request())
         deadline = time.monotonic() + timeout_s
@@ -162,7 +162,7 @@ class LoopDriverNode(Node):
             raise TimeoutError("the learner did not accept a round (/learner/train_now).")
         while time.monotonic() < deadline:
             with self._lock:
-                fresh = [u for u in self._updates[seen:] if u["version"] not in known]
+                fresh = [u for u in self._updates[seen:] if u.version not in known]
             if fresh:
                 return fresh[0]
             self._sleep(0.2)

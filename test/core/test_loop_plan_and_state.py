@@ -2,8 +2,15 @@ import json
 
 import pytest
 
-from simreal_ros.loop.plan import plan_collection
-from simreal_ros.loop.state import ConditionScore, LoopSummary, RoundRecord, RunDirectory
+from simreal_ros.loop.config import LoopConfig
+from simreal_ros.loop.plan import CHECK_CAPACITY, MAX_ROUND_INDEX, RoundSeeds, plan_collection
+from simreal_ros.loop.state import (
+    ConditionScore,
+    LearnerDecision,
+    LoopSummary,
+    RoundRecord,
+    RunDirectory,
+)
 
 
 def score(condition, successes, episodes):
@@ -71,13 +78,13 @@ def test_report_is_self_contained_html_with_plots_and_tables(tmp_path):
                     vars(score("train", train_ok, 8)),
                     vars(score("shifted", shifted_ok, 8)),
                 ],
-                update={}
+                update=None
                 if index == 0
-                else {
-                    "version": "v1",
-                    "promoted": True,
-                    "reason": "clears 0.3",
-                    "screening": [
+                else LearnerDecision(
+                    version="v1",
+                    promoted=True,
+                    reason="clears 0.3",
+                    screening=(
                         {
                             "condition": "train",
                             "successes": 15,
@@ -85,10 +92,10 @@ def test_report_is_self_contained_html_with_plots_and_tables(tmp_path):
                             "ci_low": 0.5,
                             "ci_high": 0.9,
                             "baseline_success_rate": 0.5,
-                        }
-                    ],
-                    "losses": [1.0, 0.5, 0.2],
-                },
+                        },
+                    ),
+                    final_metrics={"loss": 0.2, "bc_loss": 0.1, "anchor_weight": 1.0},
+                ),
                 check=[
                     vars(score("train", 40 + index, 50)),
                     vars(score("shifted", 23 + 7 * index, 50)),
@@ -125,20 +132,21 @@ def test_a_rollback_on_the_arm_is_first_class_in_summary_and_report(tmp_path):
     ).to_dict()  # fmt: skip
     rounds = [
         RoundRecord(0, policy_version="base", complete=True),
-        RoundRecord(1, "v0001", "sgft", update={"version": "v0001", "promoted": True},
+        RoundRecord(1, "v0001", "sgft", update=LearnerDecision("v0001", promoted=True),
                     arm_decision=kept, complete=True),
-        RoundRecord(2, "v0001", "sysid", update={"version": "v0002", "promoted": True},
+        RoundRecord(2, "v0001", "sysid", update=LearnerDecision("v0002", promoted=True),
                     arm_decision=lost.to_dict(),
                     arm_diagnosis={"label": "mode_collapse", "summary": "froze"}, complete=True),
-        RoundRecord(3, "v0001", "sgft", update={"version": "v0003", "promoted": False},
+        RoundRecord(3, "v0001", "sgft", update=LearnerDecision("v0003", promoted=False),
                     complete=True),
     ]  # fmt: skip
     # The policy runs v0001: v0002 was rolled back, v0003 rejected by the screen.
-    assert running_update(rounds)["version"] == "v0001"
+    assert running_update(rounds).version == "v0001"
     run = RunDirectory(tmp_path, "r2")
     run.create({})
     run.save_summary(LoopSummary("r2", {}, rounds=rounds))
     again = run.load_summary().rounds[2]
+    assert again.update == rounds[2].update and run.load_summary().rounds[0].update is None
     assert again.arm_decision["kind"] == "passed_sim_lost_on_arm" and again.method == "sysid"
     assert again.arm_decision["success_ci"][1] < 0
     text = render_report(LoopSummary("r2", {}, rounds=rounds))
@@ -162,3 +170,49 @@ def test_loop_methods_alternate_and_bad_settings_are_refused():
     assert overrides == {"gate_rule": "relative", "promote_ci_low": 0.3}
     with pytest.raises(ValueError, match="KEY a learner setting"):
         LoopConfig(learner_set="no_such_setting=1")
+
+
+def all_round_seeds(seeds: RoundSeeds, count: int) -> dict[str, list[int]]:
+    return {
+        "collection train": seeds.collection("train", count),
+        "collection shifted": seeds.collection("shifted", count),
+        "evaluation train": seeds.evaluation("train", count),
+        "evaluation shifted": seeds.evaluation("shifted", count),
+        "demonstrations": seeds.demonstrations(count),
+        "diagnosis": seeds.diagnosis(count),
+        "diagnosis of the candidate": seeds.diagnosis(count, candidate=True),
+    }
+
+
+@pytest.mark.parametrize("run_seed", [0, 1, 2**31])
+def test_seed_ranges_of_rounds_and_purposes_never_overlap(run_seed):
+    owner: dict[int, tuple[int, str]] = {}
+    for index in range(MAX_ROUND_INDEX + 1):
+        for purpose, seeds in all_round_seeds(RoundSeeds(run_seed, index), 1000).items():
+            for seed in seeds:
+                assert seed not in owner, f"round {index} {purpose} reuses {owner[seed]}"
+                owner[seed] = (index, purpose)
+    check = RoundSeeds(run_seed, 0).check(CHECK_CAPACITY)
+    assert not set(check) & set(owner), "a round collects or evaluates on check seeds"
+    assert RoundSeeds(run_seed, 7).check(5) == check[:5], "the check's seeds vary by round"
+    # A run's seeds end before the next run seed's begin.
+    assert max(check) < RoundSeeds(run_seed + 1, 0).collection("train", 1)[0]
+
+
+def test_round_seeds_refuse_what_does_not_fit_the_layout():
+    with pytest.raises(ValueError, match="outside"):
+        RoundSeeds(0, MAX_ROUND_INDEX + 1)
+    with pytest.raises(ValueError, match="do not fit"):
+        RoundSeeds(0, 1).evaluation("train", 1001)
+    assert LoopConfig(rounds=MAX_ROUND_INDEX).rounds == MAX_ROUND_INDEX
+    with pytest.raises(ValueError):
+        LoopConfig(rounds=MAX_ROUND_INDEX + 1)
+
+
+def test_seeds_keep_their_values_for_runs_already_made():
+    seeds = RoundSeeds(2, 3)
+    assert seeds.collection("shifted", 2) == [2 * 1_000_003 + 31_000, 2 * 1_000_003 + 31_001]
+    assert seeds.evaluation("train", 1) == [2 * 1_000_003 + 32_000]
+    assert seeds.demonstrations(1) == [2 * 1_000_003 + 35_000]
+    assert seeds.check(2) == [2 * 1_000_003 + 900_000, 2 * 1_000_003 + 900_001]
+    assert seeds.arm_decision == 5
