@@ -361,11 +361,13 @@ class LoopOrchestrator:
                 self.say(f"policy did not switch to {version} within 60 s")
 
     def _final_metrics(self, version: str) -> dict[str, float]:
-        """The candidate's last training metrics, from its metadata in the store."""
+        """The candidate's last training metrics, from its metadata in the store (read
+        only, so its weights are not hashed)."""
         from simreal_ros.adapters.store import AdapterStore, StoreError
 
+        store = AdapterStore(self.run.models)
         try:
-            metrics = AdapterStore(self.run.models).load(version).metadata.get("metrics", {})
+            metrics = store.load(version, verify=False).metadata.get("metrics", {})
         except StoreError as error:
             self.say(f"no training metrics for {version}: {error}")
             return {}
