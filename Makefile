@@ -6,6 +6,8 @@ ROOT := $(abspath .)
 BUILD := build/interfaces
 INTERFACES := $(wildcard msg/*.msg srv/*.srv)
 PYTEST_ARGS ?=
+# Test workers: one per core (pytest-xdist); each gets its own ROS_DOMAIN_ID (test/conftest.py).
+TEST_WORKERS ?= auto
 DEMO_ARGS ?= --methods sysid,sgft
 
 export AMENT_PREFIX_PATH := $(ROOT)/$(VENV)
@@ -40,9 +42,14 @@ $(VENV)/bin/simreal: scripts/simreal $(VENV)/.deps.stamp
 demo: setup
 	$(VENV)/bin/simreal loop $(DEMO_ARGS)
 
+# Tests that cannot run beside others (marker `serial`) run alone after the rest; the
+# time budget and the 25 slowest tests are reported by the first run (test/suite_timing.py).
 test: setup
 	$(PY) -m ruff check .
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=25 \
+		--suite-times=build/suite-times.json $(PYTEST_ARGS)
+	if $(PY) -m pytest -m serial --collect-only -q $(PYTEST_ARGS) > /dev/null; then \
+		$(PY) -m pytest -m serial $(PYTEST_ARGS); fi
 
 lint: setup
 	$(PY) -m ruff check .

@@ -12,9 +12,23 @@ import pytest
 
 from simreal_ros.graph.processes import graph_environment
 
-# One DDS domain per pytest run, so concurrent runs on one machine never cross-talk.
-# Chosen from the pid and a random draw; 1..100 keeps Fast DDS ports valid.
-_DOMAIN_ID = 1 + (os.getpid() * 7 + random.randrange(100)) % 100
+pytest_plugins = ["pytester", "suite_timing"]
+
+
+def _domain_id() -> int:
+    """One DDS domain per pytest process, so concurrent runs and xdist workers never
+    cross-talk. The controller draws a base once (pid and a random draw) and its workers
+    inherit it; worker gwN takes base + 1 + N. 1..100 keeps Fast DDS ports valid."""
+    base = os.environ.get("SIMREAL_TEST_DOMAIN_BASE")
+    if base is None:
+        base = str((os.getpid() * 7 + random.randrange(100)) % 100)
+        os.environ["SIMREAL_TEST_DOMAIN_BASE"] = base
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    offset = 1 + int(worker[2:]) if worker.startswith("gw") else 0
+    return 1 + (int(base) + offset) % 100
+
+
+_DOMAIN_ID = _domain_id()
 os.environ.update(graph_environment(domain_id=_DOMAIN_ID))
 
 

@@ -11,7 +11,6 @@ the learner's store, diagnose it, and say so in summary.json and report.html.
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import pytest
@@ -27,8 +26,8 @@ PERMISSIVE_GATE = (
 SABOTAGE = "learning_rate=1.0;learning_rate_cap=1.0;anchor_weight=0;bc_use_failures=true"
 
 
-def test_a_candidate_that_loses_on_the_arm_is_rolled_back(tmp_path):
-    domain = 40 + os.getpid() % 50  # its own ROS_DOMAIN_ID beside concurrent tests
+def test_a_candidate_that_loses_on_the_arm_is_rolled_back(tmp_path, ros_domain_id):
+    domain = ros_domain_id  # this pytest process's own domain (one per xdist worker)
     argv = [
         sys.executable, "-m", "simreal_ros.cli.main", "loop", "--task", "reach",
         "--rounds", "1", "--eval-episodes", "4", "--collect-episodes", "2",

@@ -1,0 +1,74 @@
+"""The suite's time budget: the verdict, the files that grew, and the report by tier."""
+
+from __future__ import annotations
+
+import json
+
+import suite_timing
+
+
+def test_within_budget_is_ok_everywhere():
+    assert suite_timing.budget_verdict(500.0, 600.0, 0.25, ci=True) == "ok"
+    assert suite_timing.budget_verdict(600.0, 600.0, 0.25, ci=False) == "ok"
+
+
+def test_over_budget_warns_on_a_developer_machine_whatever_the_margin():
+    assert suite_timing.budget_verdict(700.0, 600.0, 0.25, ci=False) == "warn"
+    assert suite_timing.budget_verdict(6000.0, 600.0, 0.25, ci=False) == "warn"
+
+
+def test_ci_fails_only_past_the_slack():
+    assert suite_timing.budget_verdict(749.0, 600.0, 0.25, ci=True) == "warn"
+    assert suite_timing.budget_verdict(751.0, 600.0, 0.25, ci=True) == "fail"
+
+
+def test_grown_files_rank_growth_and_count_new_files_in_full():
+    files = {"test/core/a.py": 30.0, "test/core/b.py": 12.0, "test/graph/new.py": 20.0}
+    baseline = {"test/core/a.py": 28.0, "test/core/b.py": 2.0}
+    assert suite_timing.grown_files(files, baseline) == [
+        ("test/graph/new.py", 20.0, None),
+        ("test/core/b.py", 12.0, 2.0),
+        ("test/core/a.py", 30.0, 28.0),
+    ]
+
+
+def test_files_that_got_faster_are_not_named():
+    assert suite_timing.grown_files({"test/core/a.py": 5.0}, {"test/core/a.py": 9.0}) == []
+
+
+def test_report_sums_by_tier_and_lists_files_slowest_first(tmp_path, capsys):
+    record = {
+        "wall_s": 100.0,
+        "files": {"test/core/test_a.py": 10.0, "test/graph/test_b.py": 30.0},
+        "tests": {"test/core/test_a.py::t1": 4.0, "test/core/test_a.py::t2": 6.0,
+                  "test/graph/test_b.py::t": 30.0},
+    }  # fmt: skip
+    path = tmp_path / "times.json"
+    path.write_text(json.dumps(record))
+    assert suite_timing.main([str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    core = next(line for line in lines if line.startswith("core"))
+    graph = next(line for line in lines if line.startswith("graph"))
+    assert core.split()[1:3] == ["2", "10.0"] and graph.split()[1:3] == ["1", "30.0"]
+    files = [line.split()[0] for line in lines if line.startswith("test/")]
+    assert files == ["test/graph/test_b.py", "test/core/test_a.py"]
+
+
+def test_a_missing_times_file_says_how_to_make_one(tmp_path, capsys):
+    assert suite_timing.main([str(tmp_path / "none.json")]) == 2
+    assert "make test" in capsys.readouterr().err
+
+
+def test_the_plugin_writes_the_times_and_fails_ci_past_the_budget(pytester, monkeypatch):
+    pytester.makepyfile(test_sleepy="import time\n\ndef test_x():\n    time.sleep(0.2)\n")
+    pytester.makeini("[pytest]\nsuite_budget_s = 0.05\nsuite_budget_slack = 0.25\n")
+    monkeypatch.setenv("CI", "true")
+    times = pytester.path / "times.json"
+    result = pytester.runpytest("-p", "suite_timing", f"--suite-times={times}")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*FAILED: over budget in CI*", "*test_sleepy.py*(was new)*"])
+    assert json.loads(times.read_text())["files"]["test_sleepy.py"] >= 0.2
+    monkeypatch.delenv("CI")
+    result = pytester.runpytest("-p", "suite_timing", f"--suite-times={times}")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*WARNING: over budget*"])

@@ -1,0 +1,169 @@
+"""The suite's time: a pytest plugin that holds it to a budget, and a report by tier and file.
+
+As a plugin (loaded by conftest.py) it sums each test file's time over setup, call and
+teardown and, given ``--suite-times PATH`` (as `make test` gives it), writes them with the
+session's wall time to PATH and checks the wall time against the ``suite_budget_s`` ini setting. Over budget it names the files
+that grew most against the committed baseline (test/suite_baseline.json). On a developer's
+machine that is a warning line; in CI (``CI`` set) the run fails only when the budget is
+passed by more than ``suite_budget_slack`` (a slow host must not reject good work).
+
+As a script it prints a saved run by tier (core, node, graph) and by file, and can make
+that run the new baseline::
+
+    .venv/bin/python test/suite_timing.py build/suite-times.json [--save-baseline]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+BASELINE = Path(__file__).with_name("suite_baseline.json")
+TIERS = ("core", "node", "graph")
+
+
+def test_file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def tier_of(path: str) -> str:
+    parts = Path(path).parts
+    return next((part for part in parts if part in TIERS), "other")
+
+
+def grown_files(
+    files: dict[str, float], baseline: dict[str, float], count: int = 10
+) -> list[tuple[str, float, float | None]]:
+    """The files whose time grew most against ``baseline`` (new files count in full)."""
+    growth = [(path, seconds, baseline.get(path)) for path, seconds in files.items()]
+    growth.sort(key=lambda row: row[1] - (row[2] or 0.0), reverse=True)
+    return [row for row in growth[:count] if row[1] - (row[2] or 0.0) > 0.0]
+
+
+def budget_verdict(wall_s: float, budget_s: float, slack: float, ci: bool) -> str:
+    """``ok``, ``warn`` (over budget) or ``fail`` (CI only, over budget by more than slack)."""
+    if wall_s <= budget_s:
+        return "ok"
+    return "fail" if ci and wall_s > budget_s * (1.0 + slack) else "warn"
+
+
+# --- the plugin ---------------------------------------------------------------------------
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--suite-times",
+        default=None,
+        metavar="PATH",
+        help="write the session's wall time and each test file's time to PATH (JSON)",
+    )
+    parser.addini("suite_budget_s", "the suite's wall-time budget in seconds", default="0")
+    parser.addini(
+        "suite_budget_slack",
+        "in CI, fail only when the budget is passed by more than this fraction",
+        default="0.25",
+    )
+
+
+class SuiteClock:
+    def __init__(self, config):
+        self.config = config
+        self.start = time.monotonic()
+        self.files: dict[str, float] = defaultdict(float)
+        self.tests: dict[str, float] = defaultdict(float)
+        self.wall_s = 0.0
+        self.verdict = "ok"
+
+    def pytest_runtest_logreport(self, report):
+        self.files[test_file(report.nodeid)] += report.duration
+        self.tests[report.nodeid] += report.duration
+
+    def pytest_sessionfinish(self, session):
+        self.wall_s = time.monotonic() - self.start
+        path = self.config.getoption("--suite-times")
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            record = {"wall_s": self.wall_s, "files": dict(self.files), "tests": dict(self.tests)}
+            Path(path).write_text(json.dumps(record, indent=1, sort_keys=True))
+        budget = float(self.config.getini("suite_budget_s"))
+        if budget > 0 and path:
+            slack = float(self.config.getini("suite_budget_slack"))
+            self.verdict = budget_verdict(self.wall_s, budget, slack, bool(os.environ.get("CI")))
+            if self.verdict == "fail" and session.exitstatus == 0:
+                session.exitstatus = 1
+
+    def pytest_terminal_summary(self, terminalreporter):
+        budget = float(self.config.getini("suite_budget_s"))
+        if budget <= 0 or not self.config.getoption("--suite-times"):
+            return
+        write = terminalreporter.write_line
+        write(f"suite time {self.wall_s:.0f} s against a budget of {budget:.0f} s")
+        if self.verdict == "ok":
+            return
+        label = "FAILED: over budget in CI" if self.verdict == "fail" else "WARNING: over budget"
+        write(f"{label}; the files that grew most against {BASELINE.name}:")
+        baseline = json.loads(BASELINE.read_text()).get("files", {}) if BASELINE.exists() else {}
+        for path, seconds, before in grown_files(self.files, baseline):
+            was = "new" if before is None else f"{before:.0f} s"
+            write(f"  {path}: {seconds:.0f} s (was {was})")
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the xdist controller, or a run without xdist
+        config.pluginmanager.register(SuiteClock(config), "suite-clock")
+
+
+# --- the report ---------------------------------------------------------------------------
+
+
+def report(record: dict) -> str:
+    files: dict[str, float] = record["files"]
+    by_tier: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    for nodeid in record.get("tests", {}):
+        count[tier_of(test_file(nodeid))] += 1
+    for path, seconds in files.items():
+        by_tier[tier_of(path)] += seconds
+    total = sum(files.values())
+    lines = [f"wall time {record['wall_s']:.0f} s; test time {total:.0f} s over all workers", ""]
+    lines.append(f"{'tier':<8}{'tests':>7}{'seconds':>10}{'share':>8}")
+    for tier in (*TIERS, "other"):
+        if tier in by_tier:
+            share = by_tier[tier] / total if total else 0.0
+            lines.append(f"{tier:<8}{count[tier]:>7}{by_tier[tier]:>10.1f}{share:>8.0%}")
+    lines += ["", f"{'file':<60}{'seconds':>10}"]
+    for path, seconds in sorted(files.items(), key=lambda item: item[1], reverse=True):
+        lines.append(f"{path:<60}{seconds:>10.1f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("times", type=Path, help="a file written by pytest --suite-times")
+    parser.add_argument(
+        "--save-baseline", action="store_true", help=f"make this run {BASELINE.name}"
+    )
+    args = parser.parse_args(argv)
+    if not args.times.is_file():
+        print(
+            f"{args.times} does not exist: run `make test` (it writes build/suite-times.json)"
+            " or pytest with --suite-times PATH first",
+            file=sys.stderr,
+        )
+        return 2
+    record = json.loads(args.times.read_text())
+    print(report(record))
+    if args.save_baseline:
+        files = {path: round(seconds, 1) for path, seconds in sorted(record["files"].items())}
+        BASELINE.write_text(json.dumps({"files": files}, indent=1) + "\n")
+        print(f"\nwrote {BASELINE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
