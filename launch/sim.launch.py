@@ -2,7 +2,7 @@
 
     ros2 launch simreal_ros sim.launch.py dynamics_profile:=real_twin
 
-The nodes come from simreal_ros.graph.description.graph("sim"); `simreal up --profile sim`
+The nodes come from simreal_ros.graph.description.graph("sim"); `simreal up --graph sim`
 starts the same list without ros2 launch.
 """
 

@@ -14,6 +14,12 @@ of activations for rollback) is replaced atomically too.
 A directory without a MANIFEST is not a version of the store (a half-written one, or one
 placed by hand): it is never listed, loaded or activated. A version whose screening
 rejected it is kept with its numbers but is never made the running one.
+
+One store per arm and base: a configured store root may hold ``{robot}`` and ``{base}``
+(the shipped configs' ``~/.simreal/adapters/{robot}/{base}`` do), filled in by
+``scoped_store_root`` from the running robot and base checkpoint, so an adapter trained
+for another arm or base is never offered to a graph. ``foreign_version_reason`` says,
+naming both sides, why a version from an unscoped root does not belong to a base.
 """
 
 from __future__ import annotations
@@ -40,6 +46,77 @@ ACTIVE = "active.json"
 ROLLBACK = "rollback"  # the reason of an activation that is not a step forward
 STAGING_PREFIX = ".staging-"
 VERSION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+STORE_PLACEHOLDERS = ("{robot}", "{base}")
+# Where `simreal learn`, `simreal models` and the graph's policy and learner meet.
+DEFAULT_STORE_ROOT = "~/.simreal/adapters/{robot}/{base}"
+BASE = "base"  # the name of the base checkpoint (no adapter) in rollbacks
+
+
+def base_key(checkpoint_dir: str | Path) -> str:
+    """A base checkpoint's name in a store path: its version and conventions' fingerprint
+    (two bases that share a version name but not their conventions get two stores)."""
+    from simreal_ros.policy.checkpoint import read_metadata
+
+    metadata = read_metadata(checkpoint_dir)
+    version = re.sub(r"[^A-Za-z0-9._-]", "_", str(metadata.get("version", "base")))
+    return f"{version}-{str(metadata.get('spec_fingerprint', ''))[:10]}"
+
+
+def scoped_store_root(root: str | Path, robot_name: str, checkpoint_dir: str | Path) -> Path:
+    """``root`` with ``{robot}`` and ``{base}`` filled in (a root without them unchanged)."""
+    text = str(root)
+    if "{robot}" in text:
+        text = text.replace("{robot}", re.sub(r"[^A-Za-z0-9._-]", "_", robot_name))
+    if "{base}" in text:
+        text = text.replace("{base}", base_key(checkpoint_dir))
+    return Path(text).expanduser()
+
+
+def _lora_input_sizes(path: Path) -> dict[str, int]:
+    """Input width of each adapted layer, from the safetensors header (no weights read)."""
+    try:
+        with open(path / "adapter_model.safetensors", "rb") as stream:
+            size = int.from_bytes(stream.read(8), "little")
+            header = json.loads(stream.read(size))
+    except (OSError, ValueError):
+        return {}
+    return {
+        key.split(".lora_A")[0]: int(entry["shape"][1])
+        for key, entry in header.items()
+        if ".lora_A" in key and isinstance(entry, dict) and len(entry.get("shape", ())) == 2
+    }
+
+
+def foreign_version_reason(stored: StoredVersion, base_metadata: dict[str, Any], robot) -> str:
+    """Why ``stored`` cannot run on this base and robot ('' when it can), naming both
+    sides by robot, joint names and layer shapes."""
+    trained = stored.metadata.get("spec_fingerprint")
+    running = base_metadata.get("spec_fingerprint")
+    if trained in (None, running):
+        return ""
+    theirs = stored.metadata.get("joint_names")
+    inputs = _lora_input_sizes(stored.path)
+    first = next(iter(sorted(inputs)), "")
+    their_side = (
+        f"robot {stored.metadata.get('robot', 'not recorded')!r}, "
+        + (f"{len(theirs)} joints {list(theirs)}, " if theirs else "joints not recorded, ")
+        + f"base {stored.metadata.get('base_version')!r} (conventions {str(trained)[:10]})"
+        + (f", first adapted layer {first} takes {inputs[first]} inputs" if first else "")
+    )
+    ours = list(getattr(robot, "joint_names", ()))
+    obs_dim = (base_metadata.get("architecture") or {}).get("obs_dim")
+    our_side = (
+        f"robot {getattr(robot, 'name', '?')!r}, {len(ours)} joints {ours}, base "
+        f"{base_metadata.get('version')!r} (conventions {str(running)[:10]})"
+        + (f", actor input {obs_dim}" if obs_dim else "")
+    )
+    return (
+        f"adapter {stored.version} in {stored.path.parent} was trained for {their_side}; "
+        f"this graph runs {our_side}. Give each arm and base its own store (a store root "
+        "with {robot}/{base}, the default) or train an adapter for this base."
+    )
 
 
 class StoreError(ValueError):
@@ -129,6 +206,11 @@ class AdapterStore:
         if not (staging / "adapter_model.safetensors").is_file():
             raise StoreError(f"staged version {version} has no adapter_model.safetensors.")
         metadata = {**metadata, "version": version}
+        if "robot" not in metadata:  # which arm it belongs to, for a refusal to name
+            from simreal_ros.robot.description import load_robot_description
+
+            robot = load_robot_description()
+            metadata.update(robot=robot.name, joint_names=list(robot.joint_names))
         for name, data in ((METADATA, metadata), (SCREENING, screening or {})):
             write_json_atomic(staging / name, data, sort_keys=True)
             if after_each_file:
@@ -255,6 +337,8 @@ class AdapterStore:
         """What ``rollback(version)`` would activate (None: the base checkpoint), checked
         but not activated, so a caller can prepare it first and then
         ``activate(target, ROLLBACK)``."""
+        if version == BASE:
+            return None
         if version:
             return self.runnable(version).version
         # Step back along the promotions (rollbacks themselves are not steps), so

@@ -13,9 +13,8 @@ import json
 
 import yaml
 
+from simreal_ros.adapters.store import DEFAULT_STORE_ROOT as DEFAULT_STORE
 from simreal_ros.learner.config import METHODS
-
-DEFAULT_STORE = "~/.simreal/adapters"
 
 
 def add_parser(subparsers) -> None:
@@ -79,18 +78,39 @@ def build_config(args: argparse.Namespace):
         "screen_workers": args.workers,
     }
     values.update({k: v for k, v in flags.items() if v is not None})
-    return from_mapping(LearnerConfig, values)
+    from simreal_ros.settings_check import check_node_settings
+
+    check_node_settings("learner", values, "simreal learn")
+    config = from_mapping(LearnerConfig, values)
+    return dataclasses.replace(config, store_root=str(scoped_store(config)))
+
+
+def scoped_store(config):
+    """The learner's store for this robot and base (the one `simreal up` runs from)."""
+    from simreal_ros.adapters.store import scoped_store_root
+    from simreal_ros.policy.checkpoint import shipped_checkpoint
+    from simreal_ros.robot.description import load_robot_description
+
+    checkpoint = config.checkpoint_dir or shipped_checkpoint(config.task)
+    return scoped_store_root(config.store_root, load_robot_description().name, checkpoint)
+
+
+def _say(text: str) -> None:
+    print(f"[simreal learn] {text}", flush=True)
 
 
 def _learn(args: argparse.Namespace) -> int:
     import logging
+    import time
 
     from simreal_ros.learner.data import load_episodes
     from simreal_ros.learner.online import OnlineLearner
     from simreal_ros.learner.promotion import policy_evaluator
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    started = time.monotonic()
     config = build_config(args)
+    _say(f"store {config.store_root}; loading the base and episodes ...")
     learner = OnlineLearner(config)
     session = learner._default_session()
     real, manifest = load_episodes(args.episodes, session.checkpoint, session.converter)
@@ -102,13 +122,29 @@ def _learn(args: argparse.Namespace) -> int:
     real = real.subset(real.real_mask())
     if len(real) == 0:
         raise ValueError("the episodes are all sim; fine-tuning needs real (or real_twin) data.")
+    _say(f"{len(real)} real transitions, {len(sim)} sim ({time.monotonic() - started:.0f} s)")
     if config.identifies_from_bags:
         from simreal_ros.episodes.dataset import find_bags
 
+        _say("identifying the dynamics from the bags ...")
         session.identify(find_bags(args.episodes))
-    evaluator = policy_evaluator(config, lambda: session.screening_profile)
+    profile = session.screening_profile
+    _say(
+        f"training {config.method}, then screening in sim profile {profile!r} over "
+        f"{config.screen_seeds} seeds per condition ({', '.join(config.screen_conditions)})"
+    )
+    evaluate = policy_evaluator(config, lambda: session.screening_profile)
+
+    def evaluator(checkpoint_dir, adapter_dir, condition, seeds):
+        which = "the running version" if adapter_dir is None else "the candidate"
+        _say(f"screening {which} on {condition} ({time.monotonic() - started:.0f} s)")
+        return evaluate(checkpoint_dir, adapter_dir, condition, seeds)
+
     result = session.run_round(real, evaluator, manifest)
     decision = result.decision
+    screened = "; ".join(
+        f"{r.condition} {r.successes}/{r.episodes}" for r in decision.results
+    )
     summary = {
         "version": result.stored.version,
         "path": str(result.stored.path),
@@ -116,6 +152,7 @@ def _learn(args: argparse.Namespace) -> int:
         "method": config.method,
         "promoted": decision.promoted,
         "reason": decision.reason,
+        "screening_profile": profile,
         "metrics": result.metrics,
         "config": dataclasses.asdict(config),
     }
@@ -123,5 +160,10 @@ def _learn(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
     else:
         print(f"{result.stored.version} ({config.method}) -> {result.stored.path}")
+        print(
+            f"screened in sim, profile {profile!r} (not the arm): {screened}; "
+            f"{'promoted' if decision.promoted else 'rejected'} after "
+            f"{time.monotonic() - started:.0f} s"
+        )
         print(decision.reason)
     return 0 if decision.promoted else 1

@@ -6,7 +6,32 @@ import argparse
 import datetime
 import json
 
-DEFAULT_STORE = "~/.simreal/adapters"
+from simreal_ros.adapters.store import BASE
+from simreal_ros.adapters.store import DEFAULT_STORE_ROOT as DEFAULT_STORE
+
+STORE_HELP = (
+    "adapter store directory; {robot} and {base} are filled in from --robot and the base "
+    "checkpoint (--checkpoint, else the one shipped for --task)"
+)
+
+
+def _add_store_options(parser) -> None:
+    parser.add_argument("--store", default=DEFAULT_STORE, help=STORE_HELP)
+    parser.add_argument("--checkpoint", default="", help="base checkpoint (fills {base})")
+    parser.add_argument("--task", default="push", choices=("push", "reach"))
+
+
+def open_store(args):
+    """The store these arguments name, for this robot and base."""
+    from simreal_ros.adapters.store import AdapterStore, scoped_store_root
+    from simreal_ros.policy.checkpoint import shipped_checkpoint
+    from simreal_ros.robot.description import load_robot_description
+
+    root = args.store
+    if "{" in root:
+        checkpoint = args.checkpoint or shipped_checkpoint(args.task)
+        root = scoped_store_root(root, load_robot_description().name, checkpoint)
+    return AdapterStore(root)
 
 
 def add_parser(subparsers) -> None:
@@ -17,11 +42,11 @@ def add_parser(subparsers) -> None:
     )
     sub = parser.add_subparsers(dest="models_command", metavar="ACTION", required=True)
     p = sub.add_parser("list", help="one line per kept version")
-    p.add_argument("--store", default=DEFAULT_STORE, help="adapter store directory")
+    _add_store_options(p)
     p.set_defaults(func=_list)
     p = sub.add_parser("show", help="metadata and screening of one version")
     p.add_argument("version")
-    p.add_argument("--store", default=DEFAULT_STORE, help="adapter store directory")
+    _add_store_options(p)
     p.set_defaults(func=_show)
     p = sub.add_parser(
         "rollback",
@@ -31,10 +56,11 @@ def add_parser(subparsers) -> None:
         "and runs the result, or refuses and keeps both as they were, so the store and the "
         "node never disagree. Without --service only the store at --store changes.",
     )
-    p.add_argument("version", nargs="?", default="", help="default: the one before")
     p.add_argument(
-        "--store", default=DEFAULT_STORE, help="adapter store directory (not with --service)"
-    )
+        "version", nargs="?", default="",
+        help=f"a version, or {BASE!r} for the base checkpoint (default: the one before)",
+    )  # fmt: skip
+    _add_store_options(p)
     p.add_argument(
         "--service", default="",
         help="ask this Rollback service of a running policy node, e.g. /policy/rollback, to "
@@ -55,7 +81,7 @@ def format_table(store) -> str:
         lines.append(
             f"{marker:2}{item.version:10} {item.parent_version or 'base':10} "
             f"{item.metadata.get('method', ''):6} {decision:9} "
-            f"{created:%Y-%m-%d %H:%M:%S} {item.screening.get('reason', '')[:80]}"
+            f"{created:%Y-%m-%d %H:%M:%S} {item.screening.get('reason', '')}"
         )
     if current is None:
         lines.append("(running: the base checkpoint)")
@@ -63,16 +89,14 @@ def format_table(store) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from simreal_ros.adapters.store import AdapterStore
-
-    print(format_table(AdapterStore(args.store)))
+    store = open_store(args)
+    print(f"store {store.root}")
+    print(format_table(store))
     return 0
 
 
 def _show(args: argparse.Namespace) -> int:
-    from simreal_ros.adapters.store import AdapterStore
-
-    item = AdapterStore(args.store).load(args.version)
+    item = open_store(args).load(args.version)
     print(
         json.dumps(
             {
@@ -93,8 +117,6 @@ def _rollback(args: argparse.Namespace) -> int:
         from simreal_ros.nodes.rollback_client import call_rollback_service
 
         return call_rollback_service(args.service, args.version)
-    from simreal_ros.adapters.store import AdapterStore
-
-    version = AdapterStore(args.store).rollback(args.version or None)
+    version = open_store(args).rollback(args.version or None)
     print(f"running version is now {version or 'the base checkpoint'}")
     return 0

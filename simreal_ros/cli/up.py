@@ -1,4 +1,4 @@
-"""`simreal up`: start a profile's graph as separate processes (no `ros2 launch` needed)."""
+"""`simreal up`: start a graph profile as separate processes (no `ros2 launch` needed)."""
 
 from __future__ import annotations
 
@@ -22,19 +22,40 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return node, parameter, yaml.safe_load(value)
 
 
+# "profile" alone meant both the graph and the sim's dynamics; each now has its own flag.
+OLD_PROFILE_HINT = (
+    "--profile is ambiguous and no longer taken: give the graph with --graph sim|real, and "
+    "the sim's dynamics with --dynamics-profile NAME|PATH (nominal, randomized, real_twin)."
+)
+
+
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "up",
-        help="start the graph of a profile as processes",
+        help="start the graph (sim or real) as processes",
         description=(
-            "Start the nodes of a profile (the same description the launch files read) as "
-            "separate processes, stream their logs, and stop them all on Ctrl-C. If a node "
+            "Start the nodes of a graph (the same description the launch files read) as "
+            "separate processes, stream their logs, and stop them all on Ctrl-C. Settings "
+            "(--set, the config/ YAML files) are checked before anything starts. If a node "
             f"dies the others are stopped and the exit code is {NODE_EXIT_BASE} plus the "
             "node's position in the graph (0-based, in start order)."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--profile", choices=description.PROFILES, default="sim")
+    parser.add_argument(
+        "--graph",
+        choices=description.PROFILES,
+        default="sim",
+        help="sim: with the MuJoCo sim bridge; real: the robot's own drivers drive the arm",
+    )
+    parser.add_argument(
+        "--dynamics-profile",
+        default="",
+        help="sim graph only: the sim bridge's dynamics, a shipped profile (nominal, "
+        "randomized, real_twin, the stand-in for the arm) or a profile YAML (default: "
+        "the bridge's own, nominal)",
+    )
+    parser.add_argument("--profile", dest="old_profile", default=None, help=argparse.SUPPRESS)
     parser.add_argument(
         "--task",
         default=description.DEFAULT_TASK,
@@ -55,30 +76,109 @@ def add_parser(subparsers) -> None:
         action="append",
         default=[],
         metavar="NODE.PARAM=VALUE",
-        help="override a node parameter (repeatable)",
+        help="override a node parameter (repeatable); unknown names and bad values are "
+        "refused before anything starts",
     )
     parser.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID to use")
     parser.add_argument(
         "--duration", type=float, default=None, help="stop after this many seconds"
     )
     parser.add_argument("--list", action="store_true", help="print the graph and exit")
+    parser.add_argument(
+        "--no-respawn",
+        action="store_true",
+        help="respawn nothing: the first node that dies stops the graph (to debug a crash)",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="log every safety state change (otherwise at most one line a second)",
+    )
     parser.set_defaults(func=run)
 
 
-def run(args) -> int:
+def graph_overrides(args) -> dict[str, dict[str, Any]]:
+    """``--set`` and ``--dynamics-profile`` as node -> parameter overrides."""
+    if args.old_profile is not None:
+        raise ValueError(OLD_PROFILE_HINT)
     overrides: dict[str, dict[str, Any]] = {}
     for text in args.set:
         node, parameter, value = parse_override(text)
         overrides.setdefault(node, {})[parameter] = value
-    nodes = description.graph(args.profile, overrides, task=args.task, checkpoint=args.checkpoint)
+    if args.dynamics_profile:
+        if args.graph != "sim":
+            raise ValueError(
+                "--dynamics-profile sets the sim bridge's dynamics; the real graph has no "
+                "sim bridge. Drop it, or use --graph sim."
+            )
+        given = overrides.setdefault("sim_bridge", {}).get("profile")
+        if given not in (None, args.dynamics_profile):
+            raise ValueError(
+                f"--dynamics-profile {args.dynamics_profile} and --set "
+                f"sim_bridge.profile={given} disagree; give one."
+            )
+        overrides["sim_bridge"]["profile"] = args.dynamics_profile
+    return overrides
+
+
+def running_policy(given: dict[str, Any], task: str, checkpoint: str) -> str:
+    """What the policy node will run, and from where: the store's current version (an
+    adapter) or the base checkpoint. Refuses a base that does not exist for this robot."""
+    from simreal_ros.adapters.store import (
+        AdapterStore,
+        StoreError,
+        foreign_version_reason,
+        scoped_store_root,
+    )
+    from simreal_ros.policy.checkpoint import read_metadata, shipped_checkpoint
+    from simreal_ros.robot.description import load_robot_description
+
+    robot = load_robot_description()
+    directory = checkpoint or shipped_checkpoint(task)  # FileNotFoundError says what to do
+    metadata = read_metadata(directory)
+    base = f"base {metadata.get('version')} from {directory}"
+    store_setting = given.get("adapter_store", "")
+    if not store_setting:
+        return f"{base} (no adapter store)"
+    store = AdapterStore(scoped_store_root(store_setting, robot.name, directory))
+    current = store.current()
+    if current is None:
+        return f"{base}; adapters from {store.root}"
+    try:
+        stored = store.load(current, verify=False)
+    except StoreError as error:
+        return f"{base} (the store's {current} is unusable: {error})"
+    reason = foreign_version_reason(stored, metadata, robot)
+    if reason:
+        return f"{base} (the store's {current} is refused: {reason})"
+    return f"adapter {current} from {stored.path} on {base}"
+
+
+def run(args) -> int:
+    from simreal_ros.settings_check import check_graph, check_overrides
+
+    overrides = graph_overrides(args)
+    check_overrides(overrides, [node.name for node in description.graph(args.graph)])
+    nodes = description.graph(args.graph, overrides, task=args.task, checkpoint=args.checkpoint)
     nodes = description.select(nodes, [n for n in args.only.split(",") if n])
+    if args.no_respawn:
+        nodes = description.without_respawn(nodes)
+    if args.verbose:
+        nodes = description.verbose(nodes)
+    given = check_graph(nodes, args.graph, overrides)  # before any process starts
     if args.list:
         for index, node in enumerate(nodes):
             print(f"{index}: {node.name:<12} {node.module:<32} {node.description}")
         return 0
     robot = next((n.parameters["robot"] for n in nodes if "robot" in n.parameters), "")
+    dynamics = given.get("sim_bridge", {}).get("profile", "nominal")
+    runs = ""
+    if "policy" in given:
+        runs = f"; policy runs {running_policy(given['policy'], args.task, args.checkpoint)}"
     print(
-        f"[simreal up] profile {args.profile}, robot {robot}, task {args.task}: "
-        f"{', '.join(n.name for n in nodes)}"
+        f"[simreal up] graph {args.graph}, robot {robot}, task {args.task}"
+        + (f", dynamics {dynamics}" if "sim_bridge" in given else "")
+        + f"{runs}: {', '.join(n.name for n in nodes)}",
+        flush=True,
     )
-    return GraphRunner(nodes, args.profile, domain_id=args.domain_id).run(args.duration)
+    return GraphRunner(nodes, args.graph, domain_id=args.domain_id).run(args.duration)

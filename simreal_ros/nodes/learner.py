@@ -76,8 +76,11 @@ class LearnerNode(Node):
         super().__init__("learner", **kwargs)
         # Created once the parameters are declared; their apply callback runs before that.
         self.learner: OnlineLearner | None = None
-        declare_robot(self)
+        self.robot = declare_robot(self)
+        self._store_template = ""
         self.config: LearnerConfig = declare_config(self, LearnerConfig, apply=self._apply_config)
+        self._store_template = self.config.store_root
+        self.config = self._scoped(self.config)
         self._update_pub = self.create_publisher(
             PolicyUpdate, "/learner/policy_update", qos.LATCHED
         )
@@ -89,13 +92,54 @@ class LearnerNode(Node):
         core_log = logging.getLogger("simreal_ros.learner")
         core_log.setLevel(logging.INFO)
         core_log.addHandler(self._log_handler)
-        self.learner = OnlineLearner(self.config, on_result=self._on_result)
+        self.learner = OnlineLearner(
+            self.config, on_result=self._on_result, session_factory=self._checked_session
+        )
         self.learner.start()
         self._announce_running_version()
         self.get_logger().info(
             f"learner ready: method {self.config.method}, horizon {self.config.horizon or 'inf'}, "
             f"store {self.config.store_root}"
         )
+
+    def _checkpoint_dir(self) -> str:
+        from simreal_ros.policy.checkpoint import shipped_checkpoint
+
+        return self.config.checkpoint_dir or str(shipped_checkpoint(self.config.task))
+
+    def _scoped(self, config: LearnerConfig) -> LearnerConfig:
+        """``config`` with its store root's {robot}/{base} filled in: this arm's and base's
+        own store, the one the policy node reads too."""
+        import dataclasses
+
+        from simreal_ros.adapters.store import scoped_store_root
+
+        template = self._store_template or config.store_root
+        if "{" not in template:
+            return config
+        try:
+            root = scoped_store_root(template, self.robot.name, self._checkpoint_dir())
+        except (OSError, ValueError) as error:  # the session's start says it again
+            self.get_logger().error(f"no adapter store for this base: {error}")
+            return config
+        return dataclasses.replace(config, store_root=str(root))
+
+    def _checked_session(self):
+        """The learner's session, after refusing a running version that belongs to another
+        robot or base (it would fail deep in torch with a size mismatch)."""
+        from simreal_ros.adapters.store import AdapterStore, StoreError, foreign_version_reason
+        from simreal_ros.policy.checkpoint import read_metadata
+
+        store = AdapterStore(self.config.store_root)
+        current = store.current()
+        if current:
+            stored = store.load(current, verify=False)
+            reason = foreign_version_reason(
+                stored, read_metadata(self._checkpoint_dir()), self.robot
+            )
+            if reason:
+                raise StoreError(f"refusing the store's running version: {reason}")
+        return self.learner._default_session()
 
     def _announce_running_version(self) -> None:
         """After a restart, latch the version the store says runs, so late joiners get it."""
@@ -117,6 +161,7 @@ class LearnerNode(Node):
 
     def _apply_config(self, config: LearnerConfig) -> None:
         """A run-time change of a dynamic setting: it applies from the next round."""
+        config = self._scoped(config)
         self.config = config
         if self.learner is not None:
             self.learner.update_config(config)

@@ -50,7 +50,14 @@ from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import JointState
 
 from simreal_ros import stats
-from simreal_ros.adapters.store import ROLLBACK, AdapterStore, StoredVersion
+from simreal_ros.adapters.store import (
+    BASE,
+    ROLLBACK,
+    AdapterStore,
+    StoredVersion,
+    foreign_version_reason,
+    scoped_store_root,
+)
 from simreal_ros.msg import PolicyAction, PolicyUpdate, TaskStatus
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.diagnostics import OK, WARN, diagnostic_array
@@ -78,6 +85,7 @@ class PolicyNode(AutostartLifecycleNode):
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy-loader")
         self._lock = threading.Lock()  # guards the version tables, not the control path
         self._checkpoint: ckpt.NumpyCheckpoint | None = None
+        self._checkpoint_path: Path | None = None
         self._policy: DeployedPolicy | None = None  # swapped atomically between ticks
         self._cache: collections.OrderedDict[str, DeployedPolicy] = collections.OrderedDict()
         self._adapters: dict[str, tuple[str, str]] = {}  # announced: version -> (dir, sha256)
@@ -136,25 +144,28 @@ class PolicyNode(AutostartLifecycleNode):
         return ckpt.shipped_checkpoint(self.config.task)
 
     def on_configure(self, state: State) -> TransitionCallbackReturn:
-        directory = self._checkpoint_dir()
         rate = self.config.control_rate_hz or None
-        try:
+        try:  # any failure here is said in the log and on /diagnostics, never dropped
+            directory = self._checkpoint_dir()
             checkpoint = ckpt.load_numpy_checkpoint(
                 directory, description=self.robot, control_rate_hz=rate
             )
             base = deploy_base(checkpoint)
-        except (ValueError, OSError) as error:
+            store = self.config.adapter_store
+            store_root = scoped_store_root(store, self.robot.name, directory) if store else None
+        except Exception as error:
             self._last_error = f"configure refused: {error}"
             self.get_logger().error(self._last_error)
+            self._publish_diagnostics()
             return TransitionCallbackReturn.FAILURE
         self._checkpoint = checkpoint
+        self._checkpoint_path = directory
         self._period_ns = round(1e9 / checkpoint.spec.control_rate_hz)
         with self._lock:
             self._cache.clear()
             self._cache[base.version] = base
         self._policy = base
-        store = self.config.adapter_store
-        self._store = AdapterStore(store) if store else None
+        self._store = AdapterStore(store_root) if store_root is not None else None
         # Before any tick runs: merge the adapters kept on disk, so rollbacks are swaps.
         self._preload_store()
         self._policy = self._store_current(base)
@@ -176,18 +187,24 @@ class PolicyNode(AutostartLifecycleNode):
             ),
         ]
         self.get_logger().info(
-            f"configured: {checkpoint.version} from {directory} "
+            f"configured: running {self.version_source} "
             f"({checkpoint.spec.task}, {checkpoint.spec.control_rate_hz:g} Hz, "
-            f"{checkpoint.spec.action_mode} actions)"
+            f"{checkpoint.spec.action_mode} actions; adapter store "
+            f"{self._store.root if self._store else 'none'})"
         )
         return super().on_configure(state)
 
     def on_activate(self, state: State) -> TransitionCallbackReturn:
+        if self._checkpoint is None or self._period_ns <= 0:
+            self._last_error = "activate refused: the node is not configured (no checkpoint)."
+            self.get_logger().error(self._last_error)
+            return TransitionCallbackReturn.FAILURE
         self._last_sequence = -1
         self._grid_origin_ns = self.get_clock().now().nanoseconds
         self._timer = self.create_timer(self._period_ns / 1e9, self._on_tick)
         self.get_logger().info(
-            f"active: publishing /policy/action at {1e9 / self._period_ns:g} Hz"
+            f"active: publishing /policy/action at {1e9 / self._period_ns:g} Hz, running "
+            f"{self.version_source}"
         )
         return super().on_activate(state)  # enables the lifecycle publisher
 
@@ -367,14 +384,20 @@ class PolicyNode(AutostartLifecycleNode):
         self._policy = deployed  # atomic reference swap
         self._swaps += 1
         self._last_error = ""
-        self.get_logger().info(f"now running {deployed.version}")
+        self.get_logger().info(f"now running {self.version_source}")
 
     def _preload_store(self) -> None:
         """At configure: merge the newest versions the store keeps (rejected ones never
         run), so a rollback to one of them is a reference swap, not a merge."""
         if self._store is None:
             return
-        kept = [item.version for item in self._store.list() if not item.rejected]
+        kept = []
+        for item in self._store.list():
+            reason = self._foreign_reason(item)
+            if reason:
+                self.get_logger().warning(f"not offered: {reason}")
+            elif not item.rejected:
+                kept.append(item.version)
         for version in kept[-(MAX_CACHED_VERSIONS - 1) :]:
             try:
                 self._load_version(version)
@@ -393,13 +416,41 @@ class PolicyNode(AutostartLifecycleNode):
             return base
 
     def _stored(self, version: str) -> StoredVersion:
-        """``version`` from the store, checked (complete, intact, not rejected)."""
+        """``version`` from the store, checked (complete, intact, not rejected, made for
+        this robot and base)."""
         if self._store is None:
             raise ckpt.CheckpointError(
                 f"version {version!r} was never announced on /learner/policy_update and no "
                 "adapter_store is set to find it in."
             )
-        return self._store.runnable(version)
+        stored = self._store.runnable(version)
+        reason = self._foreign_reason(stored)
+        if reason:
+            raise ckpt.CheckpointError(reason)
+        return stored
+
+    def _foreign_reason(self, stored: StoredVersion) -> str:
+        checkpoint = self._checkpoint
+        if checkpoint is None:
+            return ""
+        return foreign_version_reason(stored, checkpoint.metadata, self.robot)
+
+    @property
+    def version_source(self) -> str:
+        """What runs and where it came from: the base checkpoint or an adapter's path."""
+        policy, checkpoint = self._policy, self._checkpoint
+        if policy is None or checkpoint is None:
+            return "nothing (not configured)"
+        base = f"base {checkpoint.version} from {self._checkpoint_path}"
+        if policy.version == checkpoint.version:
+            return base
+        path = ""
+        with self._lock:
+            if policy.version in self._adapters:
+                path = self._adapters[policy.version][0]
+        if not path and self._store is not None:
+            path = str(self._store.root / policy.version)
+        return f"adapter {policy.version} from {path} on {base}"
 
     @property
     def active_version(self) -> str:
@@ -424,7 +475,7 @@ class PolicyNode(AutostartLifecycleNode):
             # The base checkpoint is the store's None (no adapter).
             target = (
                 None
-                if request.version == checkpoint.version
+                if request.version in (checkpoint.version, BASE)
                 else store.rollback_target(request.version or None)
             )
             version = target or checkpoint.version
@@ -471,7 +522,12 @@ class PolicyNode(AutostartLifecycleNode):
             if self._timer is not None
             else ("configured" if self._checkpoint is not None else "unconfigured")
         )
-        values = {"state": state, "version": self.active_version}
+        values = {
+            "state": state,
+            "version": self.active_version,
+            "version_source": self.version_source,
+            "adapter_store": str(self._store.root) if self._store is not None else "",
+        }
         values.update(
             {
                 k: f"{v:.1f}" if isinstance(v, float) else str(v)
@@ -487,7 +543,7 @@ class PolicyNode(AutostartLifecycleNode):
             level = WARN
             message = f"running {self.active_version}; missed {self._missed} tick(s)"
         else:
-            level, message = OK, f"running {self.active_version}"
+            level, message = OK, f"running {self.version_source}"
         self._diag_pub.publish(
             diagnostic_array(self, "policy: inference", self.robot.name, level, message, values)
         )

@@ -11,7 +11,7 @@ It publishes nothing else: no /clock, no /object/pose, no /task/status, no camer
 neither the physical arm nor the MuJoCo sim bridge; run it where the user's ros2_control
 drivers would run, to try the real-profile graph without hardware:
 
-    simreal --robot PATH up --profile real
+    simreal --robot PATH up --graph real
     python -m simreal_ros.nodes.stand_in_arm --ros-args -p robot:=PATH
 
 A bad command (wrong size, non-finite value) is logged, throttled, and ignored: the joints

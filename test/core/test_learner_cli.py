@@ -87,4 +87,4 @@ def test_models_rollback_with_a_service_leaves_the_store_to_the_node(tmp_path, m
 
 def test_learn_refuses_unknown_settings(setup, tmp_path, capsys):
     assert learn(setup, tmp_path / "m", [], "no_such_setting=1") == 2
-    assert "unknown LearnerConfig setting" in capsys.readouterr().err
+    assert "learner has no setting 'no_such_setting'" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""The real profile drives a user's own arm: `simreal up --profile real` plus the stand-in.
+"""The real profile drives a user's own arm: `simreal up --graph real` plus the stand-in.
 
 A user's arm (not a shipped one: 4 joints, no gripper, its own joint names, a body as
 tool frame) is written here, a tiny checkpoint is pretrained for it with the CLI, and the
@@ -200,7 +200,7 @@ def test_real_profile_drives_a_user_arm_through_the_stand_in(
 
     argv = [
         sys.executable, "-m", "simreal_ros.cli.main", "--robot", str(user_arm),
-        "up", "--profile", "real",
+        "up", "--graph", "real",
         # A graph-level setting: the policy runs it and the learner fine-tunes it.
         "--checkpoint", str(user_checkpoint),
         "--set", f"policy.adapter_store={tmp_path / 'adapters'}",
