@@ -47,6 +47,9 @@ class ReplayEpisode:
     object_positions: np.ndarray  # (T, 3) measured; NaN rows where no pose was recorded
     start_object_orientation: np.ndarray  # (4,) w, x, y, z
     initial_command: np.ndarray  # (J,) what the arm tracked before the first command
+    # (T, 4) w, x, y, z per measured state (NaN rows where no pose was recorded): a
+    # short-horizon replay restarts the object from them.
+    object_orientations: np.ndarray | None = None
 
     @property
     def duration(self) -> float:
@@ -57,8 +60,10 @@ class ReplayEpisode:
         return bool(np.isfinite(self.object_positions).all())
 
 
-def _stamp_s(msg) -> float:
-    return msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+def _stamp_ns(msg) -> int:
+    # Whole nanoseconds: seconds since the epoch in a float lose the sub-microsecond part
+    # that decides which physics step a command falls on.
+    return msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
 
 
 def read_replay_episode(bag: Path, robot: RobotDescription, task: str | None) -> ReplayEpisode:
@@ -130,7 +135,7 @@ def read_replay_episode(bag: Path, robot: RobotDescription, task: str | None) ->
             f"joints ({', '.join(names)}); the bag comes from another robot or controller."
         )
     joint_order = JointOrder(names)
-    state_t = np.array([_stamp_s(m) for m in states])
+    state_ns = np.array([_stamp_ns(m) for m in states], dtype=np.int64)
     positions = [joint_order.reorder(m.name, m.position) for m in states]
     if any(p is None for p in positions):
         raise SysidInputError(
@@ -146,24 +151,32 @@ def read_replay_episode(bag: Path, robot: RobotDescription, task: str | None) ->
             for m in states
         ]
     )
-    keep = np.concatenate([[True], np.diff(state_t) > 0])  # drop duplicate stamps
-    state_t, q, qd = state_t[keep], q[keep], qd[keep]
-    t0 = state_t[0]
-    command_t = np.array([t for t, _ in commands]) * 1e-9 - t0
+    keep = np.concatenate([[True], np.diff(state_ns) > 0])  # drop duplicate stamps
+    state_ns, q, qd = state_ns[keep], q[keep], qd[keep]
+    t0 = int(state_ns[0])
+    state_t = (state_ns - t0) * 1e-9
+    command_t = (np.array([t for t, _ in commands], dtype=np.int64) - t0) * 1e-9
     command_values = np.array([values for _, values in commands])
     if not (np.isfinite(q).all() and np.isfinite(command_values).all()):
         raise SysidInputError(f"{bag}: non-finite joint states or commands; leave it out.")
     objects = np.full((len(state_t), 3), np.nan)
+    orientations = np.full((len(state_t), 4), np.nan)
     orientation = np.array([1.0, 0.0, 0.0, 0.0])
     if poses:
-        pose_t = np.array([_stamp_s(m) for m in poses])
+        pose_t = (np.array([_stamp_ns(m) for m in poses], dtype=np.int64) - t0) * 1e-9
         xyz = np.array([[m.pose.position.x, m.pose.position.y, m.pose.position.z] for m in poses])
+        wxyz = np.array(
+            [[m.pose.orientation.w, m.pose.orientation.x, m.pose.orientation.y,
+              m.pose.orientation.z] for m in poses]
+        )  # fmt: skip
         idx = np.searchsorted(pose_t, state_t, side="right") - 1
         valid = (idx >= 0) & (np.abs(pose_t[np.clip(idx, 0, None)] - state_t) < 0.02)
         objects[valid] = xyz[idx[valid]]
-        o = poses[max(0, int(idx[0]))].pose.orientation
-        orientation = np.array([o.w, o.x, o.y, o.z])
-    before = command_t <= 0.0
+        orientations[valid] = wxyz[idx[valid]]
+        orientation = wxyz[max(0, int(idx[0]))]
+    # Before its first command the arm holds where it was (a command stamped with the first
+    # state is its first, still subject to the latency).
+    before = command_t < -1e-6
     initial = command_values[before][-1] if before.any() else q[0].copy()
     after = command_t > -1e-9
     return ReplayEpisode(
@@ -172,12 +185,13 @@ def read_replay_episode(bag: Path, robot: RobotDescription, task: str | None) ->
         condition=meta.condition,
         command_times=command_t[after],
         commands=command_values[after],
-        state_times=state_t - t0,
+        state_times=state_t,
         joint_positions=q,
         joint_velocities=qd,
         object_positions=objects,
         start_object_orientation=orientation,
         initial_command=initial,
+        object_orientations=orientations,
     )
 
 
