@@ -35,7 +35,9 @@ def add_parser(subparsers) -> None:
         help="push, reach or reach_around; None: the checkpoint's task",
     )
     parser.add_argument(
+        "--dynamics-profile",
         "--profile",
+        dest="profile",
         default="nominal",
         help="dynamics profile: nominal, randomized, real_twin (the stand-in) or a YAML path",
     )
@@ -65,9 +67,11 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    from simreal_ros.cli.eval import check_checkpoint_for_robot
     from simreal_ros.diagnosis.run import diagnose
     from simreal_ros.policy.evaluate import PolicySource
 
+    check_checkpoint_for_robot(args.checkpoint)
     thresholds_cls, fields = _threshold_fields()
     thresholds = thresholds_cls(**{f.name: getattr(args, f.name) for f in fields})
     result = diagnose(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import warnings
 from pathlib import Path
 
@@ -23,7 +24,8 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=_list)
 
     p = sub.add_parser("info", help="metadata and message counts of one bag")
-    p.add_argument("bag", help="episode bag directory")
+    p.add_argument("episode", help="an episode id (as `list` prints it) or a bag directory")
+    p.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="where to look up an id")
     p.set_defaults(func=_info)
 
     p = sub.add_parser("recover", help="close bags left unclosed by a killed recorder")
@@ -54,9 +56,15 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from simreal_ros.episodes.catalog import episode_info
+    from simreal_ros.episodes.catalog import episode_info, find_episode
 
-    print(json.dumps(episode_info(Path(args.bag).expanduser()), indent=2))
+    info = episode_info(find_episode(args.episode, args.data_dir))
+    print(json.dumps(info, indent=2))
+    if info["state"] == "corrupt":
+        print(
+            f"{info['bag']}: no readable MCAP file; it cannot be recovered.", file=sys.stderr
+        )
+        return 1
     return 0
 
 
@@ -103,6 +111,18 @@ def _export(args: argparse.Namespace) -> int:
         data = load_transitions(Path(args.data_dir).expanduser(), joint_names, where)
     for w in caught:
         print(f"warning: {w.message}")
+    if len(data) == 0:
+        looked = {
+            "source": args.source, "condition": args.condition, "outcome": args.outcome,
+            "policy version": args.policy_version,
+        }  # fmt: skip
+        wanted = ", ".join(f"{k} in {v}" for k, v in looked.items() if v) or "any episode"
+        if args.exclude_incomplete:
+            wanted += ", complete only"
+        raise ValueError(
+            f"no transitions match ({wanted}) among the bags under {args.data_dir}; nothing "
+            "written. `simreal episodes list` shows what was recorded."
+        )
     output = Path(args.output).expanduser()
     np.savez_compressed(output, **data.to_arrays())
     episodes = len(set(data.episode_ids.tolist()))

@@ -23,7 +23,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--checkpoint", required=True, help="checkpoint directory")
     parser.add_argument("--adapter", default=None, help="peft LoRA adapter directory")
     parser.add_argument(
+        "--dynamics-profile",
         "--profile",
+        dest="profile",
         default="nominal",
         help="dynamics profile: nominal, randomized, real_twin (the stand-in) or a YAML path",
     )
@@ -46,11 +48,21 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
+def check_checkpoint_for_robot(checkpoint: str) -> None:
+    """Refuse a checkpoint made for another arm before any episode runs, naming the joint
+    names and count on both sides (as the policy node does at configure)."""
+    from simreal_ros.policy.checkpoint import load_numpy_checkpoint
+    from simreal_ros.robot.description import load_robot_description
+
+    load_numpy_checkpoint(checkpoint, description=load_robot_description())
+
+
 def run(args) -> int:
     from simreal_ros.policy.evaluate import PolicySource, evaluate_policy
 
     if args.episodes < 1:
         raise ValueError("--episodes must be at least 1.")
+    check_checkpoint_for_robot(args.checkpoint)
     source = PolicySource(args.checkpoint, adapter_dir=args.adapter)
     result = evaluate_policy(
         source,

@@ -20,7 +20,10 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--checkpoint", default="", help="base checkpoint (default: shipped)")
     parser.add_argument("--task", default="push", choices=("push", "reach"))
-    parser.add_argument("--profile", default="real_twin", help="stand-in profile or YAML path")
+    parser.add_argument(
+        "--dynamics-profile", "--profile", dest="profile", default="real_twin",
+        help="the stand-in's dynamics profile: a name or YAML path",
+    )  # fmt: skip
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--value-episodes", type=int, default=20)
     parser.add_argument("--workers", type=int, default=2)

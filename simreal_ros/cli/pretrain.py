@@ -29,7 +29,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--out", default=None, help="checkpoint dir (default: runs/<task>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out")
     parser.add_argument(
+        "--dynamics-profile",
         "--profile",
+        dest="profile",
         default="randomized",
         help="dynamics profile: nominal, randomized or a YAML path (never a stand-in)",
     )

@@ -31,9 +31,10 @@ def run_check(args) -> int:
     import mujoco
 
     from simreal_ros.robot.description import load_robot_description
-    from simreal_ros.robot.model import compile_robot, compile_scene
+    from simreal_ros.robot.model import compile_robot, compile_scene, degrees_hint
 
     robot = load_robot_description(args.path)
+    hint = degrees_hint(robot)
     model = compile_robot(robot)
     compile_scene(robot)  # the arm must also fit the task scene
     units = robot.joint_units
@@ -67,6 +68,8 @@ def run_check(args) -> int:
         f"{np.array2string(robot.workspace_upper, precision=3)} m; home tool "
         f"{'inside' if inside else 'OUTSIDE'}"
     )
+    if hint:
+        print(f"  warning:{hint}")
     if not inside:
         print("  error: the home pose's tool frame is outside the workspace box; widen it.")
         return 2

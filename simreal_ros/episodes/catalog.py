@@ -20,12 +20,7 @@ class EpisodeEntry:
 
 def list_episodes(data_dir: Path | str) -> list[EpisodeEntry]:
     """Every episode bag under ``data_dir`` (a folder of bags, or one bag), oldest first."""
-    entries = []
-    for bag in find_bags(data_dir):
-        state = bag_state(bag)
-        meta = read_episode_metadata(bag) if state != "corrupt" else None
-        size = sum(p.stat().st_size for p in bag.iterdir() if p.is_file())
-        entries.append(EpisodeEntry(bag, state, meta, size))
+    entries = [_entry(bag) for bag in find_bags(data_dir)]
     entries.sort(key=lambda e: (e.metadata.start_time_ns if e.metadata else 0, str(e.bag_dir)))
     return entries
 
@@ -49,9 +44,48 @@ def format_table(entries: list[EpisodeEntry]) -> str:
     return "\n".join(lines)
 
 
+def find_episode(reference: str, data_dir: Path | str) -> Path:
+    """The bag ``reference`` names: a bag directory's path, or an episode id (as
+    ``simreal episodes list`` prints it, or a unique prefix of one) under ``data_dir``."""
+    path = Path(reference).expanduser()
+    if path.is_dir():
+        return path
+    data_dir = Path(data_dir).expanduser()
+    candidates = find_bags(data_dir) if data_dir.is_dir() else []
+    exact = [bag for bag in candidates if bag.name == reference]
+    if not exact:
+        exact = [
+            entry.bag_dir
+            for entry in (_entry(bag) for bag in candidates)
+            if entry.metadata is not None and entry.metadata.episode_id == reference
+        ]
+    prefixed = [bag for bag in candidates if bag.name.startswith(reference)]
+    found = exact or prefixed
+    if len(found) == 1:
+        return found[0]
+    if len(found) > 1:
+        raise ValueError(
+            f"{reference!r} matches {len(found)} episodes under {data_dir} "
+            f"({', '.join(b.name for b in found[:5])}, ...); give more of the id."
+        )
+    raise FileNotFoundError(
+        f"no episode bag at {path} and no episode with id {reference!r} under {data_dir}; "
+        "`simreal episodes list --data-dir DIR` shows the ids."
+    )
+
+
+def _entry(bag: Path) -> EpisodeEntry:
+    state = bag_state(bag)
+    meta = read_episode_metadata(bag) if state != "corrupt" else None
+    size = sum(p.stat().st_size for p in bag.iterdir() if p.is_file())
+    return EpisodeEntry(bag, state, meta, size)
+
+
 def episode_info(bag_dir: Path | str) -> dict:
     """State, metadata and per-topic message counts (from the file itself) of one bag."""
     bag_dir = Path(bag_dir)
+    if not bag_dir.is_dir():
+        raise FileNotFoundError(f"{bag_dir} is not an episode bag directory.")
     state = bag_state(bag_dir)
     info: dict = {"bag": str(bag_dir), "state": state}
     if state == "corrupt":

@@ -53,6 +53,35 @@ def _load_spec(description: RobotDescription) -> mujoco.MjSpec:
     return spec
 
 
+def degrees_hint(description: RobotDescription) -> str:
+    """A hint when an MJCF reads its angles in degrees (MuJoCo's default) while every
+    hinge range it writes looks like radians (all within ±2π): a range="-3.1 3.1" meant
+    as ±3.1 rad compiles to ±0.054 rad. Empty when that does not look like the case."""
+    path = description.model_path
+    if path.suffix.lower() == ".urdf" or not path.is_file():
+        return ""
+    try:
+        spec = mujoco.MjSpec.from_file(str(path))
+    except Exception:  # _load_spec reports a model that does not load
+        return ""
+    if not spec.compiler.degree:
+        return ""
+    ranges = [
+        (joint.name, float(joint.range[0]), float(joint.range[1]))
+        for joint in spec.joints
+        if joint.type == mujoco.mjtJoint.mjJNT_HINGE and joint.range[0] < joint.range[1]
+    ]
+    if not ranges or any(max(abs(low), abs(high)) > 2 * np.pi + 1e-3 for _, low, high in ranges):
+        return ""
+    name, low, high = ranges[0]
+    return (
+        f" Hint: {path.name} reads angles in degrees (MuJoCo's default for MJCF), but its "
+        f"hinge ranges look like radians ({name!r} range=\"{low:g} {high:g}\" compiles to "
+        f"[{np.radians(low):.3g}, {np.radians(high):.3g}] rad); add "
+        '<compiler angle="radian"/> to the model.'
+    )
+
+
 def _joint_kinds(spec: mujoco.MjSpec) -> dict[str, mujoco.MjsJoint]:
     return {joint.name: joint for joint in spec.joints}
 
@@ -220,7 +249,7 @@ def check_against_model(description: RobotDescription) -> RobotDescription:
             raise RobotDescriptionError(
                 f"{where}: joint {name!r} position limits [{lower[i]:g}, {upper[i]:g}] go "
                 f"beyond the model's range [{low:g}, {high:g}]; a limit may not exceed the "
-                "model's."
+                f"model's.{degrees_hint(description)}"
             )
         for actuator in np.flatnonzero(model.actuator_trnid[:, 0] == joint.id):
             if model.actuator_forcelimited[actuator]:
