@@ -7,7 +7,16 @@
 - ``replay``: the open-loop ``ReplayResult`` (``simreal_ros.diagnosis.replay_check``) or None;
 - ``stats``: ``ActionStats`` of the failing training-condition episodes (or their
   ``MotionSummary``);
-- ``thresholds``: ``Thresholds`` (defaults below; every number is a parameter).
+- ``thresholds``: ``Thresholds`` (defaults below; every number is a parameter);
+- ``sim``: optionally, the same policy's training-condition outcome in its own sim (the
+  profile it was trained in): the evidence for a dynamics gap.
+
+A convention label needs evidence over more than one episode, with a stated significance:
+a replay failure counts only when at least two replayed episodes fail on their own and a
+one-sided binomial test rejects, at ``convention_significance``, that they fail no more
+often than a healthy policy's replays do (``replay_episode_null`` per episode); a
+per-joint map alone decides only over ``convention_min_episodes`` replayed episodes or
+more, and never against the dynamics-gap evidence below.
 
 Rules, in order (the first that applies wins):
 
@@ -30,15 +39,20 @@ Rules, in order (the first that applies wins):
    The fit never vetoes a failed replay: it names the joints at fault and how, or the
    evidence says no simple per-joint map explains it (normalisation statistics,
    nonlinear or state-dependent conventions). One exception: a failure that no map
-   explains, from a policy that shows another mode's signature (rule 2 or 3), is that
+   explains, from a policy that shows another mode's signature (rule 3 or 4), is that
    mode; its behaviour differs from the recorded episodes' (another detour, a blend).
-2. ``over_specialization``: training conditions pass (success rate >= ``pass_rate``) and
+2. ``dynamics_gap``: training conditions fail on the arm while the same policy passes them
+   in its own sim (its sim interval entirely above the arm's), and the replay check does
+   not fail: the policy's actions are right for the sim, the arm moves differently. The
+   case the loop exists for: route it to system identification and sim-side adaptation
+   (``learner.adaptation``), not to a convention fix.
+3. ``over_specialization``: training conditions pass (success rate >= ``pass_rate``) and
    shifted conditions fail.
-3. ``mode_collapse``: training conditions fail, and at least ``collapse_share`` of the
+4. ``mode_collapse``: training conditions fail, and at least ``collapse_share`` of the
    failing training episodes are frozen (``frozen_fraction``) or hesitant
    (``reversal_rate``).
-4. ``healthy``: both conditions pass.
-5. ``inconclusive``: training conditions fail without a collapse signature; the evidence
+5. ``healthy``: both conditions pass.
+6. ``inconclusive``: training conditions fail without a collapse signature; the evidence
    says what was seen.
 
 The replay check presumes the recorded episodes come from a commander the policy should
@@ -60,6 +74,7 @@ from simreal_ros.stats import wilson_interval
 
 LABELS = (
     "action_convention_mismatch",
+    "dynamics_gap",
     "over_specialization",
     "mode_collapse",
     "healthy",
@@ -114,6 +129,22 @@ class Thresholds:
         "mode collapse needs this share of failing training episodes frozen or hesitant",
         low=0.0,
         high=1.0,
+    )
+    convention_significance: float = setting(
+        0.05,
+        "a replay failure is a convention error only if a one-sided binomial test of its "
+        "failing episodes against replay_episode_null rejects at this level",
+        low=0.0,
+        high=1.0,
+    )
+    replay_episode_null: float = setting(
+        0.1,
+        "share of a healthy policy's replayed episodes that may fail on their own",
+        low=0.0,
+        high=1.0,
+    )
+    convention_min_episodes: int = setting(
+        3, "a per-joint map alone decides only over this many replayed episodes", low=2
     )
 
     def __post_init__(self) -> None:
@@ -204,7 +235,8 @@ def _at_fault_text(fit, names: list[str]) -> str:
 def replay_verdict(replay: ReplayResult | None, thresholds: Thresholds) -> dict[str, Any]:
     """Whether the replay failed, which joints a per-joint map blames, and the numbers."""
     if replay is None or not replay.episodes:
-        return {"checked": False, "failed": False, "systematic": False, "joints_at_fault": []}
+        return {"checked": False, "failed": False, "systematic": False, "joints_at_fault": [],
+            "episodes": 0}  # fmt: skip
     episodes = len(replay.episodes)
     goal_drop = (replay.baseline_reached - replay.reached) / episodes
     own = replay.closed_loop_reached
@@ -261,14 +293,32 @@ def replay_verdict(replay: ReplayResult | None, thresholds: Thresholds) -> dict[
         + (f", policy closed loop {own}/{episodes}" if own is not None else "")
         + ")"
     )
-    failed = informative and bool(failed_reasons)
+    failing = [
+        e.tool_rms - e.baseline_tool_rms > thresholds.replay_tool_error
+        or (e.baseline_reached_goal and not e.reached_goal and not e.closed_loop_reached_goal)
+        for e in replay.episodes
+    ]
+    count = sum(failing)
+    p_value = binomial_tail(count, episodes, thresholds.replay_episode_null)
+    significant = count >= 2 and p_value <= thresholds.convention_significance
+    if informative and failed_reasons and not significant:
+        notes.append(
+            f"not significant: {count} of {episodes} replayed episodes fail on their own "
+            f"(one-sided binomial p = {p_value:.3f} against a healthy rate of "
+            f"{thresholds.replay_episode_null:.0%}; a convention label needs at least 2 and p "
+            f"<= {thresholds.convention_significance})"
+        )
+    failed = informative and bool(failed_reasons) and significant
     return {
         "checked": True,
+        "episodes": episodes,
         "informative": informative,
         "failed": failed,
         "reasons": failed_reasons,
         "notes": notes,
         "measured": measured,
+        "failing_episodes": count,
+        "p_value": p_value,
         "systematic": bool(at_fault),  # a per-joint map blames some joints
         "joints_at_fault": at_fault,
         "at_fault": _at_fault_text(fit, at_fault),
@@ -277,6 +327,15 @@ def replay_verdict(replay: ReplayResult | None, thresholds: Thresholds) -> dict[
         ),
         "numbers": replay.to_dict(),
     }
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p): the one-sided test of k failures in n."""
+    from math import comb
+
+    if k <= 0:
+        return 1.0
+    return float(sum(comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1)))
 
 
 def _motion(stats, thresholds: Thresholds) -> MotionSummary:
@@ -294,11 +353,13 @@ def classify(
     replay: ReplayResult | None,
     stats,
     thresholds: Thresholds | None = None,
+    sim=None,
 ) -> Diagnosis:
     """Label the failure mode (rules in the module docstring) and keep the evidence."""
     thresholds = thresholds or Thresholds()
     train = _as_outcome(train, "train")
     shifted = _as_outcome(shifted, "shifted")
+    sim = None if sim is None else _as_outcome(sim, "train (own sim)")
     motion = _motion(stats, thresholds)
     verdict = replay_verdict(replay, thresholds)
     train_pass = train.episodes > 0 and train.rate >= thresholds.pass_rate
@@ -310,6 +371,7 @@ def classify(
         "train_shifted_ci_separated": separated,
         "replay": verdict,
         "failing_train_motion": motion.to_dict(),
+        "own_sim_train": None if sim is None else sim.to_dict(),
         "thresholds": dataclasses.asdict(thresholds),
     }
     lines = [
@@ -340,10 +402,27 @@ def classify(
             f"tool travel {motion.mean_tool_travel:.2f} m"
         )
 
+    if sim is not None:
+        lines.append(f"the same policy in its own sim, train conditions: {sim.text()}")
     collapsed = (
         not train_pass and motion.episodes and motion.collapsed_share >= thresholds.collapse_share
     )
-    mapped = verdict["checked"] and verdict["systematic"] and not verdict["failed"]
+    # The policy does the task in its own sim and fails on the arm: the arm's dynamics.
+    dynamics_gap = (
+        sim is not None
+        and not train_pass
+        and sim.episodes > 0
+        and sim.rate >= thresholds.pass_rate
+        and sim.ci[0] > train.ci[1]
+    )
+    evidence["dynamics_gap"] = bool(dynamics_gap)
+    mapped = (
+        verdict["checked"]
+        and verdict["systematic"]
+        and not verdict["failed"]
+        and verdict["episodes"] >= thresholds.convention_min_episodes
+        and not dynamics_gap
+    )
     # A failure no per-joint map explains is either a normalisation/nonlinear convention
     # error or behaviour unlike the recorded episodes'; the other modes' signatures say which.
     other_mode = (train_pass and not shifted_pass) or collapsed
@@ -370,6 +449,14 @@ def classify(
         reason = (
             f"the policy's commands on recorded successful episodes do not reproduce them "
             f"({why}); {how}"
+        )
+    elif dynamics_gap:
+        label = "dynamics_gap"
+        reason = (
+            f"fails training conditions on the arm ({train.rate:.0%}) but passes them in its "
+            f"own sim ({sim.rate:.0%}; the intervals do not overlap) and the replay check "
+            "does not fail: the arm's dynamics differ from the sim's; identify them and "
+            "adapt in the identified sim"
         )
     elif train_pass and not shifted_pass:
         label = "over_specialization"

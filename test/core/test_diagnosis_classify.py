@@ -135,7 +135,7 @@ def test_fit_judges_each_joint_so_one_flipped_joint_is_not_diluted():
 
 
 def test_failed_replay_is_a_mismatch_even_when_the_pooled_fit_gain_is_small():
-    """The veto case: replay 2/4 against 4/4, the fit names the joints at fault, but its
+    """The veto case: replay 1/4 against 4/4, the fit names the joints at fault, but its
     pooled R² gain (+0.19) is under fit_gain. The failed replay decides the label."""
     names = ["j0", "j1", "j2", "j3", "j4", "j5"]
     fit = ConventionFit(
@@ -144,11 +144,11 @@ def test_failed_replay_is_a_mismatch_even_when_the_pooled_fit_gain_is_small():
         [0.93, 0.88, -2.9, 0.9, 0.88, 0.89],
     )  # fmt: skip
     assert fit.fitted_r2 - fit.identity_r2 < Thresholds().fit_gain
-    replay = _replay(0.004, fit, reached=2, closed_loop=1)  # tool within tolerance
+    replay = _replay(0.004, fit, reached=1, closed_loop=1)  # tool within tolerance
     d = classify((3, 10), (1, 10), replay, [], Thresholds())
     assert d.label == "action_convention_mismatch", d.summary
     assert d.evidence["replay"]["failed"] and d.evidence["replay"]["joints_at_fault"] == ["j2"]
-    assert "reach the goal in 2/4" in d.evidence["reason"] and "j2" in d.evidence["reason"]
+    assert "reach the goal in 1/4" in d.evidence["reason"] and "j2" in d.evidence["reason"]
     # Without any per-joint map it is still the mismatch; the evidence says so.
     unexplained = _fit(scale=0.6, fitted=0.3, identity=0.2)
     for train in ((3, 10), (9, 10)):
@@ -183,8 +183,40 @@ def test_goal_missed_only_open_loop_is_not_a_mismatch():
     d = classify((9, 10), (9, 10), _replay(0.004, near, reached=2, closed_loop=4), [])
     assert d.label == "healthy", d.summary
     assert not d.evidence["replay"]["failed"] and "closed loop" in d.evidence["replay"]["notes"][0]
-    d = classify((9, 10), (9, 10), _replay(0.004, near, reached=2, closed_loop=1), [])
+    d = classify((9, 10), (9, 10), _replay(0.004, near, reached=1, closed_loop=1), [])
     assert d.label == "action_convention_mismatch"
+    # The same miss on two episodes of four is not significant (p = 0.052 > 0.05).
+    d = classify((9, 10), (9, 10), _replay(0.004, near, reached=2, closed_loop=1), [])
+    assert d.label == "healthy" and "not significant" in " ".join(d.evidence["replay"]["notes"])
+
+
+def test_one_replayed_episode_never_makes_a_convention_label():
+    """The issue's case: one replayed episode and a per-joint map, training failing."""
+    fit = _fit(scale=0.5, identity=-1.0)
+    one = _replay(0.03, fit, reached=0)
+    one.episodes = one.episodes[:1]
+    d = classify((3, 10), (1, 10), one, [], Thresholds())
+    assert d.label != "action_convention_mismatch", d.summary
+    assert d.evidence["replay"]["p_value"] == pytest.approx(0.1)
+
+
+def test_a_dynamics_gap_is_named_and_wins_over_a_map_on_a_passing_replay():
+    fit = _fit(scale=0.5, identity=-1.0)
+    # Fails on the arm, 19/20 in its own sim, the replay passes but a map blames joints.
+    d = classify((2, 20), (0, 20), _replay(0.002, fit), [], Thresholds(), sim=(19, 20))
+    assert d.label == "dynamics_gap", d.summary
+    assert "identify" in d.evidence["reason"] and d.evidence["dynamics_gap"]
+    # Without the sim evidence the map still decides (a convention bug).
+    assert classify((2, 20), (0, 20), _replay(0.002, fit), []).label == (
+        "action_convention_mismatch"
+    )
+    # A significantly failed replay is a convention error whatever the sim says.
+    failed = _replay(0.03, _fit(scale=-1.0, identity=-3.0), reached=0, closed_loop=0)
+    assert classify((2, 20), (0, 20), failed, [], sim=(19, 20)).label == (
+        "action_convention_mismatch"
+    )
+    # Failing in its own sim as well is no dynamics gap.
+    assert classify((2, 20), (0, 20), None, [], sim=(3, 20)).label == "inconclusive"
 
 
 def test_replay_the_profile_cannot_reproduce_is_not_read():
