@@ -16,7 +16,7 @@ setup(
     version="0.1.0",
     packages=find_packages(include=["simreal_ros", "simreal_ros.*"]),
     package_data={"simreal_ros": ["**/*.xml", "**/*.yaml", "**/*.json", "**/*.safetensors"]},
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     entry_points={
         "console_scripts": [
             "simreal = simreal_ros.cli.main:main",
