@@ -8,7 +8,7 @@ from simreal_ros.config_schema import setting, validate
 from simreal_ros.policy.config import EXPLORATION_STD_MAX
 from simreal_ros.sim.profiles import check_profile
 
-METHODS = ("bc", "rl", "sgft", "sysid")
+METHODS = ("bc", "rl", "sgft", "sysid", "adapt")
 CRITIC_INITS = ("auto", "fresh", "checkpoint", "checkpoint_lora", "sim_advantage")
 
 
@@ -233,7 +233,7 @@ class LearnerConfig:
         "Before each round, identify the sim's dynamics from the newest real bags (they "
         "must carry /forward_position_controller/commands) and screen in the identified "
         "profile instead of screen_profile; if identification fails, screen_profile is "
-        "used and the reason is logged. method sysid always identifies.",
+        "used and the reason is logged. Methods sysid and adapt always identify.",
     )
     identified_profile: str = setting(
         "",
@@ -258,6 +258,32 @@ class LearnerConfig:
         low=1,
         high=100000,
     )
+    # Sim-side adaptation (method adapt, simreal_ros/learner/adaptation.py).
+    adapt_teacher_episodes: int = setting(
+        16, "method adapt: sim episodes per point of the teacher's grid search", low=1,
+        high=100000,
+    )  # fmt: skip
+    adapt_iterations: int = setting(6, "method adapt: DAgger rounds", low=1, high=1000)
+    adapt_episodes: int = setting(
+        48, "method adapt: sim episodes per DAgger round", low=1, high=100000
+    )
+    adapt_bc_steps: int = setting(
+        1000, "method adapt: behaviour-cloning updates per DAgger round", low=1, high=10**7
+    )
+    adapt_learning_rate: float = setting(
+        1e-3, "method adapt: learning rate of the adapter (clipped to learning_rate_cap)",
+        low=0.0, high=1.0,
+    )  # fmt: skip
+    adapt_shifted_share: float = setting(
+        0.5, "method adapt: share of the sim episodes that start in the shifted condition",
+        low=0.0, high=1.0,
+    )  # fmt: skip
+    adapt_log_spread: float = setting(
+        0.1,
+        "method adapt: least half-width of the randomisation around each identified factor "
+        "(log units; wider where identification's restarts spread more)",
+        low=0.0, high=3.0,
+    )  # fmt: skip
     screen_safety_filter: bool = setting(
         True,
         "Screen behind the safety filter, as the graph runs the policy: a candidate that "
@@ -382,7 +408,8 @@ class LearnerConfig:
     def identifies_from_bags(self) -> bool:
         """Rounds first identify the dynamics from the newest real bags (sysid always does,
         unless a profile was identified beforehand)."""
-        return (self.identify_dynamics or self.method == "sysid") and not self.identified_profile
+        identifying = self.identify_dynamics or self.method in ("sysid", "adapt")
+        return identifying and not self.identified_profile
 
     @property
     def horizon_or_none(self) -> int | None:

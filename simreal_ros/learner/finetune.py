@@ -1,6 +1,13 @@
 """One round's update of the running adapter, per method: behaviour cloning (bc), the
-actor-critic fine-tuner (rl, sgft, and sysid on identified-sim episodes), SGFT's model
-rollouts and value watch, and the forgetting guards every round reports."""
+actor-critic fine-tuner (rl, sgft, and sysid on identified-sim episodes), sim-side
+adaptation in the identified sim (adapt), SGFT's model rollouts and value watch, and the
+forgetting guards every round reports.
+
+The trust region anchors to the parent: the running version this round starts from (its
+merged actor, frozen at the round's start), never the base checkpoint, so a gap that needs
+a large correction can be closed over rounds, and after sim-side adaptation the arm's own
+data fine-tune the adapted policy, anchored to it. Every round reports how far the
+candidate moved from its parent (``distance_from_parent``)."""
 
 from __future__ import annotations
 
@@ -12,14 +19,15 @@ from typing import TYPE_CHECKING
 import torch
 
 from simreal_ros.learner import lora
+from simreal_ros.learner.adaptation import distance_from_parent
 from simreal_ros.learner.bc import BehaviourCloning
 from simreal_ros.learner.config import LearnerConfig
-from simreal_ros.learner.critics import ACTOR_CRITIC_METHODS, Critics, make_ewc
+from simreal_ros.learner.critics import Critics, make_ewc
 from simreal_ros.learner.data import policy_actions, rollout_transitions
 from simreal_ros.learner.ewc import ElasticWeightConsolidation
 from simreal_ros.learner.replay import Transitions
 from simreal_ros.learner.sac_finetune import ActorCriticFineTuner
-from simreal_ros.learner.sgft import ValueExploitMonitor, shape_rewards
+from simreal_ros.learner.sgft import ValueExploitMonitor, frozen_copy, shape_rewards
 
 if TYPE_CHECKING:
     from simreal_ros.learner.dynamics_model import ModelRollouts
@@ -100,9 +108,7 @@ class RoundTrainer:
         self.checkpoint = checkpoint
         self.actor_peft = actor_peft
         self.critics = critics
-        self.base_actor: torch.nn.Module | None = None
-        if config.method in ACTOR_CRITIC_METHODS and config.anchor_weight > 0:
-            self.base_actor = checkpoint.model.actor  # lora.wrap worked on a copy
+        self.parent_actor: torch.nn.Module | None = None  # the round's start, frozen
         self.tuner: ActorCriticFineTuner | None = None
         self.ewc: ElasticWeightConsolidation | None = None
         self.dynamics: ModelRollouts | None = None  # SGFT's model rollouts, once they run
@@ -134,8 +140,12 @@ class RoundTrainer:
         self._real_transitions_seen = real_now
         updates = max(config.updates_per_round, math.ceil(config.update_to_data * new_real))
         metrics: dict[str, float] = {"updates": float(updates), "new_real_transitions": new_real}
+        self.parent_actor = frozen_copy(lora.merged(self.actor_peft))
         update = self._updates[config.method]
         metrics.update(update(config, data, real, round_, real_now, updates))
+        metrics["distance_from_parent"] = distance_from_parent(
+            self.actor_peft, self.parent_actor, data.obs
+        )
         critics = self.critics
         if critics.v_sim is not None:
             critics.v_sim.check_frozen()
@@ -189,13 +199,15 @@ class RoundTrainer:
                 else 0,
                 grad_clip=cfg.grad_clip,
                 seed=cfg.seed,
-                base_actor=self.base_actor,
+                base_actor=self.parent_actor,
                 anchor_weight=cfg.anchor_weight,
                 failure_value=critics.failure_value,
                 entropy_backup=cfg.entropy_backup,
             )
         else:
             self.tuner.set_data(data, seed=cfg.seed + round_)
+            if self.tuner.base_actor is not None:
+                self.tuner.base_actor = self.parent_actor  # the trust region's new centre
         self.tuner.anchor_weight = anchor_weight(cfg, real_now)
         metrics = {"anchor_weight": self.tuner.anchor_weight}
         if cfg.model_rollouts and cfg.method == "sgft" and real is not None and len(real):
@@ -247,3 +259,41 @@ class RoundTrainer:
             fresh if self.sysid_data is None else Transitions.concatenate([self.sysid_data, fresh])
         )
         return self.sysid_data
+
+    def sim_adaptation(
+        self,
+        cfg: LearnerConfig,
+        profile: str,
+        checkpoint_dir: str,
+        out_dir: str,
+        round_: int,
+        executor=None,
+        progress=None,
+    ) -> dict[str, float]:
+        """method adapt: the running adapter adapted in the identified sim (in place), from
+        its current weights; the round's metrics (``distance_from_parent`` among them)."""
+        from simreal_ros.learner.adaptation import AdaptationSettings, adapt
+
+        if not profile:
+            raise ValueError(
+                "method adapt needs an identified profile: record real episodes with "
+                "/forward_position_controller/commands (the learner identifies from them) "
+                "or set identified_profile to a `simreal sysid` profile.yaml."
+            )
+        settings = AdaptationSettings(
+            teacher_episodes=cfg.adapt_teacher_episodes,
+            iterations=cfg.adapt_iterations,
+            episodes=cfg.adapt_episodes,
+            bc_steps=cfg.adapt_bc_steps,
+            batch_size=max(cfg.batch_size, 256),
+            learning_rate=min(cfg.adapt_learning_rate, cfg.learning_rate_cap),
+            shifted_share=cfg.adapt_shifted_share,
+            log_spread_floor=cfg.adapt_log_spread,
+            seed=cfg.seed * 101 + round_,
+            workers=cfg.screen_workers,
+        )
+        result = adapt(
+            self.actor_peft, checkpoint_dir, self.checkpoint, profile, out_dir, settings,
+            executor, progress,
+        )  # fmt: skip
+        return result["metrics"]

@@ -137,6 +137,8 @@ class LearnerSession:
         """Train one candidate adapter from the running one and stage it in the store."""
         cfg = self.config
         started = time.time()
+        if cfg.method == "adapt":
+            return self._adapt(real, manifest, version, started)
         if cfg.method == "sysid":  # no real transition reaches the update
             real = self.trainer.identified_sim_episodes(
                 cfg, self.identified.profile, self.converter, self.round
@@ -144,6 +146,32 @@ class LearnerSession:
         data = self.training_data(real)
         self.round += 1
         metrics = self.trainer.train(cfg, data, real, self.round, self.sim_data)
+        metrics["round"] = float(self.round)
+        metrics["train_seconds"] = time.time() - started
+        metadata = candidate_metadata(
+            cfg, self.round, data, manifest, metrics, self.critics, self.trainer.value_watch,
+            self.identified, self.promotion.checkpoint_dir,
+        )  # fmt: skip
+        candidate = self.promotion.stage(cfg.method, version, metadata, metrics)
+        self.log.append({"round": self.round, "version": candidate.version, **metrics})
+        return candidate
+
+    def _adapt(
+        self, real: Transitions | None, manifest: Sequence[dict], version: str | None,
+        started: float,
+    ) -> Candidate:  # fmt: skip
+        """method adapt: sim-side adaptation of the running adapter in the identified sim
+        (no real transition reaches the update; they are recorded in the manifest)."""
+        from simreal_ros.policy.checkpoint import shipped_checkpoint
+
+        cfg = self.config
+        data = self.training_data(real)
+        self.round += 1
+        checkpoint_dir = cfg.checkpoint_dir or str(shipped_checkpoint(cfg.task))
+        out_dir = Path(cfg.store_root) / "adaptation" / f"round{self.round}-{int(started)}"
+        metrics = self.trainer.sim_adaptation(
+            cfg, self.identified.profile, checkpoint_dir, str(out_dir), self.round
+        )
         metrics["round"] = float(self.round)
         metrics["train_seconds"] = time.time() - started
         metadata = candidate_metadata(

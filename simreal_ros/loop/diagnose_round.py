@@ -6,7 +6,9 @@ the graph); the open-loop replay check teacher-forces the running policy on scri
 demonstrations in the stand-in's dynamics and replays its commands in sim (not on the
 round's own bags: teacher-forcing a policy on what it recorded itself reproduces its
 commands and proves nothing); the motion statistics come from the failing training
-episodes' bags.
+episodes' bags. The dynamics-gap evidence is the same policy's training-condition
+success in its own sim (``sim_profile``, never the stand-in), on seeds that follow the
+replay seeds.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from simreal_ros.episodes.metadata import CONDITIONS
 from simreal_ros.loop.state import ConditionScore
 
 REPLAY_EPISODES = 3
+SIM_EPISODES = 20
 
 
 def diagnose_round(
@@ -32,6 +35,8 @@ def diagnose_round(
     task: str,
     profile: str,
     replay_seeds: Sequence[int],
+    sim_profile: str = "randomized",
+    sim_episodes: int = SIM_EPISODES,
 ) -> dict[str, Any]:
     """``evaluation``: the round's evaluation episodes (condition, success, bag_path);
     ``policy``: the running policy (``act(observation) -> command``), as deployed;
@@ -60,5 +65,32 @@ def diagnose_round(
         else ConditionOutcome(c, 0, 0)
         for c in CONDITIONS
     ]
-    diagnosis = classify(outcomes[0], outcomes[1], replay, failing)
+    sim = own_sim_outcome(policy, task, sim_profile, replay_seeds, sim_episodes)
+    diagnosis = classify(outcomes[0], outcomes[1], replay, failing, sim=sim)
     return {"label": diagnosis.label, "summary": diagnosis.summary.replace("\n", " | ")}
+
+
+def own_sim_outcome(
+    policy, task: str, profile: str, replay_seeds: Sequence[int], episodes: int
+) -> ConditionOutcome | None:
+    """The policy's training-condition success in its own sim (None: ``episodes`` 0)."""
+    from simreal_ros.policy.evaluate import evaluate_episode
+    from simreal_ros.sim.gym_env import ArmTaskEnv
+    from simreal_ros.sim.profiles import is_stand_in
+
+    if episodes <= 0:
+        return None
+    if is_stand_in(profile):
+        raise ValueError(f"{profile!r} is a stand-in, not the policy's own sim.")
+    first = (max(replay_seeds) + 1) if len(replay_seeds) else 0
+    env = ArmTaskEnv(
+        task=task, profile=profile, condition="train",
+        control_rate_hz=policy.converter.spec.control_rate_hz,
+    )  # fmt: skip
+    try:
+        records = [
+            evaluate_episode(env, policy, seed, "train") for seed in range(first, first + episodes)
+        ]
+    finally:
+        env.close()
+    return ConditionOutcome("train", sum(r.success for r in records), len(records))

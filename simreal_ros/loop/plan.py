@@ -24,6 +24,8 @@ def plan_collection(
     """Aim the next ``episodes`` at the failures.
 
     - over-specialization: all collection in the shifted condition;
+    - a dynamics gap: all in the training condition, for identification (sim-side
+      adaptation covers the shifted starts in the identified sim);
     - mode collapse: expert demonstrations (where the method uses them) plus the training
       condition, where the policy already fails;
     - otherwise: split by failure counts, so the condition failing more gets more data,
@@ -34,6 +36,12 @@ def plan_collection(
     if diagnosis == "over_specialization":
         return CollectionPlan(
             {"train": 0, "shifted": episodes}, 0, "over-specialized: collect in shifted"
+        )
+    if diagnosis == "dynamics_gap":
+        return CollectionPlan(
+            {"train": episodes, "shifted": 0},
+            0,
+            "dynamics gap: train episodes for identification (adaptation covers shifted in sim)",
         )
     if diagnosis == "mode_collapse":
         return CollectionPlan(

@@ -216,3 +216,8 @@ def test_seeds_keep_their_values_for_runs_already_made():
     assert seeds.demonstrations(1) == [2 * 1_000_003 + 35_000]
     assert seeds.check(2) == [2 * 1_000_003 + 900_000, 2 * 1_000_003 + 900_001]
     assert seeds.arm_decision == 5
+
+
+def test_a_dynamics_gap_collects_training_episodes_for_identification():
+    plan = plan_collection("dynamics_gap", score("train", 1, 10), score("shifted", 0, 10), 6)
+    assert plan.episodes == {"train": 6, "shifted": 0} and "identification" in plan.reason

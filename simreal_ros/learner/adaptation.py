@@ -1,0 +1,478 @@
+"""Sim-side adaptation: adapt the running policy in the identified simulator, at scale.
+
+The hybrid pipeline's middle step (DESIGN.md, "The loop it exists for"): after system
+identification has fitted the arm's dynamics from its bags, the policy is re-trained in
+the identified simulator before the arm spends any more time on it.
+
+1. ``adaptation_profile``: the identified profile with narrow randomisation around each
+   identified value (its restart spread from ``sysid.json`` beside it, at least a floor),
+   the unidentified parameters drawn from the prior (``randomized``), the way the
+   identification writes them.
+2. ``search_teacher``: the scripted teacher's settings (``sim.expert.ExpertTuning``) are
+   re-tuned by a grid search in that simulator, within the policy's own per-tick step
+   (the spec's action scale): the teacher must be able to show what the student can do.
+3. ``dagger``: the project's own sim training recipe (``policy.pretrain``'s DAgger: roll
+   out the student mixed with the teacher with a decaying probability, label every
+   visited state with the teacher's action, behaviour-clone on everything) on the
+   running policy's LoRA adapter, starting from it. Episodes mix the training and the
+   shifted start conditions, so shifted starts are covered at no arm cost.
+
+No RL polish runs here: the teacher search already picks a teacher near the identified
+simulator's best, and an actor-critic step with a BC term costs the 2-core machine more
+than the whole of 1-3 for a gain the student has not shown it needs; ``sac_finetune``
+remains the place for it (method rl/sgft on the arm's own data, anchored to the adapted
+policy).
+
+Every profile read here is refused if it is a stand-in (``stand_in: true``): adaptation
+never sees the stand-in's dynamics, only what identification made of its bags.
+
+Sim work is a ``map`` over picklable items (one episode each, its seed inside), run by
+``run_map``: local spawned processes, or an executor with the same ``map``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from simreal_ros.sim.profiles import DynamicsProfile, load_profile
+
+log = logging.getLogger("simreal_ros.learner")
+
+PRIOR_PROFILE = "randomized"
+LATENCY = "latency_steps"
+# The teacher's grid: how far it stretches each joint step towards its IK solution, and
+# how fast its tool waypoints move. (1, 1) is the nominal sim's tuning.
+TEACHER_LEADS = (1.0, 2.0, 3.0)
+TEACHER_SPEEDS = (1.0, 1.5, 2.0)
+
+
+class StandInProfileError(ValueError):
+    """A stand-in profile (``stand_in: true``) was given where only a model may go."""
+
+
+def model_profile(name_or_path: str | Path) -> DynamicsProfile:
+    """The profile, refused if it plays the arm: adaptation trains on models only."""
+    profile = load_profile(name_or_path)
+    if profile.is_stand_in:
+        raise StandInProfileError(
+            f"profile {name_or_path!r} is a stand-in for the arm (stand_in: true): "
+            "adaptation never reads it. Give the profile identification wrote "
+            "(`simreal sysid`, or the learner's own identification)."
+        )
+    return profile
+
+
+# ---------------------------------------------------------------- the simulator
+def identified_spread(profile_path: str | Path) -> dict[str, float]:
+    """Per identified parameter, the restarts' spread from ``sysid.json`` beside the
+    profile (log of a factor, or latency steps); empty when there is none."""
+    report = Path(profile_path).with_name("sysid.json")
+    if not report.is_file():
+        return {}
+    try:
+        parameters = json.loads(report.read_text()).get("parameters", [])
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for p in parameters:
+        std = p.get("std")
+        if p.get("identifiable") and isinstance(std, int | float) and math.isfinite(std):
+            out[str(p["pattern"])] = float(std)
+    return out
+
+
+def adaptation_profile(
+    identified: str | Path,
+    out_dir: str | Path,
+    log_spread_floor: float = 0.1,
+    latency_spread_floor: float = 2.0,
+    prior: str = PRIOR_PROFILE,
+) -> Path:
+    """Write the profile adaptation trains in: each fixed value of ``identified`` becomes a
+    range of +-max(floor, 2 x its spread) (a factor in log space; latency in steps), every
+    range stays (the prior's, for what was not identified), and prior parameters the
+    profile does not name are drawn from the prior. Returns the YAML's path."""
+    profile = model_profile(identified)
+    prior_profile = load_profile(prior)
+    spread = identified_spread(identified)
+    scale: dict[str, Any] = {}
+    for key, entry in profile.scale.items():
+        if isinstance(entry, tuple):
+            scale[key] = list(entry)
+            continue
+        width = max(log_spread_floor, 2.0 * spread.get(key, 0.0))
+        scale[key] = [round(entry * math.exp(-width), 6), round(entry * math.exp(width), 6)]
+    for key, entry in prior_profile.scale.items():
+        scale.setdefault(key, list(entry) if isinstance(entry, tuple) else entry)
+    values: dict[str, Any] = {}
+    for key, entry in profile.set.items():
+        if isinstance(entry, tuple):
+            values[key] = list(entry)
+        elif key == LATENCY:
+            width = max(latency_spread_floor, 2.0 * spread.get(key, 0.0))
+            values[key] = [max(0.0, entry - width), entry + width]
+        else:
+            values[key] = entry
+    for key, entry in prior_profile.set.items():
+        values.setdefault(key, list(entry) if isinstance(entry, tuple) else entry)
+    document = {
+        "profile": f"{profile.name}-adaptation",
+        "stand_in": False,
+        "randomize_each_reset": True,
+        "scale": scale,
+        "set": values,
+    }
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "adaptation_profile.yaml"
+    header = f"# Adaptation's simulator: {profile.name} with narrow randomisation.\n"
+    path.write_text(header + yaml.safe_dump(document, sort_keys=False))
+    model_profile(path)
+    return path
+
+
+# ---------------------------------------------------------------- running sim work
+def run_map(
+    fn: Callable[[Any], Any], items: Sequence[Any], workers: int, executor: Any = None,
+    label: str = "",
+) -> list[Any]:  # fmt: skip
+    """``fn`` over ``items`` in item order: on ``executor`` (an object with
+    ``map(fn, items, progress=label)``), else spawned local processes (``workers``)."""
+    items = list(items)
+    if executor is not None:
+        return list(executor.map(fn, items, progress=label))
+    if workers <= 1 or len(items) <= 1:
+        return [fn(item) for item in items]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    chunks = [items[i::workers] for i in range(workers)]
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        parts = list(pool.map(_run_chunk, [(fn, c) for c in chunks]))
+    out: list[Any] = [None] * len(items)
+    for w, part in enumerate(parts):
+        out[w::workers] = part
+    return out
+
+
+def _run_chunk(job) -> list[Any]:
+    torch.set_num_threads(1)
+    fn, items = job
+    return [fn(item) for item in items]
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeJob:
+    """One sim episode: the teacher alone (``actor_state`` None) or the student mixed with
+    the teacher (per step with ``teacher_probability``), every state labelled by the
+    teacher. Picklable; everything random derives from ``seed``."""
+
+    checkpoint_dir: str
+    profile: str
+    task: str
+    seed: int
+    condition: str
+    tuning: tuple[float, float, tuple[float, ...]]  # lead, speed, max joint step
+    actor_state: dict[str, np.ndarray] | None = None
+    teacher_probability: float = 0.0
+    robot: str | None = None
+
+
+@dataclasses.dataclass
+class EpisodeData:
+    seed: int
+    condition: str
+    success: bool
+    steps: int
+    obs: np.ndarray  # normalised observations
+    labels: np.ndarray  # the teacher's normalised actions
+
+
+_WORKER_CACHE: dict[str, Any] = {}
+
+
+def run_episode(job: EpisodeJob) -> EpisodeData:
+    """One ``EpisodeJob`` (a picklable top-level function for ``run_map``)."""
+    from simreal_ros.policy.evaluate import PolicySource, build_policy
+    from simreal_ros.robot.description import select_robot
+    from simreal_ros.sim.expert import ExpertTuning, make_expert
+    from simreal_ros.sim.gym_env import ArmTaskEnv
+    from simreal_ros.sim.rollout import rollout
+
+    if job.robot is not None:
+        select_robot(job.robot)
+    model_profile(job.profile)
+    policy = build_policy(
+        PolicySource(job.checkpoint_dir, actor_state=job.actor_state, version="student")
+    )
+    converter = policy.converter
+    key = f"{job.task}|{job.profile}|{converter.spec.control_rate_hz}"
+    env = _WORKER_CACHE.get(key)
+    if env is None:
+        env = ArmTaskEnv(
+            task=job.task, profile=job.profile, control_rate_hz=converter.spec.control_rate_hz
+        )
+        _WORKER_CACHE.clear()
+        _WORKER_CACHE[key] = env
+    lead, speed, step = job.tuning
+    teacher = make_expert(
+        job.task,
+        tuning=ExpertTuning(command_lead=lead, speed_scale=speed, max_joint_step=tuple(step)),
+        control_rate_hz=converter.spec.control_rate_hz,
+    )
+    rng = np.random.default_rng(job.seed)
+    obs_rows: list[np.ndarray] = []
+    label_rows: list[np.ndarray] = []
+
+    class Mixed:
+        def act(self, observation):
+            q = np.asarray(observation["joint_position"], dtype=np.float64)
+            command = teacher.act(observation)
+            normalized = converter.normalized_observation(observation)
+            obs_rows.append(np.asarray(normalized, np.float32))
+            label_rows.append(np.asarray(converter.action_from_command(command, q), np.float32))
+            if job.actor_state is None or rng.random() < job.teacher_probability:
+                return command
+            action = np.asarray(policy.actor(normalized), dtype=np.float64)
+            return converter.command_from_action(action, q)
+
+    outcome = rollout(env, Mixed(), job.seed, job.condition)
+    return EpisodeData(
+        seed=job.seed,
+        condition=job.condition,
+        success=outcome.success,
+        steps=outcome.steps,
+        obs=np.asarray(obs_rows, np.float32),
+        labels=np.asarray(label_rows, np.float32),
+    )
+
+
+# ---------------------------------------------------------------- settings
+@dataclasses.dataclass(frozen=True)
+class AdaptationSettings:
+    """The adaptation's budget; the learner's ``adapt_*`` settings fill it."""
+
+    teacher_episodes: int = 16  # per grid point, half train and half shifted
+    iterations: int = 4  # DAgger rounds
+    episodes: int = 32  # student episodes per DAgger round
+    bc_steps: int = 400  # BC updates per DAgger round
+    batch_size: int = 256
+    learning_rate: float = 1e-3
+    shifted_share: float = 0.5  # of the episodes that start shifted
+    teacher_mix: float = 0.3  # the teacher's share of the first round's steps (decays)
+    log_spread_floor: float = 0.1
+    latency_spread_floor: float = 2.0
+    seed: int = 0
+    workers: int = 2
+
+
+def conditions_for(count: int, shifted_share: float) -> list[str]:
+    """``count`` start conditions, ``shifted_share`` of them shifted, spread evenly."""
+    return [
+        "shifted" if math.floor((i + 1) * shifted_share) > math.floor(i * shifted_share)
+        else "train"
+        for i in range(count)
+    ]
+
+
+# ---------------------------------------------------------------- the teacher
+def teacher_grid(step: Sequence[float]) -> list[tuple[float, float, tuple[float, ...]]]:
+    """Every (lead, speed) of the grid, each within the policy's per-tick ``step``."""
+    limit = tuple(float(s) for s in step)
+    points = itertools.product(TEACHER_LEADS, TEACHER_SPEEDS)
+    return [(lead, speed, limit) for lead, speed in points]
+
+
+def arm_step(checkpoint) -> tuple[float, ...]:
+    """The policy's own per-tick step of each arm joint (the spec's action scale)."""
+    from simreal_ros.robot.description import load_robot_description
+
+    robot = load_robot_description()
+    return tuple(float(checkpoint.spec.action_scale[i]) for i in robot.arm_indices)
+
+
+def search_teacher(
+    checkpoint_dir: str,
+    checkpoint,
+    profile: str,
+    settings: AdaptationSettings,
+    executor: Any = None,
+) -> dict[str, Any]:
+    """The teacher's best grid point in ``profile``; ties go to the smaller lead and speed
+    (the gentler teacher). Returns the chosen tuning and every point's success."""
+    from simreal_ros.robot.description import selected_robot_path
+
+    model_profile(profile)
+    robot = str(selected_robot_path())
+    grid = teacher_grid(arm_step(checkpoint))
+    count = settings.teacher_episodes
+    first = settings.seed * 1_000_003 + 300_000
+    conditions = conditions_for(count, settings.shifted_share)
+    jobs = [
+        EpisodeJob(checkpoint_dir, str(profile), checkpoint.spec.task, first + i, conditions[i],
+                   point, robot=robot)
+        for point in grid
+        for i in range(count)
+    ]  # fmt: skip
+    results = run_map(run_episode, jobs, settings.workers, executor, "teacher search")
+    table = []
+    for g, point in enumerate(grid):
+        episodes = results[g * count : (g + 1) * count]
+        table.append(
+            {"lead": point[0], "speed": point[1], "successes": sum(e.success for e in episodes),
+             "episodes": count}
+        )  # fmt: skip
+    best = max(range(len(grid)), key=lambda g: (table[g]["successes"], -g))
+    return {"tuning": grid[best], "table": table, "success": table[best]["successes"] / count}
+
+
+# ---------------------------------------------------------------- DAgger
+def actor_numpy_state(actor: torch.nn.Module) -> dict[str, np.ndarray]:
+    return {k: v.detach().cpu().numpy().copy() for k, v in actor.state_dict().items()}
+
+
+def merged_actor(actor_peft) -> torch.nn.Module:
+    from simreal_ros.learner import lora
+
+    return lora.merged(actor_peft)
+
+
+def dagger(
+    actor_peft,
+    checkpoint_dir: str,
+    checkpoint,
+    profile: str,
+    tuning: tuple[float, float, tuple[float, ...]],
+    settings: AdaptationSettings,
+    executor: Any = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """DAgger on ``actor_peft``'s LoRA weights (in place) toward the teacher ``tuning`` in
+    ``profile``, from its current weights; the per-round history."""
+    from simreal_ros.learner import lora
+    from simreal_ros.robot.description import selected_robot_path
+
+    model_profile(profile)
+    robot = str(selected_robot_path())
+    actor = lora.inner(actor_peft)
+    params = [p for p in actor_peft.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(params, lr=settings.learning_rate)
+    rng = np.random.default_rng(settings.seed + 17)
+    obs_parts: list[np.ndarray] = []
+    label_parts: list[np.ndarray] = []
+    history = []
+    first = settings.seed * 1_000_003 + 400_000
+    conditions = conditions_for(settings.episodes, settings.shifted_share)
+    for it in range(settings.iterations):
+        mix = max(0.0, settings.teacher_mix * (1.0 - it / max(1, settings.iterations - 1)))
+        state = actor_numpy_state(merged_actor(actor_peft))
+        seeds = range(first + it * settings.episodes, first + (it + 1) * settings.episodes)
+        jobs = [
+            EpisodeJob(checkpoint_dir, str(profile), checkpoint.spec.task, s, conditions[i],
+                       tuning, state, mix, robot)
+            for i, s in enumerate(seeds)
+        ]  # fmt: skip
+        results = run_map(run_episode, jobs, settings.workers, executor, f"dagger {it + 1}")
+        obs_parts += [r.obs for r in results if r.steps]
+        label_parts += [r.labels for r in results if r.steps]
+        obs = torch.as_tensor(np.concatenate(obs_parts))
+        labels = torch.as_tensor(np.concatenate(label_parts))
+        actor_peft.train()
+        loss = 0.0
+        for _ in range(settings.bc_steps):
+            index = torch.as_tensor(rng.integers(0, len(obs), settings.batch_size))
+            bc = torch.nn.functional.mse_loss(actor(obs[index]), labels[index])
+            optimizer.zero_grad(set_to_none=True)
+            bc.backward()
+            optimizer.step()
+            loss = float(bc.detach())
+        row = {
+            "round": it,
+            "teacher_mix": mix,
+            "success": float(np.mean([r.success for r in results])),
+            "bc_loss": loss,
+            "rows": len(obs),
+        }
+        history.append(row)
+        if progress is not None:
+            progress(
+                f"adaptation: DAgger round {it + 1}/{settings.iterations}: student+teacher "
+                f"success {row['success']:.0%} (teacher share {mix:.2f}), bc {loss:.4f}"
+            )
+    return {"history": history, "obs": np.concatenate(obs_parts)}
+
+
+@torch.no_grad()
+def distance_from_parent(actor_peft, parent: torch.nn.Module, obs) -> float:
+    """Mean |a - a_parent| per action component (normalised units) on up to 4096 of
+    ``obs``: how far a candidate moved from the version it started from."""
+    from simreal_ros.learner import lora
+
+    obs = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
+    if len(obs) == 0:
+        return 0.0
+    states = obs[:: max(1, len(obs) // 4096)]
+    was_training = actor_peft.training
+    actor_peft.eval()
+    moved = (lora.inner(actor_peft)(states) - parent(states)).abs().mean()
+    actor_peft.train(was_training)
+    return float(moved)
+
+
+def adapt(
+    actor_peft,
+    checkpoint_dir: str,
+    checkpoint,
+    identified: str | Path,
+    out_dir: str | Path,
+    settings: AdaptationSettings,
+    executor: Any = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The whole stage on ``actor_peft`` (trained in place from its current weights):
+    the adaptation profile, the teacher's search, DAgger. Returns the metrics."""
+    say = progress or (lambda text: log.info(text))
+    started = time.time()
+    parent = merged_actor(actor_peft)
+    profile = adaptation_profile(
+        identified, out_dir, settings.log_spread_floor, settings.latency_spread_floor
+    )
+    say(f"adaptation: training in {profile} (around {identified})")
+    search = search_teacher(checkpoint_dir, checkpoint, str(profile), settings, executor)
+    lead, speed, _ = search["tuning"]
+    say(
+        f"adaptation: teacher retuned in the identified sim: lead {lead}, speed {speed} "
+        f"({search['success']:.0%} of {settings.teacher_episodes}; "
+        f"{time.time() - started:.0f} s)"
+    )
+    result = dagger(
+        actor_peft, checkpoint_dir, checkpoint, str(profile), search["tuning"], settings,
+        executor, say,
+    )  # fmt: skip
+    moved = distance_from_parent(actor_peft, parent, result["obs"])
+    last = result["history"][-1] if result["history"] else {}
+    metrics = {
+        "adapt_teacher_lead": float(lead),
+        "adapt_teacher_speed": float(speed),
+        "adapt_teacher_success": float(search["success"]),
+        "adapt_dagger_success": float(last.get("success", 0.0)),
+        "adapt_bc_loss": float(last.get("bc_loss", 0.0)),
+        "adapt_rows": float(last.get("rows", 0)),
+        "distance_from_parent": moved,
+        "adapt_seconds": time.time() - started,
+    }
+    say(f"adaptation: done in {metrics['adapt_seconds']:.0f} s; moved {moved:.3f} from parent")
+    return {"metrics": metrics, "profile": str(profile), "teacher": search}
