@@ -4,7 +4,8 @@ The lifecycle manager node executes these plans; this module only decides them, 
 order is testable without ROS. The arm comes first (its joint states feed everything),
 then the safety filter (so nothing reaches the arm unfiltered), then the policy. Going
 down is the reverse: the policy stops first and the safety filter brakes the arm last.
-Plain Python: no rclpy.
+``recovery_plan`` decides what to do when a managed node died and came back (supervision):
+nothing downstream of a node that is not active stays active. Plain Python: no rclpy.
 """
 
 from __future__ import annotations
@@ -61,6 +62,27 @@ class LifecycleManagerConfig:
         unit="s",
         dynamic=True,
     )
+    watch_period_s: float = setting(
+        0.25,
+        "After startup, check the managed nodes' states this often; a node that died and "
+        "came back is brought up again (and what follows it is held inactive meanwhile)",
+        low=0.05,
+        high=60.0,
+        unit="s",
+    )
+    probe_timeout_s: float = setting(
+        1.0,
+        "A managed node that does not answer get_state within this long is taken for dead",
+        low=0.05,
+        high=30.0,
+        unit="s",
+        dynamic=True,
+    )
+    supervision_status_file: str = setting(
+        "",
+        "JSON file where `simreal up` writes each node's restarts and last exit code, "
+        "reported on /diagnostics (empty: restarts are counted from what this node sees)",
+    )
 
     def __post_init__(self) -> None:
         validate(self)
@@ -83,6 +105,38 @@ def transitions_between(current: str, goal: str) -> list[str]:
         table = _UP if _RANK[goal] > _RANK[current] else _DOWN
         transition, current = table[current]
         steps.append(transition)
+    return steps
+
+
+# A managed node that does not answer (its process died, or has not started yet).
+GONE = "gone"
+
+
+def recovery_plan(nodes: list[str], states: dict[str, str]) -> list[tuple[str, str]]:
+    """(node, transition) that bring ``nodes`` (in bring-up order) back to active after one
+    of them died: every node after the first one that is not active is taken down to
+    unconfigured (in reverse: the policy stops while the filter is missing, and each starts
+    afresh from what the restarted node publishes, its clock included), then the nodes from
+    that one on are brought up in order, stopping before any node that is ``GONE``. Empty
+    when every node is active. A node in any other state (finalized, unknown) counts as
+    gone: it has to be restarted."""
+    known = {name: states.get(name, GONE) for name in nodes}
+    known = {name: state if state in _RANK else GONE for name, state in known.items()}
+    first_down = next((i for i, name in enumerate(nodes) if known[name] != "active"), None)
+    if first_down is None:
+        return []
+    steps = [
+        (name, step)
+        for name in reversed(nodes[first_down + 1 :])
+        if known[name] != GONE
+        for step in transitions_between(known[name], "unconfigured")
+    ]
+    for name in nodes[first_down:]:
+        state = known[name]
+        if state == GONE:
+            break
+        state = "unconfigured" if name != nodes[first_down] else state
+        steps += [(name, step) for step in transitions_between(state, "active")]
     return steps
 
 

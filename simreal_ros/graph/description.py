@@ -23,6 +23,101 @@ PROFILES = ("sim", "real")
 SOURCE_BY_PROFILE = {"sim": "sim", "real": "real"}
 
 
+ON_DEATH = ("respawn", "stop_graph", "leave_stopped")
+
+
+@dataclasses.dataclass(frozen=True)
+class Supervision:
+    """What a node's death means, followed by `simreal up` and the launch files alike.
+
+    ``respawn``: start the node again after ``respawn_delay_s``; each further death within
+    ``stable_after_s`` of the last start multiplies the delay by ``backoff`` (ros2 launch
+    has no backoff: it waits ``respawn_delay_s`` every time). After ``max_respawns``
+    respawns in a row (deaths each within ``stable_after_s`` of the start), the node is
+    given up on: a ``required`` node then stops the graph, any other is left stopped.
+    ``on_death`` says in words what its death means for the rest (docs/supervision.md).
+    """
+
+    required: bool
+    respawn: bool
+    respawn_delay_s: float = 0.5
+    backoff: float = 2.0
+    max_respawns: int = 5
+    stable_after_s: float = 30.0
+    on_death: str = ""
+
+    def __post_init__(self) -> None:
+        if self.respawn_delay_s < 0.0 or self.backoff < 1.0 or self.max_respawns < 0:
+            raise ValueError(
+                f"Supervision({self}): respawn_delay_s must be >= 0, backoff >= 1 and "
+                "max_respawns >= 0."
+            )
+
+    def delay(self, respawns_in_a_row: int) -> float:
+        """Seconds to wait before the respawn that follows ``respawns_in_a_row`` quick ones."""
+        return self.respawn_delay_s * self.backoff**respawns_in_a_row
+
+    def after_death(self, respawns_in_a_row: int) -> str:
+        """``respawn``, ``stop_graph`` or ``leave_stopped`` for a node that just died."""
+        if self.respawn and respawns_in_a_row < self.max_respawns:
+            return "respawn"
+        return "stop_graph" if self.required else "leave_stopped"
+
+
+# The defaults (DESIGN.md "Supervision"): everything respawns; nothing's death takes the
+# safety filter or the arm side down. The arm side and the filter are required: if they
+# cannot be brought back the graph stops (their drivers' own stop is the last safe state).
+SUPERVISION = {
+    "sim_bridge": Supervision(
+        required=True,
+        respawn=True,
+        respawn_delay_s=1.0,
+        on_death="the arm side: joint states stop, the safety filter's state watchdog holds "
+        "and the lifecycle manager keeps the filter's consumers inactive until the new "
+        "bridge is active (a new bridge starts a new simulated episode)",
+    ),
+    "safety": Supervision(
+        required=True,
+        respawn=True,
+        respawn_delay_s=0.5,
+        on_death="no filtered command reaches the arm (its controller holds the last one); "
+        "the lifecycle manager logs an error, reports it on /diagnostics, deactivates the "
+        "policy and activates it again only after the new filter is active",
+    ),
+    "policy": Supervision(
+        required=False,
+        respawn=True,
+        respawn_delay_s=0.5,
+        on_death="actions stop: the filter's command watchdog holds the arm (braking within "
+        "its limits); the lifecycle manager configures and activates the new policy, and "
+        "the filter follows its fresh actions (or waits for ~/engage, see "
+        "engage_after_command_loss)",
+    ),
+    "recorder": Supervision(
+        required=False,
+        respawn=True,
+        respawn_delay_s=0.5,
+        on_death="the running episode's bag stays as flushed (recover_bag reads it); the "
+        "next episode records in the new recorder",
+    ),
+    "learner": Supervision(
+        required=False,
+        respawn=True,
+        respawn_delay_s=1.0,
+        on_death="a training round in progress is lost; its recorded episodes are not (the "
+        "bags are the data plane); the running policy keeps running",
+    ),
+    "lifecycle_manager": Supervision(
+        required=False,
+        respawn=True,
+        respawn_delay_s=0.5,
+        on_death="nothing changes state; the new manager finds the nodes active and watches "
+        "them again",
+    ),
+}
+NO_RESPAWN = Supervision(required=True, respawn=False, on_death="the graph stops")
+
+
 @dataclasses.dataclass(frozen=True)
 class NodeSpec:
     """One node of the graph: what runs, under which name, with which parameters."""
@@ -35,6 +130,7 @@ class NodeSpec:
     remappings: tuple[tuple[str, str], ...] = ()
     lifecycle: bool = False
     description: str = ""
+    supervision: Supervision = NO_RESPAWN
 
 
 def _node(name: str, description: str, lifecycle: bool = False, **parameters: Any) -> NodeSpec:
@@ -46,6 +142,7 @@ def _node(name: str, description: str, lifecycle: bool = False, **parameters: An
         parameters=dict(parameters),
         lifecycle=lifecycle,
         description=description,
+        supervision=SUPERVISION[name],
     )
 
 
@@ -174,8 +271,10 @@ def graph(
             "filters every command between the policy and the arm",
             True,
             # The simulated arm jumps to each episode's start pose; a physical one does not.
+            # On a physical arm nothing moves until someone engages the filter; the sim
+            # keeps moving at once (its filter starts engaged).
             **clock,
-            **({"allow_resync": True} if profile == "sim" else {}),
+            **({"allow_resync": True} if profile == "sim" else {"require_engage": True}),
         ),
         _node(
             "policy",
@@ -251,6 +350,21 @@ def select(nodes: list[NodeSpec], names: list[str] | None) -> list[NodeSpec]:
         if node.name == "lifecycle_manager"
         else node
         for node in kept
+    ]
+
+
+def without_respawn(nodes: list[NodeSpec]) -> list[NodeSpec]:
+    """The nodes with respawning off: any death stops the graph (for debugging a crash)."""
+    return [dataclasses.replace(node, supervision=NO_RESPAWN) for node in nodes]
+
+
+def verbose(nodes: list[NodeSpec]) -> list[NodeSpec]:
+    """The nodes with their throttled logs opened up (the safety filter's every change)."""
+    return [
+        dataclasses.replace(node, parameters={**node.parameters, "verbose_log": True})
+        if node.name == "safety"
+        else node
+        for node in nodes
     ]
 
 

@@ -2,12 +2,15 @@
 
 Each node runs as ``python -m <module> --ros-args ...`` with the same parameter files and
 overrides that the launch files pass. Logs stream with node-name prefixes. Ctrl-C stops
-every node cleanly; when one node dies, the others are stopped and the exit code says
-which one (see ``exit_code_for``).
+every node cleanly. When a node dies, its ``Supervision`` (graph description) decides:
+respawn it after a delay, leave it stopped, or stop the graph, with an exit code that says
+which node (see ``exit_code_for``). Every death and respawn is written to a status file
+the lifecycle manager reads for /diagnostics (restart counts, last exit code, time).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import sys
 import tempfile
@@ -18,6 +21,7 @@ from typing import TextIO
 
 import yaml
 
+from simreal_ros.atomic_files import write_json_atomic
 from simreal_ros.graph.description import NodeSpec, parameter_file_paths
 from simreal_ros.graph.processes import NodeProcess, graph_environment, python_module_argv
 
@@ -41,8 +45,27 @@ def ros_arguments(node: NodeSpec, profile: str, overrides_file: Path | None) -> 
     return args
 
 
+# The parameter of the lifecycle manager that names the runner's supervision status file.
+STATUS_FILE_PARAMETER = "supervision_status_file"
+
+
+@dataclasses.dataclass
+class NodeRecord:
+    """What the runner knows of one node's deaths and respawns."""
+
+    restarts: int = 0
+    in_a_row: int = 0  # respawns since the node last stayed up stable_after_s
+    last_exit_code: int | None = None
+    last_exit_time: float = 0.0  # wall clock (time.time()) of the last death
+    started_at: float = 0.0  # monotonic
+    respawn_at: float | None = None  # monotonic time of the scheduled respawn
+    given_up: bool = False
+    pid: int = 0
+
+
 class GraphRunner:
-    """Starts the nodes of a graph, watches them, and stops them all together."""
+    """Starts the nodes of a graph, watches them, respawns or stops them as each node's
+    ``Supervision`` says, and stops them all together."""
 
     def __init__(
         self,
@@ -56,7 +79,18 @@ class GraphRunner:
         self.env = graph_environment(domain_id)
         self.log = log
         self.processes: list[NodeProcess] = []
+        self.records = [NodeRecord() for _ in self.nodes]
         self._workdir = tempfile.TemporaryDirectory(prefix="simreal-up-")
+        self.status_file = Path(self._workdir.name) / "supervision.json"
+        self.nodes = [
+            dataclasses.replace(
+                node,
+                parameters={**node.parameters, STATUS_FILE_PARAMETER: str(self.status_file)},
+            )
+            if node.name == "lifecycle_manager"
+            else node
+            for node in self.nodes
+        ]
 
     def _overrides_file(self, node: NodeSpec) -> Path | None:
         if not node.parameters:
@@ -66,12 +100,24 @@ class GraphRunner:
         path.write_text(yaml.safe_dump({node.name: {"ros__parameters": node.parameters}}))
         return path
 
+    def _spawn(self, index: int) -> NodeProcess:
+        node = self.nodes[index]
+        argv = python_module_argv(
+            node.module, ros_arguments(node, self.profile, self._overrides_file(node))
+        )
+        process = NodeProcess(node.name, argv, self.env, log=self.log)
+        record = self.records[index]
+        record.started_at, record.pid, record.respawn_at = (
+            time.monotonic(),
+            process.process.pid,
+            None,
+        )
+        return process
+
     def start(self) -> None:
-        for node in self.nodes:
-            argv = python_module_argv(
-                node.module, ros_arguments(node, self.profile, self._overrides_file(node))
-            )
-            process = NodeProcess(node.name, argv, self.env, log=self.log)
+        self._write_status()
+        for index, node in enumerate(self.nodes):
+            process = self._spawn(index)
             self.processes.append(process)
             self._say(f"started {node.name} (pid {process.process.pid})")
 
@@ -82,6 +128,76 @@ class GraphRunner:
                 return index
         return None
 
+    def supervise(self) -> int | None:
+        """One pass: note new deaths, respawn what is due. Returns the index of a node
+        whose death stops the graph, else None."""
+        now = time.monotonic()
+        changed = False
+        for index, process in enumerate(self.processes):
+            record, node = self.records[index], self.nodes[index]
+            if process.returncode is None or record.given_up:
+                continue
+            policy = node.supervision
+            if record.respawn_at is None:  # a death not handled yet
+                changed = True
+                process.stop(timeout=1.0)  # reap it and its process group
+                record.last_exit_code = process.returncode
+                record.last_exit_time = time.time()
+                if now - record.started_at >= policy.stable_after_s:
+                    record.in_a_row = 0
+                decision = policy.after_death(record.in_a_row)
+                what = f"node '{node.name}' exited with code {process.returncode}"
+                if decision == "respawn":
+                    delay = policy.delay(record.in_a_row)
+                    record.respawn_at = now + delay
+                    self._say(
+                        f"{what}; respawning it in {delay:g} s (respawn "
+                        f"{record.in_a_row + 1} of at most {policy.max_respawns} in a row)"
+                    )
+                elif decision == "stop_graph":
+                    self._say(f"{what}; it is required and not respawned: stopping the graph")
+                    self._write_status()
+                    return index
+                else:
+                    record.given_up = True
+                    self._say(f"{what}; not respawned: it stays stopped, the graph runs on")
+            elif now >= record.respawn_at:
+                changed = True
+                record.restarts += 1
+                record.in_a_row += 1
+                self.processes[index] = self._spawn(index)
+                self._say(f"respawned {node.name} (pid {record.pid}; restart {record.restarts})")
+        if changed:
+            self._write_status()
+        return None
+
+    def status(self) -> dict:
+        """Per node: pid, restarts, last exit code and time, and whether it runs."""
+        nodes = {}
+        for index, node in enumerate(self.nodes):
+            record = self.records[index]
+            process = self.processes[index] if index < len(self.processes) else None
+            if record.given_up:
+                state = "stopped"
+            elif record.respawn_at is not None:
+                state = "respawning"
+            else:
+                state = "running" if process is not None else "starting"
+            nodes[node.name] = {
+                "pid": record.pid,
+                "state": state,
+                "restarts": record.restarts,
+                "last_exit_code": record.last_exit_code,
+                "last_exit_time": record.last_exit_time,
+            }
+        return {"written_at": time.time(), "nodes": nodes}
+
+    def _write_status(self) -> None:
+        try:
+            write_json_atomic(self.status_file, self.status())
+        except OSError as error:  # diagnostics only: never stop supervising for it
+            self._say(f"could not write {self.status_file}: {error}")
+
     def stop(self) -> dict[str, int]:
         codes = {}
         # Stop in reverse start order: consumers first, the arm's side last.
@@ -91,7 +207,7 @@ class GraphRunner:
         return codes
 
     def run(self, duration: float | None = None) -> int:
-        """Run until Ctrl-C/SIGTERM, ``duration`` seconds, or a node exits."""
+        """Run until Ctrl-C/SIGTERM, ``duration`` seconds, or a death that stops the graph."""
         stop_requested = []
 
         def request_stop(signum, frame):
@@ -105,14 +221,9 @@ class GraphRunner:
             self.start()
             deadline = None if duration is None else time.monotonic() + duration
             while not stop_requested:
-                died = self.first_exited()
-                if died is not None:
-                    process = self.processes[died]
-                    self._say(
-                        f"node '{process.name}' exited with code {process.returncode}; "
-                        "stopping the graph"
-                    )
-                    exit_code = exit_code_for(died)
+                fatal = self.supervise()
+                if fatal is not None:
+                    exit_code = exit_code_for(fatal)
                     break
                 if deadline is not None and time.monotonic() >= deadline:
                     break

@@ -2,12 +2,16 @@
 
 Both launch files are thin calls of ``launch_description(profile)``; what they start is
 ``simreal_ros.graph.description.graph(profile)``, the same list `simreal up` starts.
+Each node's ``Supervision`` becomes ``respawn``, ``respawn_delay`` and
+``respawn_max_retries`` (ros2 launch waits the same delay every time: it has no backoff)
+and an ``on_exit`` that logs the death and, for a required node whose respawns are spent
+(or that does not respawn), shuts the launch down.
 """
 
 from __future__ import annotations
 
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription
+from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription, LogInfo, Shutdown
 from launch.conditions import IfCondition
 from launch.launch_description_sources import AnyLaunchDescriptionSource
 from launch.substitutions import LaunchConfiguration, PythonExpression
@@ -21,6 +25,37 @@ from simreal_ros.graph.description import (
     launch_argument_default,
     parameter_file_paths,
 )
+
+
+class OnNodeExit:
+    """``on_exit`` of one node: says what its death means; once a required node will not be
+    respawned again (``respawn_max_retries`` spent, or no respawn), shuts the launch down."""
+
+    def __init__(self, spec) -> None:
+        self.spec = spec
+        self.exits = 0
+
+    def __call__(self, event, context):
+        self.exits += 1
+        policy = self.spec.supervision
+        respawns_left = policy.respawn and self.exits <= policy.max_respawns
+        what = f"node '{self.spec.name}' exited with code {event.returncode}"
+        if respawns_left:
+            return [LogInfo(msg=f"{what}; respawning it ({policy.on_death})")]
+        if policy.required:
+            return [Shutdown(reason=f"{what}; it is required and not respawned again")]
+        return [LogInfo(msg=f"{what}; not respawned again: it stays stopped")]
+
+
+def supervision_arguments(spec) -> dict:
+    """The launch_ros ``Node`` arguments that express ``spec.supervision``."""
+    policy = spec.supervision
+    return {
+        "respawn": policy.respawn,
+        "respawn_delay": policy.respawn_delay_s,
+        "respawn_max_retries": policy.max_respawns,
+        "on_exit": OnNodeExit(spec),
+    }
 
 
 def launch_description(profile: str) -> LaunchDescription:
@@ -87,6 +122,7 @@ def launch_description(profile: str) -> LaunchDescription:
                 remappings=list(spec.remappings),
                 output="screen",
                 emulate_tty=True,
+                **supervision_arguments(spec),
             )
         )
     return LaunchDescription(actions)

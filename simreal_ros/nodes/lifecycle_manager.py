@@ -7,11 +7,22 @@ safety filter brakes the arm) and ``~/cleanup`` (to unconfigured, in reverse). W
 come from ``simreal_ros.graph.bringup``; this node calls each node's ``change_state`` and
 ``get_state``. Its callbacks are coroutines, so one executor thread waits on the managed
 nodes' answers without blocking anything else.
+
+Supervision: once startup (or resume) has run, it checks every managed node's state each
+``watch_period_s``. A node that stops answering is dead; one that answers ``unconfigured``
+after being active was restarted. Whatever follows a node that is not active is
+deactivated at once (the policy never runs while the safety filter is missing), and the
+nodes are brought up again in order when the dead one is back (``bringup.recovery_plan``).
+A dead safety filter is logged as an error and reported on /diagnostics. Restart counts,
+last exit codes and times come from `simreal up`'s status file where there is one.
 """
 
 from __future__ import annotations
 
+import json
 import time
+from datetime import UTC, datetime
+from pathlib import Path
 
 from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.srv import ChangeState, GetState
@@ -22,7 +33,7 @@ from std_srvs.srv import Trigger
 
 from simreal_ros.graph import bringup
 from simreal_ros.nodes import qos
-from simreal_ros.nodes.diagnostics import ERROR, OK, diagnostic_array
+from simreal_ros.nodes.diagnostics import ERROR, OK, WARN, diagnostic_array
 from simreal_ros.nodes.params import declare_config
 from simreal_ros.nodes.runtime import run_node
 
@@ -59,6 +70,13 @@ class LifecycleManagerNode(Node):
         self.last_ok = True
         self._busy = False
         self._autostart_timer = None
+        # Supervision: whether the nodes should be active (after startup/resume), what was
+        # seen of each node on the last check, and how often each was seen to restart.
+        self._keep_active = False
+        self._seen: dict[str, str] = {}
+        self.restarts_seen = dict.fromkeys(self.config.node_names, 0)
+        self._down_since: dict[str, float] = {}
+        self.create_timer(self.config.watch_period_s, self._watch, group)
         if self.config.autostart:
             self._autostart_timer = self.create_timer(0.01, self._autostart, group)
         self.get_logger().info(
@@ -85,10 +103,14 @@ class LifecycleManagerNode(Node):
             return False, "another operation is running; try again when it has finished."
         self._busy = True
         try:
+            # Supervision keeps the nodes active only after the operator asked for it.
+            self._keep_active = bringup.OPERATIONS[operation][0] == "active"
             ok, message = await self._run(operation)
         finally:
             self._busy = False
         self.last_ok, self.last_result = ok, f"{operation}: {message}"
+        if ok:
+            self._seen = dict(self.states)
         return ok, message
 
     async def _run(self, operation: str) -> tuple[bool, str]:
@@ -122,6 +144,83 @@ class LifecycleManagerNode(Node):
         summary = ", ".join(f"{name} {self.states[name]}" for name in names)
         return True, f"done in {len(steps)} transitions: {summary}"
 
+    async def _watch(self) -> None:
+        """Notice managed nodes that died or came back, and bring the graph back in order."""
+        if not self._keep_active or self._busy:
+            return
+        self._busy = True
+        try:
+            await self._recover()
+        except Exception as error:  # never let supervision stop: log and retry next period
+            self.get_logger().error(f"supervision check failed: {error!r}")
+        finally:
+            self._busy = False
+
+    async def _probe(self, name: str) -> str:
+        """The node's state now, or ``bringup.GONE`` if it does not answer in time."""
+        client = self._get_state[name]
+        if not client.service_is_ready():
+            return bringup.GONE
+        answer = await self._call(client, GetState.Request(), self.config.probe_timeout_s)
+        if answer is None:
+            return bringup.GONE
+        return bringup.STATE_NAMES.get(answer.current_state.id, answer.current_state.label)
+
+    async def _recover(self) -> None:
+        names = list(self.config.node_names)
+        states = {name: await self._probe(name) for name in names}
+        for name, state in states.items():
+            before = self._seen.get(name, "active")
+            if state == bringup.GONE and before != bringup.GONE:
+                self._down_since[name] = time.monotonic()
+                self.restarts_seen[name] += 1
+                self._say_down(name)
+            elif state == "unconfigured" and before not in (bringup.GONE, "unconfigured"):
+                self.restarts_seen[name] += 1  # restarted between two checks
+                self._down_since[name] = time.monotonic()
+                self._say_down(name)
+        self._seen = dict(states)
+        self.states = dict(states)
+        steps = bringup.recovery_plan(names, states)
+        for name, transition in steps:
+            request = ChangeState.Request()
+            request.transition.id = bringup.TRANSITION_IDS[transition]
+            answer = await self._call(self._change_state[name], request)
+            if answer is None or not answer.success:
+                self.last_ok = False
+                self.last_result = (
+                    f"recovery: {transition} of '{name}' failed; retrying every "
+                    f"{self.config.watch_period_s:g} s"
+                )
+                self.get_logger().error(self.last_result, throttle_duration_sec=5.0)
+                self._seen[name] = self.states[name] = await self._probe(name)
+                return
+            self._seen[name] = self.states[name] = bringup.TRANSITION_RESULTS[transition]
+            self.get_logger().info(f"recovery: {name}: {transition} done")
+        if steps and all(self.states[name] == "active" for name in names):
+            back = ", ".join(
+                f"{name} after {time.monotonic() - since:.1f} s"
+                for name, since in self._down_since.items()
+            )
+            self._down_since.clear()
+            self.last_ok, self.last_result = True, f"recovered: every node active again ({back})"
+            self.get_logger().info(self.last_result)
+
+    def _say_down(self, name: str) -> None:
+        after = self.config.node_names[self.config.node_names.index(name) + 1 :]
+        held = f"; holding {', '.join(after)} inactive until it is back" if after else ""
+        if name == "safety":
+            self.last_ok = False
+            self.last_result = (
+                "SAFETY FILTER DOWN: no filtered command reaches the arm (its controller "
+                f"holds the last one){held}"
+            )
+            self.get_logger().error(self.last_result)
+        else:
+            self.last_ok = False
+            self.last_result = f"{name} died or restarted{held}"
+            self.get_logger().warning(self.last_result)
+
     async def _query_state(self, name: str) -> str | None:
         client = self._get_state[name]
         deadline = time.monotonic() + self.config.service_timeout_s
@@ -134,9 +233,9 @@ class LifecycleManagerNode(Node):
             return None
         return bringup.STATE_NAMES.get(answer.current_state.id, answer.current_state.label)
 
-    async def _call(self, client, request):
+    async def _call(self, client, request, timeout: float | None = None):
         future = client.call_async(request)
-        deadline = time.monotonic() + self.config.transition_timeout_s
+        deadline = time.monotonic() + (timeout or self.config.transition_timeout_s)
         while not future.done():
             if time.monotonic() > deadline:
                 client.remove_pending_request(future)
@@ -159,9 +258,38 @@ class LifecycleManagerNode(Node):
         finally:
             self.destroy_timer(timer)
 
+    def _runner_status(self) -> dict:
+        """`simreal up`'s per-node restart record (JSON data, never code), or {}."""
+        path = self.config.supervision_status_file
+        if not path:
+            return {}
+        try:
+            return json.loads(Path(path).read_text()).get("nodes", {})
+        except (OSError, ValueError, AttributeError):
+            return {}
+
     def _publish_diagnostics(self) -> None:
         values = {name: self.states.get(name, "unknown") for name in self.config.node_names}
         level = OK if self.last_ok else ERROR
+        if "safety" in self._down_since:
+            level = ERROR
+        elif self._down_since and level == OK:
+            level = WARN
+        runner = self._runner_status()
+        for name in self.config.node_names:
+            values[f"{name}.restarts_seen"] = self.restarts_seen[name]
+        # Every node `simreal up` runs, managed or not: restarts, last exit code and time.
+        for name, record in runner.items():
+            values[f"{name}.restarts"] = record.get("restarts", 0)
+            code = record.get("last_exit_code")
+            values[f"{name}.last_exit_code"] = "none" if code is None else code
+            stamp = record.get("last_exit_time") or 0.0
+            values[f"{name}.last_exit_time"] = (
+                datetime.fromtimestamp(stamp, UTC).isoformat(timespec="milliseconds")
+                if stamp
+                else "never"
+            )
+            values[f"{name}.process"] = record.get("state", "unknown")
         self._diag_pub.publish(
             diagnostic_array(self, "lifecycle_manager: graph", "", level, self.last_result, values)
         )

@@ -3,9 +3,13 @@
 Subscribes /policy/action and /joint_states, publishes the filtered command on its own
 timer at the control rate (so the watchdog acts when the policy goes silent), reports on
 /safety/status and /diagnostics. A latched e-stop (~/estop) is cleared only by ~/reset,
-which refuses while inputs are stale. Nothing here decides anything: the SafetyFilter core
-does; this node converts messages and keeps time. It fails closed: an error in a callback
-is logged and the arm is held, never sent the raw request, and the node keeps running.
+which refuses while inputs are stale. ~/engage and ~/disengage (std_srvs/Trigger) start
+and stop following the policy; disengaged (how the real profile starts) the filter brakes
+the arm to rest and holds it there. State changes are logged at most once a second with
+the reason and a count (``verbose_log``: every one); /safety/status carries them all.
+Nothing here decides anything: the SafetyFilter core does; this node converts messages
+and keeps time. It fails closed: an error in a callback is logged and the arm is held,
+never sent the raw request, and the node keeps running.
 """
 
 from __future__ import annotations
@@ -68,6 +72,12 @@ class SafetyNode(AutostartLifecycleNode):
         self.create_service(Trigger, "~/estop", self._on_estop)
         self.create_service(Trigger, "~/reset", self._on_reset)
         self.create_service(Resync, "~/resync", self._on_resync)
+        self.create_service(Trigger, "~/engage", self._on_engage)
+        self.create_service(Trigger, "~/disengage", self._on_disengage)
+        # State changes since the last state log line (throttled to one a second).
+        self._changes_unlogged = 0
+        self._last_state_log = -float("inf")
+        self._last_reason = ""
         self._status_period = 1.0 / self.config.status_rate
         self._last_status = -float("inf")
         self._last_result_state = HOLDING
@@ -207,6 +217,16 @@ class SafetyNode(AutostartLifecycleNode):
         response.message = message
         return response
 
+    def _on_engage(self, request, response):
+        response.success, response.message = self.filter.engage()
+        self.get_logger().info(f"~/engage: {response.message}")
+        return response
+
+    def _on_disengage(self, request, response):
+        response.success, response.message = self.filter.disengage("~/disengage")
+        self.get_logger().info(f"~/disengage: {response.message}")
+        return response
+
     def _on_resync(self, request, response):
         after = _seconds(request.after)
         response.success, response.message = self.filter.resync(
@@ -270,11 +290,27 @@ class SafetyNode(AutostartLifecycleNode):
                 throttle_duration_sec=1.0,
             )
         if result.changed and result.state != self._last_result_state:
-            self.get_logger().info(f"safety state: {STATE_NAMES[result.state]}")
+            self._log_state_change(result)
         self._last_result_state = result.state
         if result.changed or now - self._last_status >= self._status_period:
             self._last_status = now
             self._status_pub.publish(self._status_message(result))
+
+    def _log_state_change(self, result) -> None:
+        """One line per change with ``verbose_log``; else at most one a second, naming the
+        newest state, its reason and how many changes the line stands for."""
+        reasons = sorted({item.limit for item in result.interventions})
+        if not result.engaged:
+            reasons.append("not engaged")
+        reason = ", ".join(reasons) or "inputs fresh and within limits"
+        self._changes_unlogged += 1
+        now = time.monotonic()
+        if not self.config.verbose_log and now - self._last_state_log < 1.0:
+            return
+        count = self._changes_unlogged
+        since = "" if count == 1 else f" ({count} state changes since the last line)"
+        self.get_logger().info(f"safety state: {STATE_NAMES[result.state]} ({reason}){since}")
+        self._changes_unlogged, self._last_state_log = 0, now
 
     def _node_error(self, where: str, error: BaseException) -> None:
         self.node_errors += 1
@@ -300,6 +336,7 @@ class SafetyNode(AutostartLifecycleNode):
         msg.limited_joints = list(result.limited_joints)
         msg.watchdog_tripped = result.watchdog_tripped
         msg.estop_latched = result.estop_latched
+        msg.engaged = result.engaged
         msg.policy_version = result.policy_version
         msg.command_age = min(result.command_age, 1e9)
         msg.state_age = min(result.state_age, 1e9)
@@ -322,6 +359,8 @@ class SafetyNode(AutostartLifecycleNode):
                 return
             if f.estop_latched:
                 level, message = ERROR, "e-stop latched"
+            elif not f.engaged:
+                level, message = WARN, "holding: not engaged (call /safety/engage to start)"
             elif not f.has_state:
                 level, message = WARN, "no joint state yet"
             elif state == HOLDING:
@@ -331,6 +370,7 @@ class SafetyNode(AutostartLifecycleNode):
             if state == ESTOP and not f.estop_latched:
                 message = "recovering from e-stop"
             values = [
+                ("engaged", f.engaged),
                 ("estop_latched", f.estop_latched),
                 ("command_age_s", f"{min(f.command_watchdog.age(now), 1e9):.3f}"),
                 ("state_age_s", f"{min(f.state_watchdog.age(now), 1e9):.3f}"),

@@ -19,7 +19,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
-from std_srvs.srv import SetBool
+from std_srvs.srv import SetBool, Trigger
 
 from simreal_ros.episodes.metadata import new_episode_id, normalize_failure_mode
 from simreal_ros.msg import PolicyAction, TaskStatus
@@ -39,6 +39,10 @@ from simreal_ros.trials.runner import (
     run_trials,
     summarize,
 )
+
+# On the real profile the safety filter holds the arm until engaged: an episode's start is
+# the operator's request to move.
+SAFETY_ENGAGE_SERVICE = "/safety/engage"
 
 
 class TrialRunnerNode(Node):
@@ -62,6 +66,11 @@ class TrialRunnerNode(Node):
         )
         self._start = self.create_client(StartEpisode, cfg.start_service, callback_group=group)
         self._stop = self.create_client(StopEpisode, cfg.stop_service, callback_group=group)
+        self._engage = (
+            self.create_client(Trigger, SAFETY_ENGAGE_SERVICE, callback_group=group)
+            if cfg.profile == "real"
+            else None
+        )
         self.create_subscription(
             TaskStatus, cfg.task_status_topic, self._on_status, qos.STATUS, callback_group=group
         )
@@ -249,7 +258,24 @@ class TrialRunnerNode(Node):
         if not answer.success:
             raise RuntimeError(f"recorder refused to start: {answer.message}")
         self._recording = True
+        self._engage_safety()
         return answer.bag_path
+
+    def _engage_safety(self) -> None:
+        """Real profile: the recorded episode starts, so the arm may move (safety ~/engage)."""
+        if self._engage is None:
+            return
+        try:
+            answer = self._call_optional(self._engage, Trigger.Request(), "safety engage")
+        except TimeoutError:
+            self._engage = None
+            self.get_logger().warning(
+                f"{SAFETY_ENGAGE_SERVICE} not available: engage the safety filter by hand "
+                "(it holds the arm until engaged)"
+            )
+            return
+        log = self.get_logger().info if answer.success else self.get_logger().warning
+        log(f"safety: {answer.message}")
 
     def wait_for_end(self, episode_id: str, timeout_s: float) -> TaskEnd:
         deadline = time.monotonic() + timeout_s

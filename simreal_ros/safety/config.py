@@ -38,7 +38,7 @@ STATE_REFUSALS = (
     "state_out_of_order",
     "stale_state",
 )
-OTHER_REASONS = ("estop", "exception")
+OTHER_REASONS = ("estop", "disengaged", "exception")
 ALL_REASONS = MOTION_LIMITS + COMMAND_REFUSALS + STATE_REFUSALS + OTHER_REASONS
 
 
@@ -49,6 +49,26 @@ class SafetyConfig:
     autostart: bool = setting(
         False,
         "Configure and activate at start-up (the graph's lifecycle manager does it there)",
+    )
+    require_engage: bool = setting(
+        False,
+        "Hold the arm until ~/engage is called (or a trial starts an episode): nothing moves "
+        "until someone asks. The real profile sets it; the sim profile starts engaged",
+    )
+    engage_at_start: bool = setting(
+        False,
+        "Come up engaged even with require_engage (an unattended rig that is meant to move "
+        "as soon as fresh actions arrive)",
+    )
+    engage_after_command_loss: bool = setting(
+        False,
+        "When the command watchdog trips (the policy went silent or died), disengage: the "
+        "arm stays held after fresh actions return, until an operator calls ~/engage",
+    )
+    verbose_log: bool = setting(
+        False,
+        "Log every state change (false: at most one line a second, with the reason and the "
+        "count; /safety/status always carries every change)",
     )
     brake_timeout: float = setting(
         2.0,

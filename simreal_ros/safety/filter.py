@@ -61,6 +61,7 @@ class TickResult:
         "changed",
         "command",
         "command_age",
+        "engaged",
         "error",
         "estop_latched",
         "interventions",
@@ -78,6 +79,7 @@ class TickResult:
         self.limited_joints: list[str] = []
         self.watchdog_tripped = False
         self.estop_latched = False
+        self.engaged = True
         self.command_age = math.inf
         self.state_age = math.inf
         self.policy_version = ""
@@ -136,6 +138,9 @@ class SafetyFilter:
         self._state_stamp = -math.inf
         self._resync_after = -math.inf
         self._estop = False
+        # Disengaged, the filter holds the arm whatever the policy asks (nothing moves until
+        # someone engages it); only with require_engage does it start that way.
+        self._engaged = (not self.config.require_engage) or self.config.engage_at_start
         self._policy_version = ""
         self._pending: list[Intervention] = []
         self._previous_state = -1
@@ -323,9 +328,14 @@ class SafetyFilter:
         self._state_stamp = stamp
         self.state_watchdog.feed(stamp if self.config.check_stamps else now)
         if not self._have_state:
-            # The commanded trajectory starts at rest where the arm is.
+            # The commanded trajectory starts at rest where the arm is, or at the nearest
+            # point inside the position limits: no command ever lies outside them (an arm
+            # measured a hair past a limit, as a gripper at -3 um, is commanded onto it).
             self._have_state = True
-            self._ql = list(self._measured_list)
+            self._ql = [
+                lo if x < lo else hi if x > hi else x
+                for x, lo, hi in zip(self._measured_list, self._lower, self._upper, strict=True)
+            ]
             self._vl = [0.0] * self.n
             self._al = [0.0] * self.n
         return None
@@ -366,6 +376,29 @@ class SafetyFilter:
             )
         self._estop = False
         return True, "e-stop reset; following fresh policy actions again."
+
+    def engage(self) -> tuple[bool, str]:
+        """Follow policy actions again, from the next accepted one (never an older one)."""
+        if self._engaged:
+            return True, "already engaged."
+        self._engaged = True
+        self._have_command = False
+        if self._estop:
+            return True, "engaged, but the e-stop is latched: holding until ~/reset succeeds."
+        return True, "engaged: following the next fresh policy action."
+
+    def disengage(self, reason: str = "") -> tuple[bool, str]:
+        """Brake to rest and hold there until ``engage``."""
+        if not self._engaged:
+            return True, "already disengaged: holding."
+        self._engaged = False
+        self._refuse("disengaged", "", _NAN, _NAN, 0.0)
+        self.last_error = reason or self.last_error
+        return True, "disengaged: braking to rest and holding until ~/engage."
+
+    @property
+    def engaged(self) -> bool:
+        return self._engaged
 
     def resync(self, now: float, after: float | None = None) -> tuple[bool, str]:
         """After a simulated arm jumped to a new start pose (an episode reset): restart the
@@ -451,13 +484,18 @@ class SafetyFilter:
             self._add(
                 result, "stale_command", "", age, command_wd.timeout, age - command_wd.timeout
             )
+            if self.config.engage_after_command_loss and self._engaged:
+                self._engaged = False  # an operator resumes explicitly
+                self._add(result, "disengaged", "", _NAN, _NAN, 0.0)
         result.command_age = command_wd.last_age
         result.state_age = state_wd.last_age
         result.watchdog_tripped = command_wd.tripped or state_wd.tripped
         result.estop_latched = self._estop
+        result.engaged = self._engaged
         result.policy_version = self._policy_version
         hold = (
             self._estop
+            or not self._engaged
             or result.watchdog_tripped
             or self._command_refused
             or self._state_refused
@@ -494,6 +532,7 @@ class SafetyFilter:
         v_new = [(o - p) * inv_dt for o, p in zip(out, ql, strict=True)]
         if self.workspace is not None:
             out, v_new = self._check_workspace(result, out, v_new)
+        out, v_new = self._clamp_last(out, v_new)
         total = sum(out)
         if total - total != 0.0:
             raise FloatingPointError(f"non-finite output {list(out)}")
@@ -508,6 +547,25 @@ class SafetyFilter:
             result.state = HOLDING
         else:
             result.state = LIMITED if result.interventions else PASS
+
+    def _clamp_last(self, out: list, v_new: list) -> tuple[list, list]:
+        """Every output inside the position limits, exactly: the last operation on it.
+
+        The limiter keeps its braking inside the limits, but ``q + v dt`` (and the
+        workspace's scaling) can round past one. Clamping here, after everything else,
+        leaves nothing that could move it back out.
+        """
+        clamped = False
+        result = list(out)
+        for j, (x, lo, hi) in enumerate(zip(out, self._lower, self._upper, strict=True)):
+            if x < lo:
+                result[j], clamped = lo, True
+            elif x > hi:
+                result[j], clamped = hi, True
+        if not clamped:
+            return out, v_new
+        inv_dt = self._inv_dt
+        return result, [(o - p) * inv_dt for o, p in zip(result, self._ql, strict=True)]
 
     def _add(self, result, limit, joint, requested, allowed, excess) -> None:
         result.interventions.append(
@@ -674,6 +732,9 @@ class SafetyFilter:
             if not np.all(np.isfinite(v_new)):
                 v_new = np.zeros(self.n)
             new_q = q + v_new * self.dt
+            # Clamp last, as in a tick.
+            new_q = np.minimum(np.maximum(new_q, self.limits.lower), self.limits.upper)
+            v_new = (new_q - q) / self.dt
             if np.all(np.isfinite(new_q)):
                 self._al = ((v_new - v) / self.dt).tolist()
                 self._vl = v_new.tolist()
@@ -683,4 +744,5 @@ class SafetyFilter:
         self._out[:] = self._ql
         result.interventions.append(Intervention("exception", "", _NAN, _NAN, 0.0))
         self.counts["exception"] += 1
+        result.engaged = self._engaged
         result.state = ESTOP if self._estop else HOLDING

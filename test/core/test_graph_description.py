@@ -24,15 +24,17 @@ def test_real_profile_differs_from_sim_only_by_the_sim_bridge():
             other.module,
             other.remappings,
         )
-        # Only the data-source label, the clock and the resync after a sim reset (the
-        # simulated arm jumps to each start pose) may differ between the profiles.
+        # Only the data-source label, the clock, the resync after a sim reset (the
+        # simulated arm jumps to each start pose) and engaging (a physical arm is held
+        # until someone engages the filter) may differ between the profiles.
         differing = {
             key
             for key in {**node.parameters, **other.parameters}
             if node.parameters.get(key) != other.parameters.get(key)
         }
         # The lifecycle manager's list differs by the sim bridge alone.
-        assert differing <= {"source", "use_sim_time", "allow_resync", "node_names"}, (
+        allowed = {"source", "use_sim_time", "allow_resync", "require_engage", "node_names"}
+        assert differing <= allowed, (
             name,
             differing,
         )

@@ -2,13 +2,13 @@
 
 Hypothesis builds scenarios from segments (random, extreme, NaN/inf, wrong size, wrong
 joint order, sudden jumps, oscillation between the limits, stale/future/out-of-order
-stamps, policy silence, joint-state glitches/silence/non-finite states, e-stop and reset)
-and replays each against a filter driving a lagging simulated arm. Every output is checked:
-finite, inside the position limits, the tool inside the workspace box (1 cm slack),
+stamps, policy silence, joint-state glitches/silence/non-finite states, e-stop and reset,
+disengage and engage) and replays each against a filter driving a lagging simulated arm.
+Every output is checked: finite, inside the position limits exactly (no tolerance, also
+when the arm is measured just past one), the tool inside the workspace box (1 cm slack),
 |step| <= V dt, |second difference| <= A dt^2 (so no step beyond the velocity and
-acceleration limits, given the previous outputs), and while
-holding the commanded speed of every joint never grows. The number of filter steps is
-printed and must reach 100,000.
+acceleration limits, given the previous outputs), and while holding the commanded speed
+of every joint never grows. The number of filter steps is printed and must reach 100,000.
 
 The run is derandomized (the same examples every time). Set SAFETY_PROPERTY_RANDOM=1 to
 draw fresh examples (pass ``--hypothesis-seed=N`` to pytest to repeat one run).
@@ -67,6 +67,7 @@ KINDS = (
     "state_silence",
     "arm_blocked",
     "estop",
+    "disengage",
 )
 
 CONFIG = SafetyConfig(control_rate=1.0 / DT, command_timeout=0.05, state_timeout=0.05)
@@ -110,6 +111,8 @@ scenario = st.fixed_dictionaries(
         "seed": st.integers(0, 2**32 - 1),
         "tight": st.booleans(),
         "start": st.lists(st.floats(-1.0, 1.0), min_size=MAX_JOINTS, max_size=MAX_JOINTS),
+        # The arm measured a hair past a position limit at the start (a gripper at -3 um).
+        "past_limit": st.sampled_from([0.0, 0.0, 3e-6, 1e-3]),
         "segments": st.lists(segment, min_size=1, max_size=10),
     }
 )
@@ -131,6 +134,10 @@ class Run:
             start = np.clip(home + 0.15 * np.asarray(example["start"][: A.n]), lo, hi)
         self.t = 1000.0
         self.arm = start.copy()
+        if example["past_limit"]:  # the filter starts at the limit, the arm just past it
+            joint, below = example["seed"] % A.n, example["seed"] % 2 == 1
+            start[joint] = (lo if below else hi)[joint]
+            self.arm[joint] = start[joint] + (-1 if below else 1) * example["past_limit"]
         self.outputs = [start.copy(), start.copy()]  # at rest before the first tick
         self.holding = [False, False]
         self.last_good = start.copy()
@@ -201,6 +208,12 @@ class Run:
                 f.engage_estop("property test")
             if i == length - 1:
                 f.reset(now)
+        elif kind == "disengage":
+            command = self.random_target(0.05 + level)
+            if i == 0:
+                f.disengage("property test")
+            if i == length - 1:
+                f.engage()
         elif kind not in ("silence",):
             command = self.random_target(0.02)
         if command is not None and f.submit_command(command, stamp, now, names) is None:
@@ -216,9 +229,9 @@ class Run:
         limits = self.limits
         q = np.asarray(self.outputs)
         assert np.all(np.isfinite(q)), "non-finite output"
-        tol_pos = 1e-9
-        assert np.all(q >= limits.lower - tol_pos), ("below position limit", q.min(axis=0))
-        assert np.all(q <= limits.upper + tol_pos), ("above position limit", q.max(axis=0))
+        # Exact: the filter clamps last, so not even rounding puts an output outside.
+        assert np.all(q >= limits.lower), ("below position limit", q.min(axis=0))
+        assert np.all(q <= limits.upper), ("above position limit", q.max(axis=0))
         velocity = np.diff(q, axis=0) / DT
         excess_v = np.abs(velocity) - limits.velocity * (1 + REL)
         assert excess_v.max() <= 1e-9, ("velocity", excess_v.max(), np.argmax(excess_v.max(1)))

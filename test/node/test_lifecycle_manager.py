@@ -85,3 +85,85 @@ def test_a_missing_node_fails_startup_with_a_reason(rclpy_context, executor):
     answer = call(executor, probe.create_client(Trigger, "/lifecycle_manager/startup"))
     assert not answer.success
     assert "nobody_here" in answer.message and "is it running" in answer.message
+
+
+def test_a_node_that_dies_holds_what_follows_it_and_comes_back_through_the_manager(
+    rclpy_context, executor
+):
+    """Supervision in one process: the sim bridge "dies" (its node is destroyed), the safety
+    filter after it is deactivated at once; a new bridge appears (as a respawned process
+    would) and both are brought up again in order, with the restart on /diagnostics."""
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    bridge = SimBridgeNode(context=rclpy_context)
+    safety = SafetyNode(
+        context=rclpy_context, parameter_overrides=[Parameter("use_sim_time", value=True)]
+    )
+    probe = rclpy.create_node("probe", context=rclpy_context)
+    events: list[tuple[str, str]] = []
+    for name in ("sim_bridge", "safety"):
+        probe.create_subscription(
+            TransitionEvent,
+            f"/{name}/transition_event",
+            lambda m, name=name: events.append((name, m.goal_state.label)),
+            10,
+        )
+    diagnostics: list[dict[str, str]] = []
+
+    def on_diagnostics(msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            if status.name.startswith("lifecycle_manager"):
+                values = {kv.key: kv.value for kv in status.values}
+                diagnostics.append({"level": status.level, "message": status.message, **values})
+
+    probe.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, 10)
+    for node in (bridge, safety, probe):
+        executor.add_node(node)
+    manager = LifecycleManagerNode(
+        context=rclpy_context,
+        parameter_overrides=[
+            Parameter("node_names", value=["sim_bridge", "safety"]),
+            Parameter("autostart", value=True),
+            Parameter("probe_timeout_s", value=0.5),
+        ],
+    )
+    executor.add_node(manager)
+    new_bridge = None
+    try:
+        assert spin_until(executor, lambda: manager.states.get("safety") == "active", 60.0), (
+            manager.last_result
+        )
+        events.clear()
+        executor.remove_node(bridge)
+        bridge.destroy_node()  # the bridge's process died
+        held = {"sim_bridge": "gone", "safety": "unconfigured"}
+        assert spin_until(executor, lambda: manager.states == held, 20.0), manager.states
+        assert ("safety", "unconfigured") in events
+        assert spin_until(executor, lambda: any(d["level"] != b"\x00" for d in diagnostics), 5.0)
+        # Held: while the bridge is gone the filter is not brought back.
+        spin_until(executor, lambda: False, 1.0)
+        assert safety._tick_timer is None
+        new_bridge = SimBridgeNode(context=rclpy_context)  # the respawned process
+        executor.add_node(new_bridge)
+        assert spin_until(
+            executor,
+            lambda: manager.states == {"sim_bridge": "active", "safety": "active"},
+            60.0,
+        ), manager.last_result
+        ups = [event for event in events if event[1] in ("inactive", "active")]
+        assert ups[-4:] == [
+            ("sim_bridge", "inactive"),
+            ("sim_bridge", "active"),
+            ("safety", "inactive"),
+            ("safety", "active"),
+        ]
+        assert manager.restarts_seen == {"sim_bridge": 1, "safety": 0}
+        assert "recovered" in manager.last_result and manager.last_ok
+        diagnostics.clear()
+        assert spin_until(executor, lambda: bool(diagnostics), 5.0)
+        assert diagnostics[-1]["sim_bridge.restarts_seen"] == "1"
+    finally:
+        manager.destroy_node()
+        if new_bridge is not None:
+            new_bridge.destroy_node()
+        safety.destroy_node()

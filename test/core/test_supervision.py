@@ -1,0 +1,206 @@
+"""The supervision policy: declared once in the graph description, followed by `simreal up`
+(GraphRunner), the launch files and the lifecycle manager's recovery plan."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+import types
+
+import pytest
+
+from simreal_ros.graph import bringup, description
+from simreal_ros.graph.description import NodeSpec, Supervision
+from simreal_ros.graph.runner import GraphRunner
+
+
+def test_every_node_has_a_policy_and_the_safety_layer_and_arm_side_are_required():
+    for profile in description.PROFILES:
+        nodes = {node.name: node for node in description.graph(profile)}
+        for node in nodes.values():
+            assert node.supervision is description.SUPERVISION[node.name]
+            assert node.supervision.on_death, node.name
+            assert node.supervision.respawn, node.name  # everything respawns by default
+        assert nodes["safety"].supervision.required
+        assert not nodes["policy"].supervision.required
+        if profile == "sim":
+            assert nodes["sim_bridge"].supervision.required
+    real = {node.name: node for node in description.graph("real")}
+    sim = {node.name: node for node in description.graph("sim")}
+    assert real["safety"].parameters["require_engage"] is True  # nothing moves unasked
+    assert "require_engage" not in sim["safety"].parameters  # sim: engaged from the start
+    stopped = description.without_respawn(list(real.values()))
+    assert all(not n.supervision.respawn and n.supervision.required for n in stopped)
+    loud = {n.name: n for n in description.verbose(list(real.values()))}
+    assert loud["safety"].parameters["verbose_log"] is True
+
+
+def test_backoff_and_the_maximum_count_decide_what_a_death_means():
+    policy = Supervision(required=True, respawn=True, respawn_delay_s=0.5, max_respawns=3)
+    assert [policy.delay(k) for k in range(3)] == [0.5, 1.0, 2.0]
+    assert [policy.after_death(k) for k in range(4)] == ["respawn"] * 3 + ["stop_graph"]
+    optional = dataclasses.replace(policy, required=False)
+    assert optional.after_death(3) == "leave_stopped"
+    assert Supervision(required=False, respawn=False).after_death(0) == "leave_stopped"
+    with pytest.raises(ValueError, match="backoff >= 1"):
+        Supervision(required=True, respawn=True, backoff=0.5)
+
+
+def test_recovery_holds_everything_after_a_missing_node_and_brings_it_back_in_order():
+    order = ["sim_bridge", "safety", "policy"]
+    active = dict.fromkeys(order, "active")
+    assert bringup.recovery_plan(order, active) == []
+    # The filter died: the policy stops at once; nothing is brought up past the gap.
+    gone = {**active, "safety": bringup.GONE}
+    assert bringup.recovery_plan(order, gone) == [
+        ("policy", "deactivate"),
+        ("policy", "cleanup"),
+    ]
+    # The filter is back (unconfigured): up first, then the policy afresh.
+    back = {**active, "safety": "unconfigured", "policy": "unconfigured"}
+    assert bringup.recovery_plan(order, back) == [
+        ("safety", "configure"),
+        ("safety", "activate"),
+        ("policy", "configure"),
+        ("policy", "activate"),
+    ]
+    # It came back before the policy was stopped: the policy still stops first.
+    quick = {**active, "safety": "unconfigured"}
+    assert bringup.recovery_plan(order, quick) == [
+        ("policy", "deactivate"),
+        ("policy", "cleanup"),
+        ("safety", "configure"),
+        ("safety", "activate"),
+        ("policy", "configure"),
+        ("policy", "activate"),
+    ]
+    # A respawned policy is configured and activated; nothing else changes.
+    policy = {**active, "policy": "unconfigured"}
+    assert bringup.recovery_plan(order, policy) == [
+        ("policy", "configure"),
+        ("policy", "activate"),
+    ]
+    # A finalized or unknown node is as good as gone.
+    assert bringup.recovery_plan(order, {**active, "sim_bridge": "finalized"}) == [
+        ("policy", "deactivate"),
+        ("policy", "cleanup"),
+        ("safety", "deactivate"),
+        ("safety", "cleanup"),
+    ]
+
+
+def _exiting_node(name: str, supervision: Supervision) -> NodeSpec:
+    """A process that exits at once with code 2 (json.tool refuses --ros-args)."""
+    return NodeSpec(name=name, executable=name, module="json.tool", supervision=supervision)
+
+
+def _supervise_until(runner: GraphRunner, done, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        fatal = runner.supervise()
+        if fatal is not None or done():
+            return fatal
+        time.sleep(0.02)
+    raise AssertionError(f"supervision did not settle: {runner.status()}")
+
+
+def test_the_runner_respawns_with_backoff_gives_up_and_writes_the_record():
+    flaky = Supervision(
+        required=False, respawn=True, respawn_delay_s=0.05, backoff=2.0, max_respawns=2
+    )
+    required = Supervision(required=True, respawn=True, respawn_delay_s=0.05, max_respawns=1)
+    nodes = [_exiting_node("flaky", flaky), _exiting_node("needed", required)]
+    runner = GraphRunner(nodes, "sim", log=None)
+    try:
+        runner.start()
+        started = time.monotonic()
+        fatal = _supervise_until(runner, lambda: False)
+        elapsed = time.monotonic() - started
+        status = json.loads(runner.status_file.read_text())["nodes"]
+    finally:
+        runner.stop()
+    assert fatal == 1  # the required node's one respawn is spent: the graph stops
+    assert status["needed"]["restarts"] == 1
+    assert status["needed"]["last_exit_code"] == 2
+    assert status["needed"]["last_exit_time"] > 0.0
+    # The optional one was respawned twice (0.05 s, then 0.1 s) and is left stopped, or is
+    # still on its way there when the required one stops the graph.
+    assert status["flaky"]["restarts"] <= 2
+    assert elapsed >= 0.05
+    runner = GraphRunner([_exiting_node("flaky", flaky)], "sim", log=None)
+    try:
+        runner.start()
+        assert _supervise_until(runner, lambda: runner.records[0].given_up) is None
+        status = runner.status()["nodes"]["flaky"]
+    finally:
+        runner.stop()
+    assert status["restarts"] == 2 and status["state"] == "stopped"
+    assert status["last_exit_code"] == 2
+
+
+def test_the_lifecycle_manager_is_told_where_the_record_is():
+    nodes = description.graph("real")
+    runner = GraphRunner(nodes, "real", log=None)
+    try:
+        manager = next(n for n in runner.nodes if n.name == "lifecycle_manager")
+        assert manager.parameters["supervision_status_file"] == str(runner.status_file)
+        fields = {f.name for f in dataclasses.fields(bringup.LifecycleManagerConfig)}
+        assert "supervision_status_file" in fields
+    finally:
+        runner.stop()
+
+
+class _Recorded:
+    """Stands in for one launch/launch_ros class: keeps what it was given."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.args, self.kwargs = args, kwargs
+
+
+def _fake_launch(monkeypatch) -> None:
+    """Just enough of `launch` and `launch_ros` (not on PyPI) to build the description."""
+    modules = {
+        "launch": ["LaunchDescription"],
+        "launch.actions": ["DeclareLaunchArgument", "IncludeLaunchDescription", "LogInfo"],
+        "launch.conditions": ["IfCondition"],
+        "launch.launch_description_sources": ["AnyLaunchDescriptionSource"],
+        "launch.substitutions": ["LaunchConfiguration", "PythonExpression"],
+        "launch_ros": [],
+        "launch_ros.actions": ["LifecycleNode", "Node"],
+        "launch_ros.parameter_descriptions": ["ParameterValue"],
+    }
+    for module, names in modules.items():
+        fake = types.ModuleType(module)
+        for name in names:
+            setattr(fake, name, type(name, (_Recorded,), {}))
+        monkeypatch.setitem(sys.modules, module, fake)
+    sys.modules["launch.actions"].Shutdown = type("Shutdown", (_Recorded,), {})
+    monkeypatch.delitem(sys.modules, "simreal_ros.nodes.launch_graph", raising=False)
+
+
+def test_the_launch_files_express_the_same_policy(monkeypatch):
+    _fake_launch(monkeypatch)
+    from simreal_ros.nodes import launch_graph
+
+    for profile in description.PROFILES:
+        built = launch_graph.launch_description(profile)
+        (actions,) = built.args
+        launched = {
+            a.kwargs["name"]: a for a in actions if type(a).__name__ in ("Node", "LifecycleNode")
+        }
+        specs = {spec.name: spec for spec in description.graph(profile)}
+        assert set(launched) == set(specs)
+        for name, action in launched.items():
+            policy = specs[name].supervision
+            assert action.kwargs["respawn"] is policy.respawn
+            assert action.kwargs["respawn_delay"] == policy.respawn_delay_s
+            assert action.kwargs["respawn_max_retries"] == policy.max_respawns
+            on_exit = action.kwargs["on_exit"]
+            event = types.SimpleNamespace(returncode=-9)
+            said = [on_exit(event, None) for _ in range(policy.max_respawns + 1)]
+            assert all(type(a[0]).__name__ == "LogInfo" for a in said[:-1])
+            last = type(said[-1][0]).__name__
+            # The respawns spent: a required node shuts the launch down, others stay down.
+            assert last == ("Shutdown" if policy.required else "LogInfo"), (name, last)
