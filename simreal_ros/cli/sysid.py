@@ -32,6 +32,19 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "--per-joint", action="store_true", help="one gain and damping factor per joint"
     )
+    parser.add_argument(
+        "--model",
+        default="auto",
+        choices=("auto", "grouped", "joint_groups", "per_joint"),
+        help="parameterisation of the gains; auto: chosen by held-out error with a "
+        "complexity penalty (see docs/sysid.md)",
+    )
+    parser.add_argument(
+        "--segment-ticks",
+        type=int,
+        default=10,
+        help="control ticks per short-horizon replay segment (0: whole episodes)",
+    )
     parser.add_argument("--holdout", type=int, default=2, help="episodes held out of the fit")
     parser.add_argument("--max-episodes", type=int, default=0, help="use the newest N (0: all)")
     parser.add_argument("--restarts", type=int, default=3)
@@ -53,28 +66,37 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from simreal_ros.robot.description import load_robot_description
     from simreal_ros.sysid import (
-        DEFAULT_PARAMETERS,
         FitSettings,
         SysidInputError,
         identify_bags,
         parse_parameters,
         per_joint_parameters,
     )
+    from simreal_ros.sysid.fit import parameterisations
     from simreal_ros.sysid.output import format_result, hidden_factors
+    from simreal_ros.sysid.simulate import ArmPhysics
 
     robot = load_robot_description()
     if args.params:
         parameters = parse_parameters(args.params)
     elif args.per_joint:
         parameters = per_joint_parameters(robot.joint_names)
+    elif args.model != "auto":
+        options = parameterisations(robot.joint_names, ArmPhysics(robot).nominal_dynamics)
+        if args.model not in options:
+            print(f"simreal sysid: error: this arm has no {args.model} parameterisation "
+                  f"(it has {', '.join(options)}).", file=sys.stderr)  # fmt: skip
+            return 2
+        parameters = options[args.model]
     else:
-        parameters = DEFAULT_PARAMETERS
+        parameters = None  # chosen by held-out error
     settings = FitSettings(
         restarts=args.restarts,
         evaluations_per_restart=args.evaluations,
         evaluations_resample=args.resample_evaluations,
         threads=args.threads,
         seed=args.seed,
+        segment_ticks=args.segment_ticks,
     )
     try:
         result, profile = identify_bags(
@@ -86,7 +108,8 @@ def run(args) -> int:
         return 2
     hidden = None
     if args.compare_to:
-        hidden = hidden_factors(args.compare_to, result.nominal, [p.pattern for p in parameters])
+        patterns = [p.pattern for p in result.parameters]
+        hidden = hidden_factors(args.compare_to, result.nominal, patterns)
     print(format_result(result, hidden))
     print(f"wrote {profile} (use it as --profile {profile}), sysid.json and fit.png")
     return 0

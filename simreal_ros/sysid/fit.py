@@ -40,9 +40,13 @@ import cma
 import numpy as np
 
 from simreal_ros.robot.description import RobotDescription
-from simreal_ros.stats import bootstrap_ci
 from simreal_ros.sysid.recording import ReplayEpisode
-from simreal_ros.sysid.simulate import ReplaySimulator, noise_estimate
+from simreal_ros.sysid.simulate import (
+    DEFAULT_SEGMENT_TICKS,
+    ReplaySimulator,
+    noise_estimate,
+    object_travel,
+)
 
 LATENCY = "latency_steps"
 
@@ -90,6 +94,30 @@ def per_joint_parameters(joint_names: Sequence[str]) -> tuple[FitParameter, ...]
     return tuple(out)
 
 
+def parameterisations(
+    joint_names: Sequence[str], nominal: Mapping[str, float]
+) -> dict[str, tuple[FitParameter, ...]]:
+    """The candidates of model selection, simplest first: ``grouped`` (one gain and one
+    damping factor for the arm), ``joint_groups`` (one gain factor per group of joints
+    sharing a nominal gain, i.e. the same actuator size; one damping), ``per_joint`` (one
+    gain factor per joint; one damping). Dampings stay grouped: their per-joint effect is a
+    small share of a joint's tracking error, and 7 more dimensions would double the search.
+    A group of several joints is one pattern ``gain.a|gain.b``."""
+    grouped = DEFAULT_PARAMETERS
+    gain = next(p for p in grouped if p.pattern == "gain.*")
+    others = [p for p in grouped if p.pattern != "gain.*"]
+    by_gain: dict[float, list[str]] = {}
+    for j in joint_names:
+        by_gain.setdefault(float(nominal[f"gain.{j}"]), []).append(f"gain.{j}")
+    groups = [FitParameter("|".join(names), gain.low, gain.high) for names in by_gain.values()]
+    per_joint = [FitParameter(f"gain.{j}", gain.low, gain.high) for j in joint_names]
+    out = {"grouped": tuple(grouped)}
+    if 1 < len(groups) < len(joint_names):
+        out["joint_groups"] = (*groups, *others)
+    out["per_joint"] = (*per_joint, *others)
+    return out
+
+
 def parse_parameters(text: str) -> tuple[FitParameter, ...]:
     """``"gain.*=0.05:5,latency_steps=0:50"``; a bare name takes the default's bounds."""
     defaults = {p.pattern.split(".")[0]: p for p in DEFAULT_PARAMETERS}
@@ -127,6 +155,11 @@ class FitSettings:
     min_relative_increase: float = 0.01
     threads: int = 2
     seed: int = 0
+    segment_ticks: int = DEFAULT_SEGMENT_TICKS  # short-horizon replay; 0: whole episodes
+    # A value is reported only when its posterior spread (1 sigma) is at most this: of
+    # log(factor) (0.11: two sigma within 25%), or of latency steps.
+    max_spread_log: float = 0.11
+    max_spread_steps: float = 1.0
 
 
 @dataclasses.dataclass
@@ -141,6 +174,11 @@ class ParameterEstimate:
     high: float
     probe_increase: list[float]  # relative error increase at (down, up) probes
     reason: str = ""
+    # Posterior spread (1 sigma): of log(factor) for a scale, of steps for the latency; from
+    # a quadratic model of the error around the estimate, bootstrapped over episodes. None
+    # where the error has no minimum there (a flat or falling direction).
+    spread: float | None = None
+    interval: list[float] | None = None  # 95%: factor (or steps) low, high
 
     def absolute(self, nominal: Mapping[str, float]) -> dict[str, float]:
         if self.value is None:
@@ -171,6 +209,15 @@ class SysidResult:
     seconds: float
     settings: dict[str, Any]
     nominal: dict[str, float]
+    # The open-loop whole-episode replay of the fit and held-out episodes: the final check.
+    whole_before: dict[str, ErrorReport] = dataclasses.field(default_factory=dict)
+    whole_after: dict[str, ErrorReport] = dataclasses.field(default_factory=dict)
+    # Pairs checked jointly: {"a", "b", "correlation"} of the posterior at the estimate.
+    correlations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    model: str = ""  # the chosen parameterisation (model selection), "" when given
+    model_selection: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    object_travel: float = 0.0  # m, the farthest the object moved in any episode
+    replayed_steps: int = 0  # physics steps simulated, model selection included
 
     def values(self) -> dict[str, float]:
         """Absolute values of the identified parameters (the vocabulary's names)."""
@@ -179,6 +226,22 @@ class SysidResult:
     def unidentifiable(self) -> list[str]:
         return [p.pattern for p in self.parameters if not p.identifiable]
 
+    def spreads(self) -> dict[str, dict[str, Any]]:
+        """Identified parameters' posterior spread, as profile.yaml's ``spread:``."""
+        return {
+            p.pattern: {
+                "value": p.value,
+                "std": p.spread,
+                "unit": "steps" if p.pattern == LATENCY else "log_factor",
+                "interval": p.interval,
+            }
+            for p in self.parameters
+            if p.identifiable
+        }
+
+    def unidentifiable_reasons(self) -> dict[str, str]:
+        return {p.pattern: p.reason for p in self.parameters if not p.identifiable}
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -186,7 +249,8 @@ class SysidResult:
 def _matches(pattern: str, nominal: Mapping[str, float]) -> list[str]:
     if pattern == LATENCY:
         return [LATENCY]
-    names = [n for n in nominal if fnmatch.fnmatchcase(n, pattern)]
+    alternatives = pattern.split("|")
+    names = [n for n in nominal if any(fnmatch.fnmatchcase(n, a) for a in alternatives)]
     if not names:
         raise ValueError(
             f"parameter {pattern!r} matches no dynamics parameter; known: {', '.join(nominal)}."
@@ -202,7 +266,7 @@ class _Objective:
         self.parameters = list(parameters)
         self.nominal = dict(simulator.reference.nominal_dynamics)
         for p in self.parameters:  # any body, geom or joint of the model, not only defaults
-            wildcard = any(ch in p.pattern for ch in "*?[")
+            wildcard = any(ch in p.pattern for ch in "*?[|")
             if not (p.is_latency or wildcard or p.pattern in self.nominal):
                 self.nominal.update(simulator.reference.get_dynamics([p.pattern]))
         self.names = [_matches(p.pattern, self.nominal) for p in self.parameters]
@@ -249,6 +313,12 @@ class _Objective:
         errors = self.simulator.errors(candidates, episodes)
         return np.array([[e.loss for e in row] for row in errors])
 
+    def per_segment(self, factor_sets: Sequence[Sequence[float]], episodes) -> np.ndarray:
+        """(candidates, segments) losses."""
+        candidates = [self.candidate(f) for f in factor_sets]
+        self.evaluations += len(candidates)
+        return self.simulator.segment_losses(candidates, episodes)
+
 
 def _nominal_factors(parameters: Sequence[FitParameter], nominal_latency: float) -> list[float]:
     return [
@@ -261,7 +331,7 @@ def _run_cma(objective, x0, episodes, weights, settings, seed, budget, from_nomi
     low, high = objective.bounds()
     # In the [0, 10] coordinates: a fifth of each log range from nominal; a resample
     # restarts near the estimate, wide enough to leave a flat direction.
-    sigma = 2.0 if from_nominal else 1.0
+    sigma = 2.0 if from_nominal else 0.5
     # The latency's coordinate is in steps, the others in [0, 10]: the same relative step.
     stds = [(p.high - p.low) / 10.0 if p.is_latency else 1.0 for p in objective.parameters]
     integer = [i for i, p in enumerate(objective.parameters) if p.is_latency]
@@ -278,7 +348,9 @@ def _run_cma(objective, x0, episodes, weights, settings, seed, budget, from_nomi
     if integer:
         options["integer_variables"] = integer
     strategy = cma.CMAEvolutionStrategy(list(x0), sigma, options)
-    best_x, best_loss = np.asarray(x0, dtype=float), math.inf
+    # The start counts: a warm start is never returned worse than it began.
+    best_x = np.asarray(x0, dtype=float)
+    best_loss = float(objective.per_episode([objective.factors(best_x)], episodes)[0] @ weights)
     while not strategy.stop():
         xs = strategy.ask()
         losses = objective.per_episode([objective.factors(x) for x in xs], episodes) @ weights
@@ -290,10 +362,12 @@ def _run_cma(objective, x0, episodes, weights, settings, seed, budget, from_nomi
     return objective.factors(best_x), best_loss
 
 
-def _report(simulator: ReplaySimulator, values: Mapping[str, float], episodes) -> ErrorReport:
+def _report(
+    simulator: ReplaySimulator, values: Mapping[str, float], episodes, whole: bool = False
+) -> ErrorReport:
     if not episodes:
         return ErrorReport(float("nan"), float("nan"), float("nan"), 0)
-    errors = simulator.errors([values], episodes)[0]
+    errors = simulator.errors([values], episodes, whole=whole)[0]
     objects = [e.object_rms for e in errors if np.isfinite(e.object_rms)]
     return ErrorReport(
         loss=float(np.mean([e.loss for e in errors])),
@@ -321,22 +395,30 @@ def identify(
     robot: RobotDescription | None = None,
     progress=None,
     simulator: ReplaySimulator | None = None,
+    start: Sequence[float] | None = None,
 ) -> SysidResult:
-    """Identify ``parameters`` from ``episodes``; ``holdout`` episodes only evaluate."""
+    """Identify ``parameters`` from ``episodes``; ``holdout`` episodes only evaluate.
+    ``start``: the factors of a converged fit of ``parameters`` (model selection's), which
+    stands for restart 0 (default: restart 0 searches from the nominal model)."""
     settings = settings or FitSettings()
     started = time.monotonic()
-    simulator = simulator or ReplaySimulator(episodes, robot, threads=settings.threads)
+    simulator = simulator or ReplaySimulator(
+        episodes, robot, threads=settings.threads, segment_ticks=settings.segment_ticks
+    )
     objective = _Objective(simulator, parameters)
     nominal = objective.nominal
     fit, held = split_holdout(len(episodes), holdout)
     rng = np.random.default_rng(settings.seed)
-    start = _nominal_factors(parameters, nominal.get(LATENCY, 0.0))
+    nominal_start = _nominal_factors(parameters, nominal.get(LATENCY, 0.0))
     restarts: list[list[float]] = []
     low, high = (np.array(b, dtype=float) for b in objective.bounds())
     for r in range(max(1, settings.restarts)):
         counts = np.ones(len(fit))
+        if r == 0 and start is not None:  # a converged fit of these parameters already
+            restarts.append([float(v) for v in start])
+            continue
         if r == 0:
-            x0 = objective.to_x(start)
+            x0 = objective.to_x(nominal_start)
         elif r == 1:  # anywhere in the box: finds a ridge of equally good values
             x0 = rng.uniform(low + 0.1 * (high - low), high - 0.1 * (high - low))
         else:
@@ -361,25 +443,94 @@ def identify(
         f for f, e in zip(restarts, full, strict=True)
         if e <= full[best] * (1 + settings.restart_tolerance)
     ]  # fmt: skip
-    estimates = _identifiability(objective, estimate, per_episode[best], restarts, fit, settings)
+    travel = object_travel([episodes[i] for i in fit])
+    estimates, correlations = _identifiability(
+        objective, estimate, per_episode[best], restarts, fit, settings, travel
+    )
     identified = absolute_values(estimates, nominal)
-    residuals = [simulator.residuals(identified, i) for i in fit]
+    residuals = [r for i in fit for r in simulator.residuals(identified, i)]
     noise = noise_estimate(residuals)
     noise_ci = _noise_ci(residuals, rng)
+    splits = (("fit", fit), ("holdout", held))
     return SysidResult(
         parameters=estimates,
         obs_noise=noise,
         obs_noise_ci=noise_ci,
         fit_sources=[episodes[i].source for i in fit],
         holdout_sources=[episodes[i].source for i in held],
-        before={k: _report(simulator, {}, v) for k, v in (("fit", fit), ("holdout", held))},
-        after={k: _report(simulator, identified, v) for k, v in (("fit", fit), ("holdout", held))},
+        before={k: _report(simulator, {}, v) for k, v in splits},
+        after={k: _report(simulator, identified, v) for k, v in splits},
         evaluations=objective.evaluations,
         seconds=time.monotonic() - started,
         settings=dataclasses.asdict(settings)
         | {"parameters": [dataclasses.asdict(p) for p in parameters], "holdout": holdout},
         nominal=nominal,
+        whole_before={k: _report(simulator, {}, v, whole=True) for k, v in splits},
+        whole_after={k: _report(simulator, identified, v, whole=True) for k, v in splits},
+        correlations=correlations,
+        object_travel=travel,
     )
+
+
+# Model selection's complexity penalty: AIC per scored segment, log(L) + 2 k / n.
+def select_parameterisation(
+    episodes: Sequence[ReplayEpisode],
+    options: Mapping[str, Sequence[FitParameter]],
+    holdout: int,
+    settings: FitSettings,
+    simulator: ReplaySimulator,
+    progress=None,
+) -> tuple[str, list[float], list[dict[str, Any]]]:
+    """Fit each parameterisation (simplest first, each later one from the previous fit) and
+    choose by held-out error with a complexity penalty: the lowest ``log(held-out error) +
+    2 k / n`` (k parameters, n fit segments), so a richer model must lower the held-out
+    error by about 2/n per parameter. Without held-out episodes the simplest is chosen.
+    Returns the name, its fitted factors and the table of every candidate."""
+    fit, held = split_holdout(len(episodes), holdout)
+    segments = max(1, simulator.segment_count(fit))
+    table, fitted = [], {}
+    previous: dict[str, float] | None = None
+    for name, params in options.items():
+        objective = _Objective(simulator, params)
+        if previous is None:
+            start = _nominal_factors(params, objective.nominal.get(LATENCY, 0.0))
+        else:
+            start = _factors_of(objective, previous)
+        weights = np.full(len(fit), 1 / len(fit))
+        budget = settings.evaluations_per_restart
+        factors, fit_loss = _run_cma(
+            objective, objective.to_x(start), fit, weights, settings, settings.seed, budget,
+            previous is None,
+        )  # fmt: skip
+        held_loss = float(objective.per_episode([factors], held).mean()) if held else math.nan
+        score = math.log(max(held_loss, 1e-12)) + 2 * len(params) / segments if held else None
+        table.append({"model": name, "parameters": len(params), "fit_error": fit_loss,
+                      "holdout_error": held_loss, "score": score,
+                      "replays": objective.evaluations})  # fmt: skip
+        fitted[name] = factors
+        previous = objective.candidate(factors)
+        if progress:
+            progress(f"model {name} ({len(params)} parameters): fit error {fit_loss:.4f}, "
+                     f"held-out {held_loss:.4f}")  # fmt: skip
+    scored = [row for row in table if row["score"] is not None]
+    chosen = min(scored, key=lambda row: row["score"])["model"] if scored else table[0]["model"]
+    for row in table:
+        row["chosen"] = row["model"] == chosen
+    return chosen, fitted[chosen], table
+
+
+def _factors_of(objective: _Objective, values: Mapping[str, float]) -> list[float]:
+    """The factors of ``objective``'s parameters closest to absolute ``values`` (the mean
+    ratio to nominal over each parameter's names), within its bounds."""
+    out = []
+    for p, names in zip(objective.parameters, objective.names, strict=True):
+        if p.is_latency:
+            value = values.get(LATENCY, objective.nominal.get(LATENCY, 0.0))
+        else:
+            ratios = [values[n] / objective.nominal[n] for n in names if n in values]
+            value = float(np.exp(np.mean(np.log(ratios)))) if ratios else 1.0
+        out.append(min(max(value, p.low), p.high))
+    return out
 
 
 def absolute_values(
@@ -392,68 +543,196 @@ def absolute_values(
     return values
 
 
-def _identifiability(
-    objective, estimate, at_estimate, restarts, fit, settings
-) -> list[ParameterEstimate]:
-    """``at_estimate``: the estimate's error on each fit episode."""
-    probes, where = [], []
-    for i, p in enumerate(objective.parameters):
-        for direction in (-1, 1):
-            factors = list(estimate)
-            if p.is_latency:
-                factors[i] = float(max(0.0, estimate[i] + direction * settings.probe_steps))
-            else:
-                factors[i] = estimate[i] * settings.probe_factor**direction
-            probes.append(factors)
-            where.append(i)
-    probe_losses = objective.per_episode(probes, fit)
-    base = float(np.mean(at_estimate))
-    out = []
-    for i, p in enumerate(objective.parameters):
-        increases, significant = [], True
-        for row in np.flatnonzero(np.array(where) == i):
-            delta = probe_losses[row] - at_estimate
-            increases.append(float(np.mean(delta) / max(base, 1e-12)))
-            low, _ = bootstrap_ci(delta, seed=settings.seed + int(row))
-            if not (low > 0 and np.mean(delta) >= settings.min_relative_increase * base):
-                significant = False
-        values = [r[i] for r in restarts]
-        if p.is_latency:
-            spread_ok = max(values) - min(values) <= 2 * settings.probe_steps
-            std = float(np.std(values))
+MIN_OBJECT_TRAVEL = 0.002  # m: a cube that moved less was not pushed
+MAX_CORRELATION = 0.95  # a pair this correlated is fixed only in combination
+
+
+def _is_contact(pattern: str) -> bool:
+    return pattern.startswith(("mass.cube", "friction."))
+
+
+def _coupled(objective, i: int, j: int) -> bool:
+    """Pairs checked jointly: the contact parameters among themselves (mass against
+    friction), a gain against the latency, a gain against the same joints' damping."""
+    a, b = objective.parameters[i].pattern, objective.parameters[j].pattern
+    if _is_contact(a) and _is_contact(b):
+        return True
+    kinds = {a.split(".")[0], b.split(".")[0]}
+    if LATENCY in (a, b):
+        return "gain" in kinds
+    if kinds == {"gain", "damping"}:
+        joints = [{n.split(".", 1)[1] for n in objective.names[k]} for k in (i, j)]
+        return bool(joints[0] & joints[1])
+    return False
+
+
+def _moved(objective, factors, offsets: Mapping[int, float]) -> list[float]:
+    """``factors`` moved by ``offsets`` in local coordinates (log factor, or steps)."""
+    out = list(factors)
+    for i, offset in offsets.items():
+        if objective.parameters[i].is_latency:
+            out[i] = float(out[i] + offset)
         else:
-            logs = np.log(values)
-            spread_ok = float(np.exp(logs.max() - logs.min())) <= settings.probe_factor**2
-            std = float(np.std(logs))
-        reasons = []
-        if not significant:
+            out[i] = float(out[i] * math.exp(offset))
+    return out
+
+
+def _identifiability(objective, estimate, at_estimate, restarts, fit, settings, travel):
+    """Per parameter: identifiable or not (with the reason), its posterior spread, and the
+    correlations of the coupled pairs.
+
+    A quadratic model of each fit segment's error around the estimate (a probe either side
+    per parameter, one corner per coupled pair) gives per-segment gradients and Hessians.
+    Segments restart from the recording, so their errors are close to independent: the
+    spread is the sandwich estimate sqrt(diag(H^-1 Cov(g) H^-1)), H the mean Hessian and
+    Cov(g) the covariance of the mean gradient over segments. A parameter whose curvature is
+    not 2 standard errors above 0, or whose error rise at the probe is below
+    ``min_relative_increase``, is flat; a coupled pair with |correlation| (of H^-1) above
+    MAX_CORRELATION trades off; either gets no value, as does one whose spread exceeds the
+    settings' maximum or whose restarts disagree.
+    """
+    params = objective.parameters
+    count = len(params)
+    h = np.array(
+        [settings.probe_steps if p.is_latency else math.log(settings.probe_factor)
+         for p in params]
+    )  # fmt: skip
+    sides = []  # the two probe offsets per parameter (one-sided at the latency's floor)
+    for i, p in enumerate(params):
+        if p.is_latency and estimate[i] - h[i] < p.low:
+            sides.append((h[i], 2 * h[i]))
+        else:
+            sides.append((-h[i], h[i]))
+    points = [list(estimate)]
+    for i in range(count):
+        points += [_moved(objective, estimate, {i: sides[i][0]}),
+                   _moved(objective, estimate, {i: sides[i][1]})]  # fmt: skip
+    pairs = [
+        (i, j) for i in range(count) for j in range(i + 1, count) if _coupled(objective, i, j)
+    ]
+    for i, j in pairs:
+        points.append(_moved(objective, estimate, {i: sides[i][1], j: sides[j][1]}))
+    losses = objective.per_segment(points, fit)  # (points, segments)
+    losses = np.where(np.isfinite(losses), losses, 1e12)
+    center = losses[0]
+    segments = losses.shape[1]
+    grad = np.zeros((segments, count))
+    hess = np.zeros((segments, count, count))
+    for i in range(count):
+        a, b = sides[i]
+        da, db = losses[1 + 2 * i] - center, losses[2 + 2 * i] - center
+        hess[:, i, i] = 2 * (db / b - da / a) / (b - a)
+        grad[:, i] = da / a - 0.5 * hess[:, i, i] * a
+    for k, (i, j) in enumerate(pairs):
+        ci, cj = sides[i][1], sides[j][1]
+        dc = losses[1 + 2 * count + k] - center
+        rest = dc - grad[:, i] * ci - grad[:, j] * cj
+        rest -= 0.5 * (hess[:, i, i] * ci**2 + hess[:, j, j] * cj**2)
+        hess[:, i, j] = hess[:, j, i] = rest / (ci * cj)
+    full_h = hess.mean(axis=0)
+    base = float(np.mean(center))
+    reasons: dict[int, list[str]] = {i: [] for i in range(count)}
+
+    # Flat: the curvature is not reliably positive over segments, or the error barely rises.
+    curved = []
+    for i, p in enumerate(params):
+        rise = 0.5 * full_h[i, i] * h[i] ** 2
+        t = full_h[i, i] / max(hess[:, i, i].std() / math.sqrt(segments), 1e-300)
+        if t > 2.0 and rise >= settings.min_relative_increase * base:
+            curved.append(i)
+        else:
             probe = (
                 f"±{settings.probe_steps} steps"
                 if p.is_latency
-                else f"×{settings.probe_factor:.2f}"
+                else (f"×{settings.probe_factor:.2f}")
             )
-            reasons.append(
-                f"moving it by {probe} does not change the trajectory error reliably in "
-                "both directions"
+            reasons[i].append(
+                f"moving it by {probe} does not change the replay error reliably (rise "
+                f"{rise / max(base, 1e-12):+.1%} of the error, curvature {t:.1f} standard "
+                "errors above 0)"
             )
-        if not spread_ok:
-            reasons.append(f"restarts disagree ({', '.join(f'{v:.3g}' for v in values)})")
-        identifiable = significant and spread_ok
+    correlations = []
+    for i, j in pairs:
+        if i in curved and j in curved:
+            rho = float(-full_h[i, j] / math.sqrt(full_h[i, i] * full_h[j, j]))
+            correlations.append({"a": params[i].pattern, "b": params[j].pattern,
+                                 "correlation": rho})  # fmt: skip
+            if abs(rho) > MAX_CORRELATION:
+                for x, y in ((i, j), (j, i)):
+                    reasons[x].append(
+                        f"trades off against {params[y].pattern} (posterior correlation "
+                        f"{rho:+.2f}): the data fix only their combination"
+                    )
+    kept = [i for i in curved if not reasons[i]]
+    spread = np.full(count, np.nan)
+    if kept:
+        sub = np.ix_(kept, kept)
+        matrix = full_h[sub]
+        if np.linalg.eigvalsh(matrix).min() > 0:
+            # Sandwich: the minimum moves by -H^-1 g; g's covariance from the segments.
+            inverse = np.linalg.inv(matrix)
+            gradient_cov = np.atleast_2d(np.cov(grad[:, kept], rowvar=False)) / segments
+            spread[kept] = np.sqrt(np.diag(inverse @ gradient_cov @ inverse))
+        else:
+            for i in kept:
+                reasons[i].append(
+                    "the error has no minimum in these parameters together (the local "
+                    "model's curvature is not positive definite)"
+                )
+    if travel < MIN_OBJECT_TRAVEL:
+        for i, p in enumerate(params):
+            if _is_contact(p.pattern):
+                reasons[i].insert(
+                    0,
+                    f"the cube never moved (at most {travel * 1e3:.1f} mm in any fit "
+                    "episode): nothing constrains its mass or friction",
+                )
+    out = []
+    for i, p in enumerate(params):
+        values = [r[i] for r in restarts]
+        if p.is_latency:
+            agree = max(values) - min(values) <= 2 * settings.probe_steps
+            std = float(np.std(values))
+            limit = settings.max_spread_steps
+        else:
+            logs = np.log(values)
+            agree = float(np.exp(logs.max() - logs.min())) <= settings.probe_factor**2
+            std = float(np.std(logs))
+            limit = settings.max_spread_log
+        if not agree:
+            reasons[i].append(f"restarts disagree ({', '.join(f'{v:.3g}' for v in values)})")
+        s = float(spread[i]) if np.isfinite(spread[i]) else None
+        if s is not None and s > limit and not reasons[i]:
+            unit = "steps" if p.is_latency else "in log(factor)"
+            reasons[i].append(f"posterior spread {s:.3g} {unit} exceeds {limit:g}")
+        identifiable = not reasons[i]
+        value = float(estimate[i])
+        interval = None
+        if s is not None:
+            if p.is_latency:
+                interval = [value - 1.96 * s, value + 1.96 * s]
+            else:
+                interval = [value * math.exp(-1.96 * s), value * math.exp(1.96 * s)]
+        a, b = sides[i]
+        increases = [float(np.mean(losses[1 + 2 * i + k] - center) / max(base, 1e-12))
+                     for k in (0, 1)]  # fmt: skip
         out.append(
             ParameterEstimate(
                 pattern=p.pattern,
                 names=objective.names[i],
                 identifiable=identifiable,
-                value=float(estimate[i]) if identifiable else None,
+                value=value if identifiable else None,
                 std=std,
                 restart_values=[float(v) for v in values],
                 low=p.low,
                 high=p.high,
                 probe_increase=increases,
-                reason="; ".join(reasons),
+                reason="; ".join(reasons[i]),
+                spread=s,
+                interval=interval,
             )
         )
-    return out
+    return out, correlations
 
 
 def _noise_ci(residuals, rng) -> tuple[float, float]:

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import time
 from pathlib import Path
@@ -39,9 +40,19 @@ def profile_document(result: SysidResult, name: str, prior: str = PRIOR_PROFILE)
             if p.pattern == LATENCY:
                 values[LATENCY] = round(p.value)
             else:
-                scale[p.pattern] = round(float(p.value), 6)
+                for key in p.pattern.split("|"):  # a group of joints: each by name
+                    scale[key] = round(float(p.value), 6)
             continue
         entry = prior_profile.scale.get(p.pattern)
+        if entry is None and p.pattern != LATENCY:  # a joint of a prior's group (gain.*)
+            entry = next(
+                (
+                    v
+                    for k, v in prior_profile.scale.items()
+                    if all(fnmatch.fnmatchcase(n, k) for n in p.names)
+                ),
+                None,
+            )
         if p.pattern == LATENCY:
             entry = prior_profile.set.get(LATENCY)
             if entry is not None:
@@ -49,7 +60,8 @@ def profile_document(result: SysidResult, name: str, prior: str = PRIOR_PROFILE)
                 randomized = randomized or isinstance(entry, tuple)
             continue
         if entry is not None:
-            scale[p.pattern] = list(entry) if isinstance(entry, tuple) else entry
+            for key in p.pattern.split("|"):
+                scale[key] = list(entry) if isinstance(entry, tuple) else entry
             randomized = randomized or isinstance(entry, tuple)
     if np.isfinite(result.obs_noise):
         values["obs_noise"] = round(float(result.obs_noise), 6)
@@ -59,7 +71,22 @@ def profile_document(result: SysidResult, name: str, prior: str = PRIOR_PROFILE)
         "randomize_each_reset": randomized,
         "scale": scale,
         "set": values,
+        # Read by sim adaptation (randomisation around the identified values); the profile
+        # loader ignores both. docs/sysid.md describes the fields.
+        "spread": {
+            pattern: {k: _rounded(v) for k, v in entry.items()}
+            for pattern, entry in result.spreads().items()
+        },
+        "unidentifiable": result.unidentifiable_reasons(),
     }
+
+
+def _rounded(value):
+    if isinstance(value, float):
+        return round(value, 6)
+    if isinstance(value, list):
+        return [round(float(v), 6) for v in value]
+    return value
 
 
 def _header(result: SysidResult, prior: str) -> str:
@@ -175,14 +202,24 @@ def identification_summary(report: dict, profile: str) -> dict:
 
 def format_result(result: SysidResult, hidden: dict[str, float] | None = None) -> str:
     """The estimates as a table; with ``hidden`` (a stand-in's true values), their errors."""
-    lines = [
+    lines = []
+    for row in result.model_selection:
+        lines.append(
+            f"model {row['model']:<12} {row['parameters']:>2} parameters: fit error "
+            f"{row['fit_error']:.4f}, held-out {row['holdout_error']:.4f}, score "
+            + ("-" if row["score"] is None else f"{row['score']:.3f}")
+            + ("  <- chosen" if row["chosen"] else "")
+        )
+    lines.append(
         f"{'parameter':<20} {'estimate':>10} {'spread':>8}  identifiable"
         + ("   hidden   error" if hidden else "")
-    ]
+    )
     for p in result.parameters:
         shown = "-" if p.value is None else f"{p.value:.4g}"
-        spread = f"{p.std:.2g}" + ("" if p.pattern == LATENCY else " log")
-        row = f"{p.pattern:<20} {shown:>10} {spread:>8}  {'yes' if p.identifiable else 'NO'}"
+        spread = "-" if p.spread is None else f"{p.spread:.2g}"
+        spread += "" if p.pattern == LATENCY else " log"
+        name = p.pattern if len(p.pattern) <= 20 else p.pattern[:17] + "..."
+        row = f"{name:<20} {shown:>10} {spread:>8}  {'yes' if p.identifiable else 'NO'}"
         if hidden is not None:
             truth = hidden.get(p.pattern)
             if truth is not None and p.value is not None:
@@ -211,21 +248,29 @@ def format_result(result: SysidResult, hidden: dict[str, float] | None = None) -
                 f"RMS {b.joint_rms * 1e3:.2f} -> {a.joint_rms * 1e3:.2f} mrad; object RMS "
                 f"{b.object_rms * 1e3:.2f} -> {a.object_rms * 1e3:.2f} mm"
             )
+    for split in ("fit", "holdout"):
+        b, a = result.whole_before.get(split), result.whole_after.get(split)
+        if b is not None and b.episodes:
+            lines.append(
+                f"{split}, whole-episode replay (the check): error {b.loss:.4f} -> {a.loss:.4f};"
+                f" object RMS {b.object_rms * 1e3:.2f} -> {a.object_rms * 1e3:.2f} mm"
+            )
+    for pair in result.correlations:
+        lines.append(f"correlation {pair['a']} ~ {pair['b']}: {pair['correlation']:+.2f}")
     lines.append(f"{result.evaluations} replays of the fit episodes, {result.seconds:.0f} s")
     return "\n".join(lines)
 
 
 def hidden_factors(profile: str, nominal: dict[str, float], patterns) -> dict[str, float]:
     """A fixed profile's values as the fit's factors (for reporting against a stand-in)."""
-    import fnmatch
-
     values = load_profile(profile).sample(nominal, np.random.default_rng(0))
     out = {}
     for pattern in patterns:
         if pattern == LATENCY:
             out[pattern] = float(values.get(LATENCY, nominal.get(LATENCY, 0.0)))
             continue
-        names = [n for n in nominal if fnmatch.fnmatchcase(n, pattern)]
+        alternatives = pattern.split("|")
+        names = [n for n in nominal if any(fnmatch.fnmatchcase(n, a) for a in alternatives)]
         factors = [values.get(n, nominal[n]) / nominal[n] for n in names if nominal[n]]
         if factors:
             out[pattern] = float(np.mean(factors))

@@ -54,7 +54,11 @@ JOINT_SCALE = 0.01  # rad (m for a prismatic gripper joint)
 OBJECT_SCALE = 0.01  # m
 DEFAULT_SEGMENT_TICKS = 10
 CONTROL_PERIOD_S = 0.05  # when the commands' own spacing cannot tell it (fewer than 2)
-VELOCITY_WINDOW_S = 0.03  # the object's velocity: a line through the poses within this
+# The object's velocity at a restart: a line through the poses within this of it; the
+# wide window when the recorded poses are noisy (their own white-noise estimate above
+# NOISY_POSE_M), else the narrow one (less bias where a push starts or ends).
+VELOCITY_WINDOW_S = (0.01, 0.03)
+NOISY_POSE_M = 2e-4
 _STATE_SPEC = mujoco.mjtState.mjSTATE_FULLPHYSICS
 # Applied by the replay itself (latency) or estimated from residuals (noise), not the model.
 _NOT_IN_MODEL = ("latency_steps", "obs_noise")
@@ -96,13 +100,15 @@ def control_period(episodes: Sequence[ReplayEpisode]) -> float:
     return float(np.median(gaps)) if gaps.size else CONTROL_PERIOD_S
 
 
-def object_velocity(episode: ReplayEpisode, row: int) -> tuple[np.ndarray, np.ndarray]:
+def object_velocity(
+    episode: ReplayEpisode, row: int, window: float = VELOCITY_WINDOW_S[0]
+) -> tuple[np.ndarray, np.ndarray]:
     """Linear (world) and angular (body frame, as MuJoCo's free joint) velocity of the
-    object at measurement ``row``, from the recorded poses within ``VELOCITY_WINDOW_S``: a
+    object at measurement ``row``, from the recorded poses within ``window`` s: a
     least-squares line (noise averages out), and the rotation between the window's ends."""
     t = episode.state_times
     near = np.flatnonzero(
-        (np.abs(t - t[row]) <= VELOCITY_WINDOW_S + 1e-9)
+        (np.abs(t - t[row]) <= window + 1e-9)
         & np.isfinite(episode.object_positions).all(axis=1)
     )
     linear, angular = np.zeros(3), np.zeros(3)
@@ -161,6 +167,10 @@ class ReplaySimulator:
         )
         data = physics.data
         data.qvel[physics.dof_idx] = episode.joint_velocities[row]
+        model = physics.model
+        for follower, leader, _, ratio in physics._mirrored:  # a gripper's coupled finger
+            dof = {int(model.jnt_qposadr[j]): int(model.jnt_dofadr[j]) for j in range(model.njnt)}
+            data.qvel[dof[follower]] = ratio * data.qvel[dof[leader]]
         if has_pose:
             q, v = physics.cube_qpos, physics.cube_dof
             quats = episode.object_orientations
@@ -171,13 +181,18 @@ class ReplaySimulator:
             )
             data.qpos[q + 3 : q + 7] = quat / np.linalg.norm(quat)
             if row > 0:  # the first state is at rest, as a reset leaves it
-                linear, angular = object_velocity(episode, row)
+                linear, angular = object_velocity(episode, row, self._window(episode))
                 data.qvel[v : v + 3] = linear
                 data.qvel[v + 3 : v + 6] = angular
         mujoco.mj_forward(physics.model, data)
         state = np.empty(mujoco.mj_stateSize(physics.model, _STATE_SPEC))
         mujoco.mj_getState(physics.model, data, state, _STATE_SPEC)
         return state
+
+    def _window(self, episode: ReplayEpisode) -> float:
+        noise = noise_estimate([episode.object_positions])
+        narrow, wide = VELOCITY_WINDOW_S
+        return wide if np.isfinite(noise) and noise > NOISY_POSE_M else narrow
 
     def _prepare(self, episode: ReplayEpisode) -> _Prepared:
         physics, dt = self.reference, self.reference.timestep
@@ -257,9 +272,7 @@ class ReplaySimulator:
             row = []
             for _, segment in jobs:
                 qpos = states[n, segment.offsets, 1 : 1 + ref.model.nq]
-                row.append(
-                    (qpos[:, ref.qpos_idx], qpos[:, ref.cube_qpos : ref.cube_qpos + 3])
-                )
+                row.append((qpos[:, ref.qpos_idx], qpos[:, ref.cube_qpos : ref.cube_qpos + 3]))
                 n += 1
             out.append(row)
         return out
@@ -315,12 +328,27 @@ class ReplaySimulator:
         chosen = list(range(len(self._prepared)) if episodes is None else episodes)
         sims = self._simulate(candidates, chosen, whole)
         return [
-            [
-                self._error(self.scored_rows(e, whole), e, *sims[c][i])
-                for i, e in enumerate(chosen)
-            ]
+            [self._error(self.scored_rows(e, whole), e, *sims[c][i]) for i, e in enumerate(chosen)]
             for c in range(len(candidates))
         ]
+
+    def segment_losses(
+        self, candidates: Sequence[Mapping[str, float]], episodes: Sequence[int] | None = None
+    ) -> np.ndarray:
+        """(candidates, segments) losses, the segments of ``episodes`` in order (whole
+        episodes when ``segment_ticks`` is 0)."""
+        chosen = list(range(len(self._prepared)) if episodes is None else episodes)
+        if self.segment_steps <= 0:
+            errors = self.errors(candidates, chosen, whole=True)
+            return np.array([[e.loss for e in row] for row in errors])
+        jobs = [(e, s) for e in chosen for s in self._prepared[e].segments]
+        sims = self._rollout(candidates, self._models(candidates), jobs, self.segment_steps)
+        return np.array(
+            [
+                [self._error(s.rows, e, *sims[c][k]).loss for k, (e, s) in enumerate(jobs)]
+                for c in range(len(candidates))
+            ]
+        )
 
     def residuals(
         self, values: Mapping[str, float], episode: int, whole: bool = False
