@@ -8,7 +8,7 @@ INTERFACES := $(wildcard msg/*.msg srv/*.srv)
 PYTEST_ARGS ?=
 # Test workers: one per core (pytest-xdist); each gets its own ROS_DOMAIN_ID (test/conftest.py).
 TEST_WORKERS ?= auto
-DEMO_ARGS ?= --methods sysid,sgft
+DEMO_ARGS ?= --rounds 1
 
 export AMENT_PREFIX_PATH := $(ROOT)/$(VENV)
 export PYTHONPATH := $(ROOT)

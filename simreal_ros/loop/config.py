@@ -14,7 +14,13 @@ from simreal_ros.loop.plan import MAX_ROUND_INDEX
 class LoopConfig:
     task: str = setting("push", "task to fine-tune", choices=("push", "reach"))
     checkpoint: str = setting("", "base checkpoint directory (empty: the shipped one)")
-    method: str = setting("sgft", "fine-tuning method of the learner", choices=METHODS)
+    method: str = setting(
+        "adapt",
+        "fine-tuning method of the learner; adapt (the default): identify the stand-in's "
+        "dynamics from the newest recorded episodes, then adapt the running policy in the "
+        "identified sim (learner/adaptation.py) before the arm decides",
+        choices=METHODS,
+    )
     methods: str = setting(
         "",
         "comma-separated methods the rounds alternate (round 1 the first, round 2 the "

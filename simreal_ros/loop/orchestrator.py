@@ -21,6 +21,7 @@ way; both are between rounds, when it holds nothing but what the bags and store 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import time
@@ -239,10 +240,14 @@ class LoopOrchestrator:
         episodes: list[EpisodeResult] = []
         incumbent_update, incumbent = self._running_update, graph.policy_version
         if index > 0 and previous is not None:
-            episodes += self._collect(record, previous, seeds, graph)
-            self._train(record, summary, graph)
+            with self._phase(record, "collection"):
+                episodes += self._collect(record, previous, seeds, graph)
+            with self._phase(record, "learner (identify, train, screen)"):
+                self._train(record, summary, graph)
+            record.learning_episodes = self._learning_episodes(record, previous, episodes)
         candidate = graph.policy_version
-        evaluation_episodes = self._evaluation(seeds, graph)
+        with self._phase(record, "evaluation"):
+            evaluation_episodes = self._evaluation(seeds, graph)
         running_episodes = evaluation_episodes
         candidate_episodes: list[EpisodeResult] = []
         incumbent_episodes: list[EpisodeResult] = []
@@ -255,7 +260,8 @@ class LoopOrchestrator:
             self.say(f"round {index}: the incumbent {incumbent} plays the same seeds")
             graph.switch_policy(incumbent)
             candidate_episodes = evaluation_episodes
-            incumbent_episodes = self._evaluation(seeds, graph)
+            with self._phase(record, "arm decision (the incumbent's episodes)"):
+                incumbent_episodes = self._evaluation(seeds, graph)
             decision = decide_on_arm(
                 [trial_row(r) for r in candidate_episodes],
                 [trial_row(r) for r in incumbent_episodes],
@@ -279,17 +285,42 @@ class LoopOrchestrator:
             episodes, running_episodes, candidate_episodes, incumbent_episodes
         )
         evaluation = [e for e in record.episodes if e["evaluation"]]
-        record.diagnosis = self._diagnose(seeds, evaluation, scores, self._running_update)
+        with self._phase(record, "diagnosis"):
+            record.diagnosis = self._diagnose(seeds, evaluation, scores, self._running_update)
         graph_seeds = {c: seeds.evaluation(c, self.config.eval_episodes) for c in CONDITIONS}
-        record.check, record.same_seeds = self._check(seeds, graph, graph_seeds)
+        with self._phase(record, "off-ROS check"):
+            record.check, record.same_seeds = self._check(seeds, graph, graph_seeds)
         record.safety_interventions = graph.safety_interventions - interventions_before
         used = previous.real_episodes_total if previous else 0
         seconds = previous.stand_in_seconds_total if previous else 0.0
         record.real_episodes_total = used + len(episodes)
+        learned = previous.learning_episodes_total if previous else 0
+        record.learning_episodes_total = learned + record.learning_episodes
         record.stand_in_seconds_total = seconds + sum(r.steps for r in episodes) * self._dt()
         record.wall_seconds = time.monotonic() - started
         record.complete = True
         return record
+
+    @contextlib.contextmanager
+    def _phase(self, record: RoundRecord, name: str):
+        """One line per phase with its wall time, kept in the record."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            seconds = time.monotonic() - started
+            record.phase_seconds[name] = round(seconds, 1)
+            self.say(f"round {record.index}: {name} took {seconds:.0f} s")
+
+    def _learning_episodes(
+        self, record: RoundRecord, previous: RoundRecord, collected: list[EpisodeResult]
+    ) -> int:
+        """Stand-in episodes the round's learning read: identification's (methods sysid and
+        adapt train in sim only), or every recorded one for a method that trains on them."""
+        identified = int(record.identification.get("episodes", 0) or 0)
+        if record.method in ("sysid", "adapt"):
+            return identified
+        return max(identified, previous.real_episodes_total + len(collected))
 
     def _collect(
         self, record: RoundRecord, previous: RoundRecord, seeds: RoundSeeds, graph: LoopGraph
@@ -558,6 +589,9 @@ def round_line(record: RoundRecord) -> str:
             f"{arm['incumbent_successes']} on {arm['pairs']} pairs)"
         )
     parts.append(f"diagnosis {record.diagnosis.get('label', '-')}")
-    parts.append(f"{record.real_episodes_total} stand-in episodes used")
+    parts.append(
+        f"stand-in episodes: {record.learning_episodes_total} for learning, "
+        f"{record.real_episodes_total} in total"
+    )
     parts.append(f"{record.wall_seconds:.0f} s")
     return " | ".join(parts)

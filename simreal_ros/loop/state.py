@@ -86,7 +86,13 @@ class RoundRecord:
     arm_decision: dict[str, Any] = dataclasses.field(default_factory=dict)
     arm_diagnosis: dict[str, Any] = dataclasses.field(default_factory=dict)
     safety_interventions: int = 0
-    real_episodes_total: int = 0
+    real_episodes_total: int = 0  # stand-in episodes used in total (evaluation included)
+    # Stand-in episodes learning read this round (identification's, plus the recorded ones
+    # a method trains on), and summed over the rounds (one read twice counts twice).
+    learning_episodes: int = 0
+    learning_episodes_total: int = 0
+    # Wall seconds per phase of the round (collection, learner, evaluation, ...).
+    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     stand_in_seconds_total: float = 0.0
     episodes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     wall_seconds: float = 0.0
