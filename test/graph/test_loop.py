@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.graph, pytest.mark.slow, pytest.mark.timeout(900)]
 ARGS = [
     "--task", "reach", "--rounds", "1", "--eval-episodes", "2", "--collect-episodes", "2",
     "--updates-per-round", "10", "--screen-seeds", "2", "--real-time-factor", "1.5",
-    "--sim-episodes", "2", "--check-episodes", "2",
+    "--sim-episodes", "2", "--check-episodes", "2", "--method", "sgft",
 ]  # fmt: skip
 
 
