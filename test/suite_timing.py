@@ -4,8 +4,9 @@ As a plugin (loaded by conftest.py) it sums each test file's time over setup, ca
 teardown and, given ``--suite-times PATH`` (as `make test` gives it), writes them with the
 session's wall time to PATH and checks the wall time against the ``suite_budget_s`` ini
 setting. Over budget it names the files that grew most against the committed baseline
-(test/suite_baseline.json). On a developer's machine that is a warning line; in CI (``CI`` set) the run fails only when the budget is
-passed by more than ``suite_budget_slack`` (a slow host must not reject good work).
+(test/suite_baseline.json). On a developer's machine that is a warning line; in CI (``CI``
+set) the run fails only when the budget is passed by more than ``suite_budget_slack`` (a
+slow host must not reject good work).
 
 As a script it prints a saved run by tier (core, node, graph) and by file, and can make
 that run the new baseline::
