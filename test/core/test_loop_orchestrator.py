@@ -188,8 +188,16 @@ def test_a_promotion_that_loses_on_the_arm_is_rolled_back_and_the_learner_restar
 
 def test_a_candidate_that_wins_on_the_arm_keeps_running_without_a_restart(tmp_path, diagnoses):
     graph = FakeLoopGraph([update("v0001")], losers=(BASE,))
-    summary, *_ = run_loop(tmp_path, graph, rounds=1, eval_episodes=3)
+    summary, _, log, _ = run_loop(tmp_path, graph, rounds=1, eval_episodes=3)
     assert summary.rounds[1].arm_decision["kind"] == "kept"
+    # One line per phase with its wall time, kept in the record; method adapt (the
+    # default) learns from identification's episodes only (none identified here).
+    assert summary.rounds[1].method == "adapt"
+    for phase in ("collection", "learner (identify, train, screen)", "evaluation",
+                  "arm decision (the incumbent's episodes)", "diagnosis"):  # fmt: skip
+        assert f"round 1: {phase} took" in log and phase in summary.rounds[1].phase_seconds
+    assert summary.rounds[1].learning_episodes_total == 0
+    assert summary.rounds[1].real_episodes_total > 0
     assert summary.rounds[1].policy_version == "v0001"
     assert ("switch_policy", "v0001") in graph.calls
     assert not [c for c in graph.calls if c[0] in ("stop_learner", "start_learner")]
