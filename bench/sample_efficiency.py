@@ -64,12 +64,10 @@ import argparse
 import dataclasses
 import json
 import logging
-import multiprocessing
 import shutil
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +77,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO))
 
+from simreal_ros.executor import make_executor  # noqa: E402
 from simreal_ros.stats import (  # noqa: E402
     bootstrap_ci,
     normalised_auc,
@@ -1010,9 +1009,7 @@ def run(
     )
     for method in (m for m in cfg.methods if METHODS[m] is None):  # no training: inline
         jobs += [method_job(cfg, method, seed, zero, work_dir) for seed in seeds]
-    pool = None
-    if cfg.workers > 1:
-        pool = ProcessPoolExecutor(cfg.workers, mp_context=multiprocessing.get_context("spawn"))
+    executor = make_executor("local", cfg.workers)
     try:
         # Seed-major, so every method of a seed runs close together in time (a deadline
         # then cuts all methods alike).
@@ -1022,7 +1019,8 @@ def run(
             for m in cfg.methods
             if METHODS[m] is not None
         ]
-        for job in _map(pool, method_job, tasks):
+
+        def finished(_index: int, job: dict[str, Any]) -> None:  # as each job arrives
             jobs.append(job)
             last = job["rounds"][-1]
             progress(
@@ -1034,9 +1032,10 @@ def run(
                 f"after {last['episodes']} episodes, {job['seconds']:.0f}s"
                 + (" [time-limited]" if job.get("time_limited") else "")
             )
+
+        executor.map(_method_job, tasks, on_result=finished)
     finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
+        executor.close()
         if own_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
     summary = summarise(cfg, jobs, zero)
@@ -1053,15 +1052,9 @@ def run(
     }
 
 
-def _map(pool, fn, arg_list):
-    """Results as they arrive (inline, in order, without a pool)."""
-    if pool is None:
-        for args in arg_list:
-            yield fn(*args)
-        return
-    futures = [pool.submit(fn, *args) for args in arg_list]
-    for future in as_completed(futures):
-        yield future.result()
+def _method_job(args: tuple) -> dict[str, Any]:
+    """``method_job`` as an executor item (its arguments in one tuple)."""
+    return method_job(*args)
 
 
 QUICK = {"seeds": 5, "episodes_per_round": 5, "max_rounds": 5, "updates_per_round": 300,

@@ -6,6 +6,8 @@ import argparse
 import dataclasses
 import json
 
+from simreal_ros.cli.executor_options import add_executor_options, executor_from_args
+
 
 def _threshold_fields():
     from simreal_ros.diagnosis.classify import Thresholds
@@ -43,7 +45,7 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--episodes", type=int, default=20, help="episodes per condition")
     parser.add_argument("--seed", type=int, default=0, help="first evaluation seed")
-    parser.add_argument("--workers", type=int, default=2)
+    add_executor_options(parser)
     parser.add_argument(
         "--bags",
         default=None,
@@ -74,17 +76,18 @@ def run(args) -> int:
     check_checkpoint_for_robot(args.checkpoint)
     thresholds_cls, fields = _threshold_fields()
     thresholds = thresholds_cls(**{f.name: getattr(args, f.name) for f in fields})
-    result = diagnose(
-        PolicySource(args.checkpoint, adapter_dir=args.adapter),
-        task=args.task,
-        profile=args.profile,
-        episodes=args.episodes,
-        seed=args.seed,
-        workers=args.workers,
-        bags=args.bags,
-        thresholds=thresholds,
-        replay_episodes=args.replay_episodes,
-    )
+    with executor_from_args(args) as executor:
+        result = diagnose(
+            PolicySource(args.checkpoint, adapter_dir=args.adapter),
+            task=args.task,
+            profile=args.profile,
+            episodes=args.episodes,
+            seed=args.seed,
+            bags=args.bags,
+            thresholds=thresholds,
+            replay_episodes=args.replay_episodes,
+            executor=executor,
+        )
     if args.json:  # first: the evidence is kept even if printing fails (closed pipe)
         with open(args.json, "w", encoding="utf-8") as stream:
             json.dump(

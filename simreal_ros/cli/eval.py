@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from simreal_ros.cli.executor_options import add_executor_options, executor_from_args
 from simreal_ros.policy.evaluate import CONDITIONS
 from simreal_ros.sim.profiles import is_stand_in
 
@@ -32,7 +33,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--condition", choices=CONDITIONS, default="train")
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--workers", type=int, default=2)
+    add_executor_options(parser)
     parser.add_argument(
         "--safety-filter",
         action="store_true",
@@ -64,14 +65,15 @@ def run(args) -> int:
         raise ValueError("--episodes must be at least 1.")
     check_checkpoint_for_robot(args.checkpoint)
     source = PolicySource(args.checkpoint, adapter_dir=args.adapter)
-    result = evaluate_policy(
-        source,
-        profile=args.profile,
-        condition=args.condition,
-        seeds=range(args.first_seed, args.first_seed + args.episodes),
-        workers=args.workers,
-        safety_filter=args.safety_filter,
-    )
+    with executor_from_args(args) as executor:
+        result = evaluate_policy(
+            source,
+            profile=args.profile,
+            condition=args.condition,
+            seeds=range(args.first_seed, args.first_seed + args.episodes),
+            safety_filter=args.safety_filter,
+            executor=executor,
+        )
     label = " (simulated stand-in for the arm)" if is_stand_in(args.profile) else ""
     print(result.summary() + label)
     if args.record:

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import time
 
+from simreal_ros.cli.executor_options import add_executor_options, executor_from_args
 from simreal_ros.config_schema import describe, from_mapping
 from simreal_ros.loop.config import LoopConfig
 
@@ -35,6 +36,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "--run-id", default="", help="run directory name (default: a new timestamped one)"
     )
+    add_executor_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -56,10 +58,11 @@ def run(args) -> int:
     run_id = args.run_id or time.strftime(f"{config.task}-{methods}-%Y%m%d-%H%M%S")
     run_dir = RunDirectory(args.runs_dir, run_id)
     print(f"[simreal loop] run {run_dir.path} (the arm is the real_twin stand-in, simulated)")
-    orchestrator = LoopOrchestrator(config, run_dir)
-    summary = orchestrator.execute(
-        lambda method: ros_loop_graph(config, run_dir, method, orchestrator.say)
-    )
+    with executor_from_args(args) as executor:
+        orchestrator = LoopOrchestrator(config, run_dir, executor=executor)
+        summary = orchestrator.execute(
+            lambda method: ros_loop_graph(config, run_dir, method, orchestrator.say)
+        )
     rounds = summary.completed_rounds()
     print(f"[simreal loop] {len(rounds)} round(s) done; report: {run_dir.report_file}")
     first, last = rounds[0], rounds[-1]

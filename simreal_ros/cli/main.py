@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from simreal_ros.executor import SimExecutorError
+
 # Modules that provide subcommands, in the order `--help` lists them.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "simreal_ros.cli.up",
@@ -62,8 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
-    except (ValueError, FileNotFoundError) as error:
-        # Configuration and input errors: say what was wrong, without a traceback.
+    except (ValueError, FileNotFoundError, SimExecutorError) as error:
+        # Configuration and input errors, an unreachable or failing cluster: say what was
+        # wrong, without a traceback.
         print(f"simreal {args.command}: error: {error}", file=sys.stderr)
         return 2
 

@@ -13,17 +13,17 @@
 Then ``classify`` (``simreal_ros.diagnosis.classify``) labels the result. ``source`` is a
 ``PolicySource`` (checkpoint directory + optional peft adapter, or in-memory actor
 weights; see ``simreal_ros.policy.evaluate``), built with ``build_policy`` in every
-worker process. ``task`` defaults to the checkpoint's. Episodes run in parallel worker
-processes when ``workers`` > 1. ``real_twin`` is a simulated stand-in for the arm.
+worker process. ``task`` defaults to the checkpoint's. The episodes and the replay run
+on a ``simreal_ros.executor`` executor: the one given, else a local one of ``workers``
+processes (1: this process). ``real_twin`` is a simulated stand-in for the arm.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from simreal_ros.diagnosis.classify import ConditionOutcome, Diagnosis, Threshol
 from simreal_ros.diagnosis.episodes import RecordedEpisode
 from simreal_ros.diagnosis.replay_check import ReplayResult, replay_check
 from simreal_ros.diagnosis.scenarios import check_task
+from simreal_ros.executor import SimExecutor, make_executor, split_evenly
 from simreal_ros.policy.evaluate import PolicySource, build_policy
 from simreal_ros.sim.profiles import check_profile, is_stand_in
 
@@ -125,6 +126,26 @@ def _replay(
     return replay_check(policy, episodes, profile, task=task), origin
 
 
+@dataclasses.dataclass(frozen=True)
+class DiagnosisJob:
+    """One executor item: a condition's chunk of seeds, or (``condition`` None) the replay."""
+
+    source: PolicySource
+    task: str
+    profile: str
+    condition: str | None
+    seeds: tuple[int, ...]
+    bags: str | None = None
+    recorded: tuple[RecordedEpisode, ...] | None = None
+
+
+def run_job(job: DiagnosisJob):
+    """The executor's item function: episode outcomes, or (replay, its source)."""
+    if job.condition is None:
+        return _replay(job.source, job.task, job.profile, job.seeds, job.bags, job.recorded)
+    return _episodes(job.source, job.task, job.profile, job.condition, job.seeds)
+
+
 def diagnose(
     source: PolicySource | str | Path,
     task: str | None = None,
@@ -136,6 +157,7 @@ def diagnose(
     thresholds: Thresholds | None = None,
     replay_episodes: int = 8,
     recorded: Sequence[RecordedEpisode] | None = None,
+    executor: SimExecutor | None = None,
 ) -> Diagnosis:
     """The three evaluation sets and their classification (see the module docstring).
 
@@ -157,33 +179,29 @@ def diagnose(
     )
     bags_arg = str(bags) if bags else None
     start = time.perf_counter()
-    workers = max(1, int(workers))
-    if workers == 1:
-        train = _episodes(source, task, profile, "train", seeds)
-        shifted = _episodes(source, task, profile, "shifted", seeds)
-        replay, replay_source = _replay(source, task, profile, replay_seeds, bags_arg, recorded)
-    else:
-        # Each condition's seeds in `workers` chunks, plus the replay: one pool for all.
-        chunks = [seeds[i::workers] for i in range(workers) if seeds[i::workers]]
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            replay_future = pool.submit(
-                _replay, source, task, profile, replay_seeds, bags_arg, recorded
+    own = executor is None
+    if own:
+        executor = make_executor("local", max(1, int(workers)))
+    with executor if own else nullcontext(executor):
+        # The replay, then each condition's seeds in one chunk per worker.
+        jobs = [
+            DiagnosisJob(
+                source, task, profile, None, tuple(replay_seeds), bags_arg,
+                tuple(recorded) if recorded else None,
             )
-            futures = {
-                condition: [
-                    pool.submit(_episodes, source, task, profile, condition, c) for c in chunks
-                ]
-                for condition in ("train", "shifted")
-            }
-            results = {
-                condition: sorted(
-                    (r for f in fs for r in f.result()), key=lambda r: seeds.index(r.seed)
-                )
-                for condition, fs in futures.items()
-            }
-            replay, replay_source = replay_future.result()
-        train, shifted = results["train"], results["shifted"]
+        ] + [
+            DiagnosisJob(source, task, profile, condition, tuple(chunk))
+            for condition in ("train", "shifted")
+            for chunk in split_evenly(seeds, executor.workers)
+        ]  # fmt: skip
+        outputs = executor.map(run_job, jobs, progress=f"diagnose {profile}")
+    replay, replay_source = outputs[0]
+    rows_of = {"train": [], "shifted": []}
+    for job, rows in zip(jobs[1:], outputs[1:], strict=True):
+        rows_of[job.condition].extend(rows)
+    train, shifted = (
+        sorted(rows_of[c], key=lambda r: seeds.index(r.seed)) for c in ("train", "shifted")
+    )
     failing = [r.stats for r in train if not r.success]
     diagnosis = classify(
         ConditionOutcome("train", sum(r.success for r in train), len(train)),

@@ -178,10 +178,15 @@ def policy_source(checkpoint: str, update: LearnerDecision | None):
 class LoopOrchestrator:
     """Runs the rounds of a run directory, resuming after its last completed round."""
 
-    def __init__(self, config: LoopConfig, run: RunDirectory, log=sys.stdout) -> None:
+    def __init__(
+        self, config: LoopConfig, run: RunDirectory, log=sys.stdout, executor=None
+    ) -> None:
         self.config = config
         self.run = run
         self.log = log
+        # The loop's sim work runs on this ``simreal_ros.executor`` executor (None: local
+        # processes, ``screen_workers`` of them, per evaluation).
+        self.executor = executor
         self.checkpoint = config.base_checkpoint()
         # The promoted update the policy node runs (None: the base checkpoint).
         self._running_update: LearnerDecision | None = None
@@ -487,6 +492,7 @@ class LoopOrchestrator:
                         seeds=seeds_of[condition],
                         workers=self.config.screen_workers,
                         safety_filter=True,
+                        executor=self.executor,
                     )
                     outcomes = [r.success for r in result.records]
                     scores.append(dataclasses.asdict(ConditionScore.of(condition, outcomes)))

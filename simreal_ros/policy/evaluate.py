@@ -16,15 +16,15 @@ policy visits (the reference acts on them but never steps the arm).
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from simreal_ros.executor import SimExecutor, make_executor, split_evenly
 from simreal_ros.sim.profiles import check_profile
 from simreal_ros.stats import wilson_interval
 
@@ -205,36 +205,39 @@ class _ScreenedActor:
         return self._difference / self._compared if self._compared else None
 
 
-def _worker(
-    source: PolicySource,
-    profile: str,
-    condition: str,
-    seeds: list[int],
-    safety_filter: bool = False,
-    reference: PolicySource | None = None,
-    robot: str | None = None,
-) -> tuple[str, str, list[EpisodeRecord]]:
+@dataclasses.dataclass(frozen=True)
+class EvaluationChunk:
+    """Seeds one executor item evaluates (with one policy build and one environment)."""
+
+    source: PolicySource
+    profile: str
+    condition: str
+    seeds: tuple[int, ...]
+    safety_filter: bool = False
+    reference: PolicySource | None = None
+
+
+def evaluate_chunk(chunk: EvaluationChunk) -> tuple[str, str, list[EpisodeRecord]]:
+    """The executor's item function: (task, policy version, one record per seed)."""
     import torch
 
     torch.set_num_threads(1)
-    from simreal_ros.robot.description import select_robot
     from simreal_ros.sim.gym_env import ArmTaskEnv
 
-    if robot is not None:  # a spawned worker drives its parent's arm
-        select_robot(robot)
-
-    policy = build_policy(source)
-    other = None if reference is None else build_policy(reference)
+    policy = build_policy(chunk.source)
+    other = None if chunk.reference is None else build_policy(chunk.reference)
     spec = policy.converter.spec
     env = ArmTaskEnv(
         task=spec.task,
-        profile=profile,
-        condition=condition,
+        profile=chunk.profile,
+        condition=chunk.condition,
         control_rate_hz=spec.control_rate_hz,
-        safety_filter=safety_filter,
+        safety_filter=chunk.safety_filter,
     )
     try:
-        records = [evaluate_episode(env, policy, seed, condition, other) for seed in seeds]
+        records = [
+            evaluate_episode(env, policy, seed, chunk.condition, other) for seed in chunk.seeds
+        ]
     finally:
         env.close()
     return spec.task, policy.version, records
@@ -248,11 +251,14 @@ def evaluate_policy(
     workers: int = 1,
     safety_filter: bool = False,
     reference: PolicySource | str | Path | None = None,
+    executor: SimExecutor | None = None,
 ) -> EvaluationResult:
     """Run one episode per seed; success rate with a Wilson 95% CI, return and length.
 
     ``policy``: a checkpoint directory or a ``PolicySource``. ``seeds``: a list of seeds,
-    or a count N meaning seeds 0..N-1. ``workers`` > 1 uses spawned processes.
+    or a count N meaning seeds 0..N-1. ``executor`` (``simreal_ros.executor``) runs the
+    episodes, in one item per worker; without one, a local executor of ``workers``
+    processes does (1: this process).
     ``safety_filter`` puts the safety filter between the policy and the arm, as the
     graph does. ``reference`` (a checkpoint directory or ``PolicySource``): also measure
     each step's action difference to it on the same observation (``divergence``).
@@ -266,29 +272,19 @@ def evaluate_policy(
     seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
     if not seed_list:
         raise ValueError("no seeds to evaluate; give at least one episode.")
-    workers = max(1, min(int(workers), len(seed_list)))
     start = time.perf_counter()
-    if workers == 1:
-        task, version, records = _worker(
-            source, profile, condition, seed_list, safety_filter, reference
-        )
-    else:
-        from simreal_ros.robot.description import selected_robot_path
-
-        chunks = [seed_list[i::workers] for i in range(workers)]
-        robot = str(selected_robot_path())
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            futures = [
-                pool.submit(
-                    _worker, source, profile, condition, c, safety_filter, reference, robot
-                )
-                for c in chunks
-            ]
-            results = [f.result() for f in futures]
-        task, version = results[0][0], results[0][1]
-        by_seed = {r.seed: r for _, _, rs in results for r in rs}
-        records = [by_seed[s] for s in seed_list]
+    own = executor is None
+    if own:
+        executor = make_executor("local", max(1, min(int(workers), len(seed_list))))
+    with executor if own else nullcontext(executor):
+        chunks = [
+            EvaluationChunk(source, profile, condition, tuple(c), safety_filter, reference)
+            for c in split_evenly(seed_list, executor.workers)
+        ]
+        results = executor.map(evaluate_chunk, chunks, progress=f"eval {profile}/{condition}")
+    task, version = results[0][0], results[0][1]
+    by_seed = {r.seed: r for _, _, rs in results for r in rs}
+    records = [by_seed[s] for s in seed_list]
     successes = sum(r.success for r in records)
     return EvaluationResult(
         task=task,
