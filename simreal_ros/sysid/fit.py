@@ -444,8 +444,10 @@ def identify(
         if e <= full[best] * (1 + settings.restart_tolerance)
     ]  # fmt: skip
     travel = object_travel([episodes[i] for i in fit])
+    estimate = _polish(objective, estimate, fit, settings)
+
     estimates, correlations = _identifiability(
-        objective, estimate, per_episode[best], restarts, fit, settings, travel
+        objective, estimate, restarts, fit, settings, travel
     )
     identified = absolute_values(estimates, nominal)
     residuals = [r for i in fit for r in simulator.residuals(identified, i)]
@@ -577,20 +579,20 @@ def _moved(objective, factors, offsets: Mapping[int, float]) -> list[float]:
     return out
 
 
-def _identifiability(objective, estimate, at_estimate, restarts, fit, settings, travel):
-    """Per parameter: identifiable or not (with the reason), its posterior spread, and the
-    correlations of the coupled pairs.
+@dataclasses.dataclass
+class _LocalModel:
+    h: np.ndarray  # probe size per parameter (log factor, or steps)
+    sides: list[tuple[float, float]]
+    pairs: list[tuple[int, int]]
+    losses: np.ndarray  # (points, segments)
+    center: np.ndarray  # (segments,) at the estimate
+    grad: np.ndarray  # (segments, P)
+    hess: np.ndarray  # (segments, P, P)
 
-    A quadratic model of each fit segment's error around the estimate (a probe either side
-    per parameter, one corner per coupled pair) gives per-segment gradients and Hessians.
-    Segments restart from the recording, so their errors are close to independent: the
-    spread is the sandwich estimate sqrt(diag(H^-1 Cov(g) H^-1)), H the mean Hessian and
-    Cov(g) the covariance of the mean gradient over segments. A parameter whose curvature is
-    not 2 standard errors above 0, or whose error rise at the probe is below
-    ``min_relative_increase``, is flat; a coupled pair with |correlation| (of H^-1) above
-    MAX_CORRELATION trades off; either gets no value, as does one whose spread exceeds the
-    settings' maximum or whose restarts disagree.
-    """
+
+def _local_model(objective, estimate, fit, settings) -> _LocalModel:
+    """Per-segment quadratic model of the error around ``estimate``: a probe either side
+    per parameter (one-sided at the latency's floor), one corner per coupled pair."""
     params = objective.parameters
     count = len(params)
     h = np.array(
@@ -629,6 +631,66 @@ def _identifiability(objective, estimate, at_estimate, restarts, fit, settings, 
         rest = dc - grad[:, i] * ci - grad[:, j] * cj
         rest -= 0.5 * (hess[:, i, i] * ci**2 + hess[:, j, j] * cj**2)
         hess[:, i, j] = hess[:, j, i] = rest / (ci * cj)
+    return _LocalModel(h, sides, pairs, losses, center, grad, hess)
+
+
+def _newton_subset(full_h: np.ndarray, candidates: list[int]) -> list[int]:
+    """The parameters among ``candidates`` (positive curvature) whose Hessian is positive
+    definite: the one moving most along a direction without a minimum is dropped first."""
+    kept = [i for i in candidates if full_h[i, i] > 0]
+    while kept and np.linalg.eigvalsh(full_h[np.ix_(kept, kept)])[0] <= 0:
+        vectors = np.linalg.eigh(full_h[np.ix_(kept, kept)])[1]
+        kept.pop(int(np.argmax(np.abs(vectors[:, 0]))))
+    return kept
+
+
+def _polish(objective, estimate, fit, settings, iterations: int = 3) -> list[float]:
+    """Newton steps on the local model from the search's best point (CMA-ES stops near,
+    not at, the minimum of a smooth error), each kept only if the fit error falls; a step
+    moves each parameter at most two probes."""
+    estimate = list(estimate)
+    for _ in range(iterations):
+        model = _local_model(objective, estimate, fit, settings)
+        full_h, full_g = model.hess.mean(axis=0), model.grad.mean(axis=0)
+        kept = _newton_subset(full_h, list(range(len(estimate))))
+        if not kept:
+            break
+        step = -np.linalg.solve(full_h[np.ix_(kept, kept)], full_g[kept])
+        step = np.clip(step, -2 * model.h[kept], 2 * model.h[kept])
+        if np.max(np.abs(step) / model.h[kept]) < 0.05:
+            break
+        moved = _moved(objective, estimate, dict(zip(kept, step.tolist(), strict=True)))
+        for i, p in enumerate(objective.parameters):
+            if p.is_latency:
+                moved[i] = float(min(max(round(moved[i]), p.low), p.high))
+            else:
+                moved[i] = float(min(max(moved[i], p.low), p.high))
+        after = float(objective.per_segment([moved], fit).mean())
+        if not after < float(model.center.mean()):
+            break
+        estimate = moved
+    return estimate
+
+
+def _identifiability(objective, estimate, restarts, fit, settings, travel):
+    """Per parameter: identifiable or not (with the reason), its posterior spread, and the
+    correlations of the coupled pairs.
+
+    A quadratic model of each fit segment's error around the estimate (a probe either side
+    per parameter, one corner per coupled pair) gives per-segment gradients and Hessians.
+    Segments restart from the recording, so their errors are close to independent: the
+    spread is the sandwich estimate sqrt(diag(H^-1 Cov(g) H^-1)), H the mean Hessian and
+    Cov(g) the covariance of the mean gradient over segments. A parameter whose curvature is
+    not 2 standard errors above 0, or whose error rise at the probe is below
+    ``min_relative_increase``, is flat; a coupled pair with |correlation| (of H^-1) above
+    MAX_CORRELATION trades off; either gets no value, as does one whose spread exceeds the
+    settings' maximum or whose restarts disagree.
+    """
+    params = objective.parameters
+    count = len(params)
+    model = _local_model(objective, estimate, fit, settings)
+    h, losses, center, grad, hess = model.h, model.losses, model.center, model.grad, model.hess
+    pairs, segments = model.pairs, len(center)
     full_h = hess.mean(axis=0)
     base = float(np.mean(center))
     reasons: dict[int, list[str]] = {i: [] for i in range(count)}
@@ -650,6 +712,11 @@ def _identifiability(objective, estimate, at_estimate, restarts, fit, settings, 
                 f"moving it by {probe} does not change the replay error reliably (rise "
                 f"{rise / max(base, 1e-12):+.1%} of the error, curvature {t:.1f} standard "
                 "errors above 0)"
+                + (
+                    f"; the cube moved at most {travel * 1e3:.0f} mm"
+                    if _is_contact(p.pattern)
+                    else ""
+                )
             )
     correlations = []
     for i, j in pairs:
@@ -664,21 +731,30 @@ def _identifiability(objective, estimate, at_estimate, restarts, fit, settings, 
                         f"{rho:+.2f}): the data fix only their combination"
                     )
     kept = [i for i in curved if not reasons[i]]
+    # Jointly: while the kept parameters' Hessian has a direction without a minimum, the
+    # parameter that moves most along it is left without a value.
+    while kept:
+        values, vectors = np.linalg.eigh(full_h[np.ix_(kept, kept)])
+        if values[0] > 0:
+            break
+        direction = vectors[:, 0]
+        worst = kept[int(np.argmax(np.abs(direction)))]
+        partners = [
+            params[kept[k]].pattern
+            for k in np.argsort(-np.abs(direction))[1:3]
+            if abs(direction[k]) > 0.3
+        ]
+        reasons[worst].append(
+            "the error has no minimum along a combination of it"
+            + (f" with {', '.join(partners)}" if partners else "")
+        )
+        kept.remove(worst)
     spread = np.full(count, np.nan)
     if kept:
-        sub = np.ix_(kept, kept)
-        matrix = full_h[sub]
-        if np.linalg.eigvalsh(matrix).min() > 0:
-            # Sandwich: the minimum moves by -H^-1 g; g's covariance from the segments.
-            inverse = np.linalg.inv(matrix)
-            gradient_cov = np.atleast_2d(np.cov(grad[:, kept], rowvar=False)) / segments
-            spread[kept] = np.sqrt(np.diag(inverse @ gradient_cov @ inverse))
-        else:
-            for i in kept:
-                reasons[i].append(
-                    "the error has no minimum in these parameters together (the local "
-                    "model's curvature is not positive definite)"
-                )
+        # Sandwich: the minimum moves by -H^-1 g; g's covariance from the segments.
+        inverse = np.linalg.inv(full_h[np.ix_(kept, kept)])
+        gradient_cov = np.atleast_2d(np.cov(grad[:, kept], rowvar=False)) / segments
+        spread[kept] = np.sqrt(np.diag(inverse @ gradient_cov @ inverse))
     if travel < MIN_OBJECT_TRAVEL:
         for i, p in enumerate(params):
             if _is_contact(p.pattern):
@@ -713,7 +789,6 @@ def _identifiability(objective, estimate, at_estimate, restarts, fit, settings, 
                 interval = [value - 1.96 * s, value + 1.96 * s]
             else:
                 interval = [value * math.exp(-1.96 * s), value * math.exp(1.96 * s)]
-        a, b = sides[i]
         increases = [float(np.mean(losses[1 + 2 * i + k] - center) / max(base, 1e-12))
                      for k in (0, 1)]  # fmt: skip
         out.append(

@@ -189,6 +189,8 @@ def identification_summary(report: dict, profile: str) -> dict:
         "profile": str(profile),
         "values": {p["pattern"]: p["value"] for p in parameters if p["identifiable"]},
         "unidentifiable": [p["pattern"] for p in parameters if not p["identifiable"]],
+        "spread": {p["pattern"]: p.get("spread") for p in parameters if p["identifiable"]},
+        "model": report.get("model", ""),
         "obs_noise": report.get("obs_noise"),
         "episodes": len(report.get("fit_sources", [])) + len(report.get("holdout_sources", [])),
         "fit_error": [report["before"]["fit"]["loss"], report["after"]["fit"]["loss"]],

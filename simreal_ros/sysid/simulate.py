@@ -47,13 +47,13 @@ import numpy as np
 from mujoco import rollout
 
 from simreal_ros.robot.description import RobotDescription
+from simreal_ros.sim.environment import EnvironmentConfig
 from simreal_ros.sim.physics import ArmPhysics
 from simreal_ros.sysid.recording import ReplayEpisode
 
 JOINT_SCALE = 0.01  # rad (m for a prismatic gripper joint)
 OBJECT_SCALE = 0.01  # m
 DEFAULT_SEGMENT_TICKS = 10
-CONTROL_PERIOD_S = 0.05  # when the commands' own spacing cannot tell it (fewer than 2)
 # The object's velocity at a restart: a line through the poses within this of it; the
 # wide window when the recorded poses are noisy (their own white-noise estimate above
 # NOISY_POSE_M), else the narrow one (less bias where a push starts or ends).
@@ -93,13 +93,6 @@ class _Prepared:
         return self.whole.rows
 
 
-def control_period(episodes: Sequence[ReplayEpisode]) -> float:
-    """The control tick (s): the median spacing of the recorded commands."""
-    gaps = np.concatenate([np.diff(e.command_times) for e in episodes])
-    gaps = gaps[gaps > 1e-4]
-    return float(np.median(gaps)) if gaps.size else CONTROL_PERIOD_S
-
-
 def object_velocity(
     episode: ReplayEpisode, row: int, window: float = VELOCITY_WINDOW_S[0]
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -108,8 +101,7 @@ def object_velocity(
     least-squares line (noise averages out), and the rotation between the window's ends."""
     t = episode.state_times
     near = np.flatnonzero(
-        (np.abs(t - t[row]) <= window + 1e-9)
-        & np.isfinite(episode.object_positions).all(axis=1)
+        (np.abs(t - t[row]) <= window + 1e-9) & np.isfinite(episode.object_positions).all(axis=1)
     )
     linear, angular = np.zeros(3), np.zeros(3)
     if len(near) < 2 or np.ptp(t[near]) <= 0:
@@ -144,7 +136,9 @@ class ReplaySimulator:
         self._pool: list[ArmPhysics] = []
         self.episodes = list(episodes)
         self.segment_ticks = int(segment_ticks)
-        tick_steps = max(1, round(control_period(self.episodes) / self.timestep))
+        # Ticks of the task's control rate (the policy's), not of the command stream: a
+        # safety filter may republish commands faster.
+        tick_steps = max(1, round(1.0 / (EnvironmentConfig().control_rate_hz * self.timestep)))
         self.segment_steps = self.segment_ticks * tick_steps
         self._prepared = [self._prepare(e) for e in self.episodes]
         self.replayed_steps = 0  # physics steps simulated so far (for the benchmark)
