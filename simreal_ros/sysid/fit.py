@@ -331,7 +331,7 @@ def _run_cma(objective, x0, episodes, weights, settings, seed, budget, from_nomi
     low, high = objective.bounds()
     # In the [0, 10] coordinates: a fifth of each log range from nominal; a resample
     # restarts near the estimate, wide enough to leave a flat direction.
-    sigma = 2.0 if from_nominal else 0.5
+    sigma = 2.0 if from_nominal else 1.0
     # The latency's coordinate is in steps, the others in [0, 10]: the same relative step.
     stds = [(p.high - p.low) / 10.0 if p.is_latency else 1.0 for p in objective.parameters]
     integer = [i for i, p in enumerate(objective.parameters) if p.is_latency]
@@ -777,6 +777,12 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel):
             limit = settings.max_spread_log
         if not agree:
             reasons[i].append(f"restarts disagree ({', '.join(f'{v:.3g}' for v in values)})")
+        at_bound = (
+            not p.is_latency
+            and min(abs(math.log(estimate[i] / p.low)), abs(math.log(p.high / estimate[i]))) < 0.01
+        )
+        if at_bound:  # the data push it past the box: the box, not the data, set it
+            reasons[i].append(f"at the search's bound ({p.low:g}..{p.high:g})")
         s = float(spread[i]) if np.isfinite(spread[i]) else None
         if s is not None and s > limit and not reasons[i]:
             unit = "steps" if p.is_latency else "in log(factor)"
