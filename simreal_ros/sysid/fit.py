@@ -562,6 +562,8 @@ def _coupled(objective, i: int, j: int) -> bool:
     kinds = {a.split(".")[0], b.split(".")[0]}
     if LATENCY in (a, b):
         return "gain" in kinds
+    if "mass.tool" in (a, b):  # the hand's mass loads every joint, against gain and damping
+        return bool(kinds & {"gain", "damping"})
     if kinds == {"gain", "damping"}:
         joints = [{n.split(".", 1)[1] for n in objective.names[k]} for k in (i, j)]
         return bool(joints[0] & joints[1])
@@ -638,10 +640,21 @@ def _newton_subset(full_h: np.ndarray, candidates: list[int]) -> list[int]:
     """The parameters among ``candidates`` (positive curvature) whose Hessian is positive
     definite: the one moving most along a direction without a minimum is dropped first."""
     kept = [i for i in candidates if full_h[i, i] > 0]
-    while kept and np.linalg.eigvalsh(full_h[np.ix_(kept, kept)])[0] <= 0:
-        vectors = np.linalg.eigh(full_h[np.ix_(kept, kept)])[1]
-        kept.pop(int(np.argmax(np.abs(vectors[:, 0]))))
+    while kept:
+        direction = _flat_direction(full_h, kept)
+        if direction is None:
+            break
+        kept.pop(int(np.argmax(np.abs(direction))))
     return kept
+
+
+def _flat_direction(full_h: np.ndarray, kept: list[int]) -> np.ndarray | None:
+    """The direction without a minimum among ``kept`` (None when there is none), in
+    coordinates scaled by each parameter's own curvature, so a latency in steps and a
+    factor in log space compare."""
+    scale = 1.0 / np.sqrt(np.abs(np.diag(full_h)[kept]))
+    values, vectors = np.linalg.eigh(full_h[np.ix_(kept, kept)] * np.outer(scale, scale))
+    return vectors[:, 0] if values[0] <= 0 else None
 
 
 def _polish(objective, estimate, fit, settings, iterations: int = 3) -> list[float]:
@@ -734,10 +747,9 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel):
     # Jointly: while the kept parameters' Hessian has a direction without a minimum, the
     # parameter that moves most along it is left without a value.
     while kept:
-        values, vectors = np.linalg.eigh(full_h[np.ix_(kept, kept)])
-        if values[0] > 0:
+        direction = _flat_direction(full_h, kept)
+        if direction is None:
             break
-        direction = vectors[:, 0]
         worst = kept[int(np.argmax(np.abs(direction)))]
         partners = [
             params[kept[k]].pattern
