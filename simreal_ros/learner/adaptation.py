@@ -189,6 +189,7 @@ class EpisodeJob:
     actor_state: dict[str, np.ndarray] | None = None
     teacher_probability: float = 0.0
     robot: str | None = None
+    safety_filter: bool = False  # behind the safety filter, as the graph runs the policy
 
 
 @dataclasses.dataclass
@@ -219,12 +220,13 @@ def run_episode(job: EpisodeJob) -> EpisodeData:
         PolicySource(job.checkpoint_dir, actor_state=job.actor_state, version="student")
     )
     converter = policy.converter
-    key = f"{job.task}|{job.profile}|{converter.spec.control_rate_hz}"
+    key = f"{job.task}|{job.profile}|{converter.spec.control_rate_hz}|{job.safety_filter}"
     env = _WORKER_CACHE.get(key)
     if env is None:
         env = ArmTaskEnv(
-            task=job.task, profile=job.profile, control_rate_hz=converter.spec.control_rate_hz
-        )
+            task=job.task, profile=job.profile, control_rate_hz=converter.spec.control_rate_hz,
+            safety_filter=job.safety_filter,
+        )  # fmt: skip
         _WORKER_CACHE.clear()
         _WORKER_CACHE[key] = env
     lead, speed, step = job.tuning
@@ -265,18 +267,19 @@ def run_episode(job: EpisodeJob) -> EpisodeData:
 class AdaptationSettings:
     """The adaptation's budget; the learner's ``adapt_*`` settings fill it."""
 
-    teacher_episodes: int = 16  # per grid point, half train and half shifted
-    iterations: int = 4  # DAgger rounds
-    episodes: int = 32  # student episodes per DAgger round
-    bc_steps: int = 400  # BC updates per DAgger round
+    teacher_episodes: int = 16  # per grid point (shifted_share of them shifted)
+    iterations: int = 8  # DAgger rounds
+    episodes: int = 64  # student episodes per DAgger round
+    bc_steps: int = 2000  # BC updates per DAgger round
     batch_size: int = 256
     learning_rate: float = 1e-3
-    shifted_share: float = 0.5  # of the episodes that start shifted
+    shifted_share: float = 0.3  # of the episodes that start shifted
     teacher_mix: float = 0.3  # the teacher's share of the first round's steps (decays)
     log_spread_floor: float = 0.1
     latency_spread_floor: float = 2.0
     seed: int = 0
     workers: int = 2
+    safety_filter: bool = False  # training behind the filter fitted the stand-in no better
 
 
 def conditions_for(count: int, shifted_share: float) -> list[str]:
@@ -323,7 +326,7 @@ def search_teacher(
     conditions = conditions_for(count, settings.shifted_share)
     jobs = [
         EpisodeJob(checkpoint_dir, str(profile), checkpoint.spec.task, first + i, conditions[i],
-                   point, robot=robot)
+                   point, robot=robot, safety_filter=settings.safety_filter)
         for point in grid
         for i in range(count)
     ]  # fmt: skip
@@ -382,7 +385,7 @@ def dagger(
         seeds = range(first + it * settings.episodes, first + (it + 1) * settings.episodes)
         jobs = [
             EpisodeJob(checkpoint_dir, str(profile), checkpoint.spec.task, s, conditions[i],
-                       tuning, state, mix, robot)
+                       tuning, state, mix, robot, settings.safety_filter)
             for i, s in enumerate(seeds)
         ]  # fmt: skip
         results = run_map(run_episode, jobs, settings.workers, executor, f"dagger {it + 1}")

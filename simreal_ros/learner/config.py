@@ -263,19 +263,19 @@ class LearnerConfig:
         16, "method adapt: sim episodes per point of the teacher's grid search", low=1,
         high=100000,
     )  # fmt: skip
-    adapt_iterations: int = setting(6, "method adapt: DAgger rounds", low=1, high=1000)
+    adapt_iterations: int = setting(8, "method adapt: DAgger rounds", low=1, high=1000)
     adapt_episodes: int = setting(
-        48, "method adapt: sim episodes per DAgger round", low=1, high=100000
+        64, "method adapt: sim episodes per DAgger round", low=1, high=100000
     )
     adapt_bc_steps: int = setting(
-        1000, "method adapt: behaviour-cloning updates per DAgger round", low=1, high=10**7
+        2000, "method adapt: behaviour-cloning updates per DAgger round", low=1, high=10**7
     )
     adapt_learning_rate: float = setting(
         1e-3, "method adapt: learning rate of the adapter (clipped to learning_rate_cap)",
         low=0.0, high=1.0,
     )  # fmt: skip
     adapt_shifted_share: float = setting(
-        0.5, "method adapt: share of the sim episodes that start in the shifted condition",
+        0.3, "method adapt: share of the sim episodes that start in the shifted condition",
         low=0.0, high=1.0,
     )  # fmt: skip
     adapt_log_spread: float = setting(
