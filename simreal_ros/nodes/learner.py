@@ -154,6 +154,18 @@ class LearnerNode(Node):
         except StoreError as error:
             self.get_logger().error(f"the store's running version is unusable: {error}")
             return
+        try:
+            from simreal_ros.adapters.store import foreign_version_reason
+            from simreal_ros.policy.checkpoint import read_metadata
+
+            reason = foreign_version_reason(
+                stored, read_metadata(self._checkpoint_dir()), self.robot
+            )
+        except (OSError, ValueError) as error:
+            reason = str(error)
+        if reason:  # never announce a version the policy must refuse
+            self.get_logger().error(f"not announcing the store's running version: {reason}")
+            return
         decision = GateDecision.from_dict(stored.screening)
         msg = update_message(stored, decision, str(stored.metadata.get("method", "")))
         msg.reason = f"running version at learner start-up ({decision.reason})"

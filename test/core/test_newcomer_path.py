@@ -299,3 +299,18 @@ def _no_user_store(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     yield
     shutil.rmtree(tmp_path / "home", ignore_errors=True)
+
+
+def test_up_on_an_arm_without_a_checkpoint_says_why_before_starting(tmp_path):
+    import subprocess
+    import sys
+
+    arm = write_user_arm(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "simreal_ros.cli.main", "--robot", str(arm), "up"],
+        capture_output=True, text=True, timeout=120, check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "no push checkpoint is shipped for the robot 'desk_arm'" in result.stderr
+    assert "started" not in result.stdout  # nothing was started
