@@ -9,6 +9,7 @@ import sys
 import time
 import types
 
+import numpy as np
 import pytest
 
 from simreal_ros.graph import bringup, description
@@ -204,3 +205,38 @@ def test_the_launch_files_express_the_same_policy(monkeypatch):
             last = type(said[-1][0]).__name__
             # The respawns spent: a required node shuts the launch down, others stay down.
             assert last == ("Shutdown" if policy.required else "LogInfo"), (name, last)
+
+
+def test_the_fault_checks_judge_a_policy_kill_from_recordings():
+    from simreal_ros.graph.fault_checks import StatusSample, commands_outside, measure_policy_kill
+
+    dt, timeout, accel = 0.01, 0.3, np.array([10.0])
+    # Actions every 50 ms up to the kill at t=1.0 (stamps = arrival here); the command moves
+    # at 0.5 rad/s, is held from the trip at 1.3 s (braking at A), and driven again at 3 s.
+    actions = [(t, t) for t in np.arange(0.0, 1.0, 0.05)]
+    commands, q, v, t = [], 0.0, 0.5, 0.0
+    while t < 3.5:
+        if 1.3 <= t < 3.0:
+            v = max(0.0, v - accel[0] * dt)
+        elif t >= 3.0:
+            v = 0.2
+        q += v * dt
+        commands.append((t, np.array([q])))
+        t = round(t + dt, 6)
+    statuses = [
+        StatusSample(0.5, 0.5, 0, False, True),
+        StatusSample(1.305, 1.3, 2, True, True),
+        StatusSample(3.005, 3.0, 0, False, True),
+    ]
+    kill = measure_policy_kill(1.0, actions, statuses, commands, timeout, dt, accel)
+    assert kill.trip_latency_s == pytest.approx(1.3 - 0.95)
+    assert kill.trip_latency_s > kill.trip_bound_s  # 0.35 s > 0.32 s: judged as missed
+    assert kill.came_to_rest and kill.back_after_s == pytest.approx(2.005)
+    assert kill.braking_distance[0] <= kill.braking_bound[0]
+    assert not kill.within_bounds
+    # A command that kept going after the trip is judged as not braking.
+    runaway = [(r, c if r < 1.3 else c + 0.5 * (r - 1.3)) for r, c in commands]
+    assert not measure_policy_kill(
+        1.0, actions, statuses, runaway, timeout, dt, accel
+    ).came_to_rest
+    assert commands_outside([np.array([0.0]), np.array([1.0 + 1e-12])], [0.0], [1.0]) == 1

@@ -100,8 +100,26 @@ def test_sim_bridge_publishes_joint_states_at_rate_and_follows_commands(rclpy_co
     assert up.returncode == 0, up.output()[-2000:]
 
 
-def test_a_node_that_dies_stops_the_graph_and_the_exit_code_names_it():
+def test_a_node_that_dies_is_respawned_and_the_arm_side_stays_up():
     up = simreal_up("--only", "sim_bridge,safety")
+    try:
+        assert up.wait_for_output("started safety", 30.0), up.output()
+        pids = child_pids(up)
+        time.sleep(0.5)  # not a sync point: the kill may land at any moment of start-up
+        os.kill(pids["safety"], signal.SIGKILL)
+        assert up.wait_for_output("respawned safety", 20.0), up.output()[-2000:]
+        assert up.returncode is None, up.output()[-2000:]
+        assert alive(pids["sim_bridge"]), "the sim bridge was stopped when safety died"
+        respawned = int(re.findall(r"respawned safety \(pid (\d+)", up.output())[-1])
+        assert respawned != pids["safety"] and alive(respawned)
+    finally:
+        up.stop()
+    assert up.returncode == 0, up.output()[-2000:]
+    assert "node 'safety' exited with code -9; respawning it" in up.output()
+
+
+def test_without_respawn_a_death_stops_the_graph_and_the_exit_code_names_it():
+    up = simreal_up("--only", "sim_bridge,safety", "--no-respawn")
     try:
         assert up.wait_for_output("started safety", 30.0), up.output()
         pids = child_pids(up)

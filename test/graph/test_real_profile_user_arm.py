@@ -195,6 +195,7 @@ def test_real_profile_drives_a_user_arm_through_the_stand_in(
     from sensor_msgs.msg import JointState
     from simreal_ros.msg import PolicyAction, SafetyStatus, TaskStatus
     from std_msgs.msg import Float64MultiArray
+    from std_srvs.srv import Trigger
 
     from simreal_ros.nodes import qos
 
@@ -275,6 +276,14 @@ def test_real_profile_drives_a_user_arm_through_the_stand_in(
         assert wait(executor, lambda: len(sent) > 10, 30.0, up, arm), (
             "the safety node never commanded the arm\n" + logs()
         )
+        # Nothing moves until someone asks: the real profile's filter holds until engaged.
+        spin_until(executor, lambda: False, 1.0)
+        assert moved() < 1e-9, f"the arm moved {moved():.6f} rad before anyone engaged"
+        assert statuses and not statuses[-1].engaged, "the filter started engaged"
+        engage = node.create_client(Trigger, "/safety/engage")
+        assert engage.wait_for_service(timeout_sec=10.0)
+        future = engage.call_async(Trigger.Request())
+        assert spin_until(executor, future.done, 10.0) and future.result().success, logs()
         assert wait(executor, lambda: moved() > 0.05, 30.0, up, arm), (
             f"the stand-in stayed at home (moved {moved():.4f} rad) though the safety node "
             f"sent {len(sent)} commands, the last {np.round(sent[-1], 4)}\n" + logs()
@@ -301,6 +310,7 @@ def test_real_profile_drives_a_user_arm_through_the_stand_in(
         assert not failed, f"the safety node failed closed or refused input: {failed}\n" + logs()
         passing = (SafetyStatus.STATE_PASS, SafetyStatus.STATE_LIMITED)
         assert any(s.state in passing for s in statuses), "the safety node never passed"
+        assert statuses[-1].engaged
         counts = {name: sum(s.state == code for s in statuses) for name, code in (
             ("pass", 0), ("limited", 1), ("holding", 2), ("estop", 3))}  # fmt: skip
         print(

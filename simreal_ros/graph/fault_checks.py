@@ -1,0 +1,122 @@
+"""What a fault-injection run measures from outside the graph: the safety filter's watchdog
+latency after the policy dies, the braking that follows, commands outside the limits and
+the time until the graph drives again. Used by the graph test of supervision and by
+bench/supervision_faults.py, on what ``nodes/fault_watch.py`` recorded. Plain Python.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+# SafetyStatus.state values that mean the filter follows the policy.
+DRIVING_STATES = (0, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class StatusSample:
+    received: float  # wall clock, time.monotonic() of the watcher
+    stamp: float  # the status's header stamp (the safety node's clock), seconds
+    state: int
+    watchdog_tripped: bool
+    engaged: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyKill:
+    """One policy kill as seen from outside."""
+
+    trip_latency_s: float  # watchdog trip stamp - newest action stamp before it
+    trip_bound_s: float  # command_timeout + 2 control periods
+    braking_distance: np.ndarray  # per joint, commanded travel from the trip to rest
+    braking_bound: np.ndarray  # per joint, v^2 / (2 A) + 2 |v| dt at the trip
+    came_to_rest: bool  # the command stood still before the policy was back
+    back_after_s: float  # kill -> the filter follows fresh actions again (wall clock)
+
+    @property
+    def within_bounds(self) -> bool:
+        return (
+            self.trip_latency_s <= self.trip_bound_s
+            and bool(np.all(self.braking_distance <= self.braking_bound))
+            and self.came_to_rest
+        )
+
+
+def commands_outside(commands: Sequence[np.ndarray], lower, upper) -> int:
+    """How many commands have a joint outside [lower, upper] (exactly: no tolerance)."""
+    lower, upper = np.asarray(lower, float), np.asarray(upper, float)
+    return sum(bool(np.any(c < lower) or np.any(c > upper)) for c in commands)
+
+
+def braking_bound(velocity, acceleration, dt: float) -> np.ndarray:
+    """Per joint: the farthest a command moving at ``velocity`` may travel while braking at
+    ``acceleration`` to rest (v^2 / 2A), plus two control periods at v (the tick that
+    notices and one of timing slack)."""
+    v = np.abs(np.asarray(velocity, float))
+    return v * v / (2.0 * np.asarray(acceleration, float)) + 2.0 * v * dt
+
+
+def measure_policy_kill(
+    killed_at: float,
+    actions: Sequence[tuple[float, float]],
+    statuses: Sequence[StatusSample],
+    commands: Sequence[tuple[float, np.ndarray]],
+    command_timeout: float,
+    dt: float,
+    acceleration,
+) -> PolicyKill:
+    """From recordings (``actions``: (received, stamp); ``commands``: (received, values),
+    in arrival order) around a policy SIGKILL at ``killed_at`` (watcher's clock)."""
+    trip = next((s for s in statuses if s.received >= killed_at and s.watchdog_tripped), None)
+    if trip is None:
+        raise AssertionError("no watchdog trip was published after the policy was killed")
+    before = [stamp for received, stamp in actions if received <= trip.received]
+    if not before:
+        raise AssertionError("no policy action was seen before the trip")
+    latency = trip.stamp - max(before)
+    back = next(
+        (
+            s
+            for s in statuses
+            if s.received > trip.received and s.state in DRIVING_STATES and not s.watchdog_tripped
+        ),
+        None,
+    )
+    back_after = math.inf if back is None else back.received - killed_at
+    # The commanded speed at the trip: the fastest step in the 0.1 s before it (arrival
+    # times of two topics only line up to a few ms, so the window is generous).
+    index = next((i for i, (r, _c) in enumerate(commands) if r >= trip.received), None)
+    if index is None or index < 3:
+        raise AssertionError("too few commands around the watchdog trip to judge braking")
+    first = next(i for i, (r, _c) in enumerate(commands) if r >= trip.received - 0.1)
+    window = np.array([c for _r, c in commands[min(first, index - 3) : index + 1]])
+    velocity = np.max(np.abs(np.diff(window, axis=0)), axis=0) / dt
+    # At rest: three equal commands in a row, before the respawned policy moved it again.
+    end = (
+        len(commands)
+        if back is None
+        else next((i for i, (r, _c) in enumerate(commands) if r >= back.received), len(commands))
+    )
+    held = [c for _r, c in commands[index:end]]
+    rest = next(
+        (
+            i
+            for i in range(len(held) - 2)
+            if np.array_equal(held[i], held[i + 1]) and np.array_equal(held[i], held[i + 2])
+        ),
+        None,
+    )
+    rested = rest is not None
+    path = np.array(held[: (rest if rested else len(held) - 1) + 1]) if held else window[-1:]
+    distance = np.max(np.abs(path - path[0]), axis=0)
+    return PolicyKill(
+        trip_latency_s=latency,
+        trip_bound_s=command_timeout + 2.0 * dt,
+        braking_distance=distance,
+        braking_bound=braking_bound(velocity, acceleration, dt),
+        came_to_rest=rested,
+        back_after_s=back_after,
+    )
