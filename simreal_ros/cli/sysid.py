@@ -103,7 +103,7 @@ def run(args) -> int:
             args.bags, args.out, args.task or None, parameters, args.holdout, settings,
             robot, args.max_episodes, progress=lambda text: print(f"[sysid] {text}"),
         )  # fmt: skip
-    except SysidInputError as error:
+    except (SysidInputError, ValueError) as error:  # bad bags, or a bad --segment-ticks
         print(f"simreal sysid: error: {error}", file=sys.stderr)
         return 2
     hidden = None
