@@ -293,9 +293,15 @@ def replay_verdict(replay: ReplayResult | None, thresholds: Thresholds) -> dict[
         + (f", policy closed loop {own}/{episodes}" if own is not None else "")
         + ")"
     )
+    # Per episode, the pooled criteria above: a missed goal counts unless the policy
+    # reached it closed loop with no per-joint map to blame.
     failing = [
         e.tool_rms - e.baseline_tool_rms > thresholds.replay_tool_error
-        or (e.baseline_reached_goal and not e.reached_goal and not e.closed_loop_reached_goal)
+        or (
+            e.baseline_reached_goal
+            and not e.reached_goal
+            and (bool(at_fault) or not e.closed_loop_reached_goal)
+        )
         for e in replay.episodes
     ]
     count = sum(failing)
