@@ -79,6 +79,7 @@ def main() -> int:
     os.environ.setdefault("ROS_DOMAIN_ID", str(100 + os.getpid() % 100))
     import rclpy
 
+    from simreal_ros.graph import description
     from simreal_ros.graph.fault_checks import commands_outside
     from simreal_ros.nodes.fault_watch import FaultRig
     from simreal_ros.robot.description import load_robot_description
@@ -98,12 +99,18 @@ def main() -> int:
                 watch = rig.watch
                 rig.wait(lambda: len(watch.commands) > 20 and len(watch.actions) > 5, 180.0, "up")
                 kills = []
+                previous = -float("inf")
                 for k in range(args.kills):
+                    # Each kill after the last respawn was stable (stable_after_s): ten
+                    # independent deaths, not a crash loop (that one backs off and gives up).
+                    stable = description.SUPERVISION["policy"].stable_after_s + 0.5
+                    time.sleep(max(0.0, stable - (time.monotonic() - previous)))
                     rig.new_episode(200 + k)
                     kill = rig.kill_policy_in_motion(
                         config.command_timeout, dt, limits.acceleration
                     )
                     kills.append(kill)
+                    previous = time.monotonic()
                     print(
                         f"kill {k + 1}: trip {kill.trip_latency_s * 1000:.1f} ms "
                         f"(bound {kill.trip_bound_s * 1000:.0f} ms), braking margin "

@@ -43,7 +43,7 @@ class Supervision:
     respawn_delay_s: float = 0.5
     backoff: float = 2.0
     max_respawns: int = 5
-    stable_after_s: float = 30.0
+    stable_after_s: float = 10.0
     on_death: str = ""
 
     def __post_init__(self) -> None:

@@ -103,6 +103,11 @@ class FaultWatch(Node):
             return 0.0
         return float(np.max(np.abs(np.diff(np.array(recent), axis=0)))) / dt
 
+    def acting(self, within_s: float) -> bool:
+        """A policy action arrived in the last ``within_s`` seconds."""
+        with self.lock:
+            return bool(self.actions) and self.actions[-1][0] > time.monotonic() - within_s
+
     def driving_after_trip(self, since: float) -> bool:
         """A watchdog trip after ``since``, and the filter following fresh actions after it."""
         with self.lock:
@@ -193,7 +198,11 @@ class FaultRig:
 
     def kill_policy_in_motion(self, command_timeout: float, dt: float, acceleration) -> PolicyKill:
         """Wait for motion, SIGKILL the policy, wait for it to drive again; the judgement."""
-        self.wait(lambda: self.watch.commanded_speed(dt) > 0.05, 60.0, "the arm to move")
+        self.wait(
+            lambda: self.watch.commanded_speed(dt) > 0.05 and self.watch.acting(0.1),
+            60.0,
+            "the arm to move on fresh actions",
+        )
         old, killed_at = self.kill("policy")
         self.wait(lambda: self.respawned("policy", old), 10.0, "the policy's respawn")
         self.wait(
