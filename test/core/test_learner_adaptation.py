@@ -3,6 +3,8 @@ region: real MuJoCo episodes, the shipped push checkpoint, peft adapters."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -190,3 +192,37 @@ def test_the_trust_region_anchors_to_the_parent_not_the_base(tmp_path, small_bas
     torch.testing.assert_close(centre, promoted, atol=1e-5, rtol=1e-5)
     moved = float((after - promoted).abs().mean())
     assert second.metrics["distance_from_parent"] == pytest.approx(moved, rel=0.05, abs=1e-6)
+
+
+def test_method_adapt_stages_a_candidate_trained_in_the_identified_sim(
+    tmp_path, small_base, identified, no_stand_in_reads
+):
+    from simreal_ros.learner.gate import EvaluationSummary
+
+    directory, sim, real = small_base
+    cfg = LearnerConfig(
+        method="adapt", checkpoint_dir=str(directory), store_root=str(tmp_path / "models"),
+        identified_profile=str(identified), screen_seeds=1, screen_conditions=["train"],
+        screen_workers=1, adapt_teacher_episodes=1, adapt_iterations=1, adapt_episodes=2,
+        adapt_bc_steps=5,
+    )  # fmt: skip
+    assert cfg.identifies_from_bags is False  # given a profile, it does not identify
+
+    seen = []
+
+    def evaluator(checkpoint_dir, adapter_dir, condition, seeds):
+        seen.append(session.screening_profile)
+        return EvaluationSummary(len(seeds), len(seeds), 0.0, [True] * len(seeds))
+
+    session = LearnerSession(cfg, sim_data=sim.subset(np.arange(len(sim))))
+    result = session.run_round(real.subset(np.arange(len(real))), evaluator)
+    metrics = result.stored.metadata["metrics"]
+    assert result.decision.promoted and metrics["distance_from_parent"] > 0
+    assert metrics["adapt_rows"] > 0 and "adapt_teacher_lead" in metrics
+    assert seen and all(profile == str(identified) for profile in seen)
+    unidentified = dataclasses.replace(
+        cfg, identified_profile="", store_root=str(tmp_path / "m2")
+    )
+    lost = LearnerSession(unidentified, sim_data=sim.subset(np.arange(len(sim))))
+    with pytest.raises(ValueError, match="identified profile"):
+        lost.finetune(real.subset(np.arange(len(real))))
