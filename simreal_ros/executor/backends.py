@@ -270,10 +270,11 @@ class RayExecutor(_Base):
             ) from error
         self._ray = ray
         self._owns_ray = False
-        if not ray.is_initialized():
+        if address:
+            _check_reachable(address)
+        if not ray.is_initialized():  # else: this process's Ray connection serves
             options = {"log_to_driver": False, **dict(init_options or {})}
             if address:
-                _check_reachable(address)
                 options["address"] = address
             else:
                 options["address"] = "local"  # a new instance, never a `ray start` one
