@@ -65,6 +65,13 @@ class LifecycleManagerNode(Node):
             )
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.STATUS)
         self.create_timer(1.0, self._publish_diagnostics)
+        # Each managed node's last error from /diagnostics, so a failed transition's
+        # message can say why (a ChangeState answer carries no reason).
+        self.node_errors: dict[str, str] = {}
+        self.create_subscription(
+            DiagnosticArray, "/diagnostics", self._on_diagnostics, qos.STATUS,
+            callback_group=group,
+        )  # fmt: skip
         self.states: dict[str, str] = {}
         self.last_result = "nothing run yet"
         self.last_ok = True
@@ -135,9 +142,12 @@ class LifecycleManagerNode(Node):
                 state = await self._query_state(name)
                 self.states[name] = state or "unknown"
                 why = "no answer" if answer is None else "the node refused it"
+                reason = await self._node_error(name)
                 return False, (
-                    f"{transition} of '{name}' failed ({why}); it is {self.states[name]}. "
-                    "See that node's log; the nodes after it were left as they were."
+                    f"{transition} of '{name}' failed ({why}"
+                    + (f": {reason}" if reason else "")
+                    + f"); it is {self.states[name]}. See that node's log; the nodes after it "
+                    "were left as they were."
                 )
             self.states[name] = bringup.TRANSITION_RESULTS[transition]
             self.get_logger().info(f"{name}: {transition} done")
@@ -242,6 +252,21 @@ class LifecycleManagerNode(Node):
                 return None
             await self._sleep(0.01)
         return future.result()
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            node = status.name.split(":", 1)[0]
+            for value in status.values:
+                if value.key == "last_error" and node in self._change_state:
+                    self.node_errors[node] = value.value
+
+    async def _node_error(self, name: str, wait_s: float = 1.0) -> str:
+        """The node's reported error, waiting briefly for the diagnostics it publishes on a
+        failed transition to arrive."""
+        deadline = time.monotonic() + wait_s
+        while not self.node_errors.get(name) and time.monotonic() < deadline:
+            await self._sleep(0.05)
+        return self.node_errors.get(name, "")
 
     async def _sleep(self, seconds: float) -> None:
         """Yield to the executor for ``seconds`` (wall time) without blocking it."""

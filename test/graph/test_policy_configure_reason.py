@@ -25,3 +25,18 @@ def test_configure_failure_reason_is_logged(tmp_path):
         assert "no push checkpoint is shipped for the robot 'desk_arm'" in policy.output()
     finally:
         policy.stop()
+
+
+def test_the_lifecycle_managers_message_says_why_configure_failed():
+    argv = [
+        sys.executable, "-m", "simreal_ros.cli.main", "up", "--only", "policy,lifecycle_manager",
+        "--set", "policy.control_rate_hz=100",  # the shipped checkpoint runs at 20 Hz
+    ]  # fmt: skip
+    up = NodeProcess("simreal-up", argv, graph_environment())
+    try:
+        assert up.wait_for_output("configure of 'policy' failed", 60.0), up.output()[-3000:]
+        assert up.wait_for_output("See that node's log", 5.0)
+        line = next(li for li in up.output().splitlines() if "configure of 'policy'" in li)
+        assert "configure refused" in line and "control_rate_hz" in line, line
+    finally:
+        up.stop()
