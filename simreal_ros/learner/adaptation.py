@@ -26,8 +26,8 @@ policy).
 Every profile read here is refused if it is a stand-in (``stand_in: true``): adaptation
 never sees the stand-in's dynamics, only what identification made of its bags.
 
-Sim work is a ``map`` over picklable items (one episode each, its seed inside), run by
-``run_map``: local spawned processes, or an executor with the same ``map``.
+Sim work is a ``map`` over picklable items (one episode each, its seed inside) on one
+``simreal_ros.executor`` executor: local processes by default, or the caller's (Ray).
 """
 
 from __future__ import annotations
@@ -148,30 +148,14 @@ def run_map(
     fn: Callable[[Any], Any], items: Sequence[Any], workers: int, executor: Any = None,
     label: str = "",
 ) -> list[Any]:  # fmt: skip
-    """``fn`` over ``items`` in item order: on ``executor`` (an object with
-    ``map(fn, items, progress=label)``), else spawned local processes (``workers``)."""
-    items = list(items)
+    """``fn`` over ``items`` in item order on ``executor`` (``simreal_ros.executor``: local
+    processes, Ray or serial), else on local processes (``workers``) for this call."""
+    from simreal_ros.executor import make_executor
+
     if executor is not None:
-        return list(executor.map(fn, items, progress=label))
-    if workers <= 1 or len(items) <= 1:
-        return [fn(item) for item in items]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    chunks = [items[i::workers] for i in range(workers)]
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        parts = list(pool.map(_run_chunk, [(fn, c) for c in chunks]))
-    out: list[Any] = [None] * len(items)
-    for w, part in enumerate(parts):
-        out[w::workers] = part
-    return out
-
-
-def _run_chunk(job) -> list[Any]:
-    torch.set_num_threads(1)
-    fn, items = job
-    return [fn(item) for item in items]
+        return list(executor.map(fn, list(items), progress=label))
+    with make_executor("local", workers) as local:
+        return list(local.map(fn, list(items), progress=label))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -447,6 +431,12 @@ def adapt(
 ) -> dict[str, Any]:
     """The whole stage on ``actor_peft`` (trained in place from its current weights):
     the adaptation profile, the teacher's search, DAgger. Returns the metrics."""
+    from simreal_ros.executor import make_executor
+
+    if executor is None:  # one pool for the whole stage
+        with make_executor("local", settings.workers) as local:
+            return adapt(actor_peft, checkpoint_dir, checkpoint, identified, out_dir,
+                         settings, local, progress)  # fmt: skip
     say = progress or (lambda text: log.info(text))
     started = time.time()
     parent = merged_actor(actor_peft)
