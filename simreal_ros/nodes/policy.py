@@ -384,7 +384,7 @@ class PolicyNode(AutostartLifecycleNode):
         self._policy = deployed  # atomic reference swap
         self._swaps += 1
         self._last_error = ""
-        self.get_logger().info(f"now running {self.version_source}")
+        self.get_logger().info(f"now running {deployed.version} ({self.version_source})")
 
     def _preload_store(self) -> None:
         """At configure: merge the newest versions the store keeps (rejected ones never
