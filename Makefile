@@ -52,7 +52,8 @@ test: setup
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=25 \
 		--suite-times=build/suite-times.json $(PYTEST_ARGS)
 	if $(PY) -m pytest -m serial --collect-only -q $(PYTEST_ARGS) > /dev/null; then \
-		$(PY) -m pytest -m serial $(PYTEST_ARGS); fi
+		$(PY) -m pytest -m serial --durations=5 --suite-times=build/suite-times.json \
+		--suite-times-append $(PYTEST_ARGS); fi
 
 lint: setup
 	$(PY) -m ruff check .

@@ -63,6 +63,12 @@ def pytest_addoption(parser):
         metavar="PATH",
         help="write the session's wall time and each test file's time to PATH (JSON)",
     )
+    parser.addoption(
+        "--suite-times-append",
+        action="store_true",
+        help="add this session to the times already in --suite-times PATH (a second run of "
+        "the same suite, such as the serial tests), and judge the budget on the sum",
+    )
     parser.addini("suite_budget_s", "the suite's wall-time budget in seconds", default="0")
     parser.addini(
         "suite_budget_slack",
@@ -87,6 +93,12 @@ class SuiteClock:
     def pytest_sessionfinish(self, session):
         self.wall_s = time.monotonic() - self.start
         path = self.config.getoption("--suite-times")
+        if path and self.config.getoption("--suite-times-append") and Path(path).is_file():
+            before = json.loads(Path(path).read_text())
+            self.wall_s += before["wall_s"]
+            for key, mine in (("files", self.files), ("tests", self.tests)):
+                for name, seconds in before[key].items():
+                    mine[name] += seconds
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             record = {"wall_s": self.wall_s, "files": dict(self.files), "tests": dict(self.tests)}

@@ -39,6 +39,11 @@ OPERATIONS = {
 BRING_UP_ORDER = ("sim_bridge", "safety", "policy")
 
 
+# The lifecycle manager's exit code when its autostart failed: a managed node never became
+# active. `simreal up` then stops the graph and exits with it.
+STARTUP_FAILED_EXIT_CODE = 3
+
+
 @dataclasses.dataclass
 class LifecycleManagerConfig:
     node_names: list = setting(
@@ -46,6 +51,11 @@ class LifecycleManagerConfig:
         "Managed lifecycle nodes in bring-up order (brought down in reverse)",
     )
     autostart: bool = setting(False, "Configure and activate every managed node at start-up")
+    exit_on_failed_autostart: bool = setting(
+        True,
+        "Exit (code 3) when autostart fails, so `simreal up` stops the graph with that code; "
+        "under ros2 launch the manager is respawned and tries again",
+    )
     service_timeout_s: float = setting(
         30.0,
         "Wait this long for a managed node's lifecycle services to appear",

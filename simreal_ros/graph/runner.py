@@ -22,12 +22,15 @@ from typing import TextIO
 import yaml
 
 from simreal_ros.atomic_files import write_json_atomic
+from simreal_ros.graph.bringup import STARTUP_FAILED_EXIT_CODE
 from simreal_ros.graph.description import NodeSpec, parameter_file_paths
 from simreal_ros.graph.processes import NodeProcess, graph_environment, python_module_argv
 
 # Exit codes of `simreal up`: 0 after Ctrl-C or a clean stop, NODE_EXIT_BASE + i when the
-# i-th node of the graph (0-based, in start order) exited on its own.
+# i-th node of the graph (0-based, in start order) exited on its own, STARTUP_FAILED when a
+# managed node never became active (the lifecycle manager exits with that code).
 NODE_EXIT_BASE = 10
+STARTUP_FAILED = STARTUP_FAILED_EXIT_CODE
 
 
 def exit_code_for(index: int) -> int:
@@ -147,6 +150,10 @@ class GraphRunner:
                     record.in_a_row = 0
                 decision = policy.after_death(record.in_a_row)
                 what = f"node '{node.name}' exited with code {process.returncode}"
+                if process.returncode == STARTUP_FAILED:
+                    self._say(f"{what}: a managed node never became active; stopping the graph")
+                    self._write_status()
+                    return index
                 if decision == "respawn":
                     delay = policy.delay(record.in_a_row)
                     record.respawn_at = now + delay
@@ -223,7 +230,8 @@ class GraphRunner:
             while not stop_requested:
                 fatal = self.supervise()
                 if fatal is not None:
-                    exit_code = exit_code_for(fatal)
+                    failed_startup = self.records[fatal].last_exit_code == STARTUP_FAILED
+                    exit_code = STARTUP_FAILED if failed_startup else exit_code_for(fatal)
                     break
                 if deadline is not None and time.monotonic() >= deadline:
                     break

@@ -20,6 +20,7 @@ last exit codes and times come from `simreal up`'s status file where there is on
 from __future__ import annotations
 
 import json
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -77,6 +78,7 @@ class LifecycleManagerNode(Node):
         self.last_ok = True
         self._busy = False
         self._autostart_timer = None
+        self.exit_code: int | None = None
         # Supervision: whether the nodes should be active (after startup/resume), what was
         # seen of each node on the last check, and how often each was seen to restart.
         self._keep_active = False
@@ -96,6 +98,9 @@ class LifecycleManagerNode(Node):
         ok, message = await self.run("startup")
         log = self.get_logger().info if ok else self.get_logger().error
         log(f"autostart: {message}")
+        if not ok and self.config.exit_on_failed_autostart:
+            # run_node ends the process with it; `simreal up` then stops the graph.
+            self.exit_code = bringup.STARTUP_FAILED_EXIT_CODE
 
     def _service(self, operation: str):
         async def callback(request, response):
@@ -321,7 +326,7 @@ class LifecycleManagerNode(Node):
 
 
 def main(args=None) -> None:
-    run_node(LifecycleManagerNode, args)
+    sys.exit(run_node(LifecycleManagerNode, args))
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 
 
-def run_node(make_node: Callable[[], Node], args=None) -> None:
-    """Spin the node ``make_node()`` builds on one thread until the process is asked to stop.
+def run_node(make_node: Callable[[], Node], args=None) -> int:
+    """Spin the node ``make_node()`` builds on one thread until the process is asked to stop,
+    or until the node sets ``exit_code``; returns that code (0 when it set none).
 
     One thread on purpose: rclpy's multi-threaded executor costs more per callback than
     these nodes' control-path work; heavy work runs on the nodes' own worker threads.
@@ -21,10 +22,13 @@ def run_node(make_node: Callable[[], Node], args=None) -> None:
         node = make_node()
         executor = SingleThreadedExecutor()
         executor.add_node(node)
-        executor.spin()
+        while rclpy.ok() and getattr(node, "exit_code", None) is None:
+            executor.spin_once(timeout_sec=0.1)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
+        exit_code = getattr(node, "exit_code", None) or 0
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
+    return exit_code

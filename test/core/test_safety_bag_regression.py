@@ -160,6 +160,7 @@ def record(bag: Path, store) -> int:
                     limited_joints=list(result.limited_joints),
                     watchdog_tripped=result.watchdog_tripped,
                     estop_latched=result.estop_latched,
+                    engaged=result.engaged,
                     policy_version=result.policy_version,
                     command_age=min(result.command_age, 1e9),
                     state_age=min(result.state_age, 1e9),

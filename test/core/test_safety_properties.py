@@ -128,8 +128,8 @@ class Run:
         self.rng = np.random.default_rng(example["seed"])
         lo, hi = self.limits.lower, self.limits.upper
         home = np.asarray(A.robot.home_position)
-        if tight:  # anywhere inside the limits
-            start = lo + (np.asarray(example["start"][: A.n]) + 1) / 2 * (hi - lo)
+        if tight:  # anywhere inside the limits (clipped: lo + 1.0 * (hi - lo) can round past hi)
+            start = np.clip(lo + (np.asarray(example["start"][: A.n]) + 1) / 2 * (hi - lo), lo, hi)
         else:  # near home, so the tool starts inside the workspace box
             start = np.clip(home + 0.15 * np.asarray(example["start"][: A.n]), lo, hi)
         self.t = 1000.0

@@ -72,3 +72,16 @@ def test_the_plugin_writes_the_times_and_fails_ci_past_the_budget(pytester, monk
     result = pytester.runpytest("-p", "suite_timing", f"--suite-times={times}")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*WARNING: over budget*"])
+
+
+def test_a_second_run_adds_to_the_first_and_is_judged_on_the_sum(pytester, monkeypatch):
+    pytester.makepyfile(test_slow="import time\n\ndef test_x():\n    time.sleep(0.3)\n")
+    pytester.makeini("[pytest]\nsuite_budget_s = 0.5\nsuite_budget_slack = 0.25\n")
+    monkeypatch.setenv("CI", "true")
+    times = pytester.path / "times.json"
+    assert pytester.runpytest("-p", "suite_timing", f"--suite-times={times}").ret == 0
+    result = pytester.runpytest(
+        "-p", "suite_timing", f"--suite-times={times}", "--suite-times-append"
+    )
+    assert result.ret == 1, "two runs of 0.3 s pass a 0.5 s budget by more than 25%"
+    assert json.loads(times.read_text())["files"]["test_slow.py"] >= 0.6

@@ -8,6 +8,7 @@ import sys
 import pytest
 from user_arm import write_user_arm
 
+from simreal_ros.graph.bringup import STARTUP_FAILED_EXIT_CODE
 from simreal_ros.graph.processes import NodeProcess, graph_environment
 
 pytestmark = pytest.mark.graph
@@ -38,5 +39,8 @@ def test_the_lifecycle_managers_message_says_why_configure_failed():
         assert up.wait_for_output("See that node's log", 5.0)
         line = next(li for li in up.output().splitlines() if "configure of 'policy'" in li)
         assert "configure refused" in line and "control_rate_hz" in line, line
+        # A required node that never became active stops the graph, with a non-zero exit.
+        assert up.wait_for_output("never became active", 30.0), up.output()[-3000:]
+        assert up.process.wait(timeout=30) == STARTUP_FAILED_EXIT_CODE, up.output()[-3000:]
     finally:
         up.stop()
