@@ -17,13 +17,14 @@ export PYTHONPATH := $(ROOT)
 
 setup: $(VENV)/.interfaces.stamp $(VENV)/bin/simreal
 
-# uv installs the same pinned set as pip, several times faster; PIP_FIND_LINKS, where set,
-# is where this machine keeps the CPU torch wheel (uv does not read pip's configuration).
+# uv installs the same pinned set as pip, several times faster. uv does not read pip's
+# configuration, so pip's find-links (where a machine keeps its CPU torch wheel) are passed.
+FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 $(VENV)/.deps.stamp: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -qq "$$(grep '^uv==' requirements.txt)"
 	$(VENV)/bin/uv pip install -q --python $(PY) \
-		$(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS)) -r requirements.txt
+		$(if $(FIND_LINKS),--find-links $(FIND_LINKS)) -r requirements.txt
 	touch $@
 
 # Generated interfaces go into the venv; the Python code runs from the checkout.
