@@ -21,7 +21,9 @@ from user_arm import HOME, VELOCITY_LIMITS, joint_names, write_user_arm
 
 from simreal_ros.graph.processes import NodeProcess, graph_environment, python_module_argv
 
-pytestmark = pytest.mark.graph
+# Serial: it waits on the policy's first actions after a pretraining in the same
+# process; `make test` runs it alone after the rest.
+pytestmark = [pytest.mark.graph, pytest.mark.serial]
 
 JOINTS = joint_names("desk_arm")
 COMMAND_TOPIC = "/forward_position_controller/commands"
