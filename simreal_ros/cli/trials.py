@@ -58,26 +58,6 @@ def required_services(graph: str) -> list[str]:
     return [*names, config.reset_service] if graph == "sim" else names
 
 
-def missing_services(names: list[str], timeout_s: float) -> list[str]:
-    """Which of ``names`` no node offers after ``timeout_s`` of discovery."""
-    import time
-
-    import rclpy
-
-    rclpy.init()
-    try:
-        node = rclpy.create_node("simreal_trials_probe")
-        deadline = time.monotonic() + timeout_s
-        while True:
-            offered = {name for name, _types in node.get_service_names_and_types()}
-            missing = [name for name in names if name not in offered]
-            if not missing or time.monotonic() > deadline:
-                return missing
-            rclpy.spin_once(node, timeout_sec=0.1)
-    finally:
-        rclpy.try_shutdown()
-
-
 def _run(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -86,6 +66,8 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.old_profile is not None:
         raise ValueError(OLD_PROFILE_HINT)
+    from simreal_ros.nodes.services import missing_services
+
     missing = missing_services(required_services(args.graph), args.wait_for_graph)
     if missing:
         raise ValueError(

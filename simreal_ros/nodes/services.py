@@ -8,6 +8,7 @@ naming it and what to check, and a timed-out request is withdrawn.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 
@@ -26,3 +27,22 @@ def call_service(client, request, timeout_s: float, what: str = "") -> Any:
         client.remove_pending_request(future)
         raise TimeoutError(f"{label} did not answer in {timeout_s:g} s.")
     return future.result()
+
+
+def missing_services(names: list[str], timeout_s: float) -> list[str]:
+    """Which of ``names`` no node offers after ``timeout_s`` of discovery (a probe node in
+    its own rclpy context, for a command that has none)."""
+    import rclpy
+
+    rclpy.init()
+    try:
+        node = rclpy.create_node("simreal_services_probe")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            offered = {name for name, _types in node.get_service_names_and_types()}
+            missing = [name for name in names if name not in offered]
+            if not missing or time.monotonic() > deadline:
+                return missing
+            rclpy.spin_once(node, timeout_sec=0.1)
+    finally:
+        rclpy.try_shutdown()

@@ -227,10 +227,10 @@ def test_an_export_that_matches_nothing_fails_and_writes_nothing(tmp_path, capsy
 
 
 def test_trials_without_a_graph_fails_fast_and_says_to_start_one(monkeypatch, capsys):
-    from simreal_ros.cli import trials
+    from simreal_ros.nodes import services
 
     calls = []
-    monkeypatch.setattr(trials, "missing_services", lambda names, t: calls.append(t) or names)
+    monkeypatch.setattr(services, "missing_services", lambda names, t: calls.append(t) or names)
     started = time.monotonic()
     assert main(["trials", "--episodes", "1", "--wait-for-graph", "1"]) == 2
     assert time.monotonic() - started < 5.0 and calls == [1.0]
@@ -239,8 +239,7 @@ def test_trials_without_a_graph_fails_fast_and_says_to_start_one(monkeypatch, ca
 
 
 def test_an_aborted_trial_is_not_counted_as_an_outcome(monkeypatch, capsys):
-    from simreal_ros.cli import trials
-    from simreal_ros.nodes import trial_runner
+    from simreal_ros.nodes import services, trial_runner
     from simreal_ros.trials.runner import EpisodeResult
 
     common = dict(
@@ -252,7 +251,7 @@ def test_an_aborted_trial_is_not_counted_as_an_outcome(monkeypatch, capsys):
         index=1, episode_id="e2", outcome="failure", success=False, **common,
         error="reset service not available",
     )  # fmt: skip
-    monkeypatch.setattr(trials, "missing_services", lambda names, t: [])
+    monkeypatch.setattr(services, "missing_services", lambda names, t: [])
     monkeypatch.setattr(trial_runner, "run_with_overrides", lambda o: [done, aborted])
     assert main(["trials", "--episodes", "2"]) == 1
     out = capsys.readouterr().out
