@@ -39,3 +39,25 @@ def test_importing_core_does_not_import_rclpy():
     )
     stdout = run_python(script)
     assert stdout.strip() == "", f"core imported ROS modules:\n{stdout}"
+
+
+def test_no_core_source_imports_rclpy_even_inside_a_function():
+    # The import-time check above cannot see an import that runs only when called.
+    import ast
+
+    offenders = []
+    for path in sorted((ROOT / "simreal_ros").rglob("*.py")):
+        if path.relative_to(ROOT / "simreal_ros").parts[0] in ("nodes", "msg", "srv"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [
+                f"{path.relative_to(ROOT)}:{node.lineno} {name}"
+                for name in names
+                if name.split(".")[0] == "rclpy"
+            ]
+    assert offenders == [], "core sources import rclpy:\n" + "\n".join(offenders)
