@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "simreal_ros.cli.pretrain",
     "simreal_ros.cli.eval",
     "simreal_ros.cli.premise",
+    "simreal_ros.cli.expert",
     "simreal_ros.cli.sysid",
     "simreal_ros.cli.episodes",
     "simreal_ros.cli.trials",

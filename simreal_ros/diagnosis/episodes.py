@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simreal_ros.policy.spec import RAW_FIELDS
+from simreal_ros.robot.observation import RAW_FIELDS
 
 
 @dataclasses.dataclass

@@ -48,8 +48,8 @@ import numpy as np
 from simreal_ros.episodes.metadata import METADATA_TOPIC, METADATA_TYPE, EpisodeMetadata
 from simreal_ros.episodes.recovery import bag_state, iter_mcap_records, mcap_file
 from simreal_ros.episodes.typestore import project_typestore
-from simreal_ros.policy.spec import RAW_FIELDS, field_size
 from simreal_ros.robot.joint_order import JointOrder
+from simreal_ros.robot.observation import RAW_FIELDS, field_size
 
 
 class BagWarning(UserWarning):

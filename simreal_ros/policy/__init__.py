@@ -9,8 +9,8 @@ Plain Python and torch; the ROS adapter is ``simreal_ros.nodes.policy``. Public 
   ``mean_head``; ``.critic`` twin Q) and ``ActorCritic.v_sim(obs)`` = min(Q1, Q2) at the
   actor's mean action, no grad.
 - ``checkpoint.save_checkpoint`` / ``load_checkpoint(dir, description, control_rate_hz)``,
-  ``load_actor_with_adapter(checkpoint_dir, adapter_dir) -> nn.Module`` (merged actor),
-  ``write_adapter_metadata`` for adapters the learner saves with peft.
+  ``write_adapter_metadata`` for adapters the learner saves with peft (the learner's
+  ``learner.lora.load_actor_with_adapter`` gives a merged torch actor for training).
 - ``lora_merge.merged_actor_state(base, adapter_dir)``: a peft LoRA adapter merged into the
   actor in numpy (no torch, no peft), the one merge every deployment runs.
 - ``inference.DeployedPolicy`` (numpy, merged weights; ``act(obs_dict) -> targets``).

@@ -17,13 +17,12 @@ backend: it never imports torch (about a second), which only training needs.
 
 LoRA adapters (peft format: ``adapter_config.json`` + ``adapter_model.safetensors``, plus
 our ``simreal_adapter.json`` naming the base version and spec fingerprint) are merged in
-numpy by ``lora_merge`` (no torch, no peft); ``load_actor_with_adapter`` and
-``apply_adapter`` load that merge into a torch ``Actor``.
+numpy by ``lora_merge`` (no torch, no peft); ``learner.lora.load_actor_with_adapter`` and
+``apply_adapter`` load that merge into a torch ``Actor`` for training.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import os
@@ -463,50 +462,6 @@ def write_adapter_metadata(
     }
     (adapter_dir / ADAPTER_METADATA).write_text(json.dumps(metadata, indent=2) + "\n")
     return metadata
-
-
-def apply_adapter(
-    base: PolicyCheckpoint | NumpyCheckpoint,
-    adapter_dir: str | Path,
-    expected_sha256: str | None = None,
-) -> torch.nn.Module:
-    """Base actor + peft LoRA adapter -> a merged plain ``Actor`` (the base is not touched).
-
-    The weights are ``lora_merge.merged_actor_state``'s, the numpy merge deployment runs
-    (same checks: files, SHA-256 against ``expected_sha256`` or simreal_adapter.json, spec
-    fingerprint, config, tensors), loaded into a copy of the base's torch actor: for
-    training, saving or evaluating in torch. Imports torch, never peft.
-    """
-    import torch
-
-    from simreal_ros.policy.lora_merge import merged_actor_state
-
-    state = merged_actor_state(base, adapter_dir, expected_sha256)
-    if isinstance(base, NumpyCheckpoint):
-        base = base.torch_checkpoint()
-    merged = copy.deepcopy(base.model.actor)
-    merged.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-    merged.eval()
-    for parameter in merged.parameters():
-        parameter.requires_grad_(False)
-    return merged
-
-
-def load_actor_with_adapter(
-    checkpoint_dir: str | Path,
-    adapter_dir: str | Path | None,
-    description: Any = None,
-    expected_sha256: str | None = None,
-) -> torch.nn.Module:
-    """Load a base checkpoint (validated) and return its actor merged with an adapter.
-
-    With ``adapter_dir`` None this is the base actor. The result is a plain ``Actor``
-    (same layer names), so it can be saved, evaluated or wrapped by peft again.
-    """
-    base = load_checkpoint(checkpoint_dir, description=description, with_critic=False)
-    if adapter_dir is None:
-        return base.model.actor
-    return apply_adapter(base, adapter_dir, expected_sha256)
 
 
 def make_untrained_checkpoint(

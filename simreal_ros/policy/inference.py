@@ -23,14 +23,10 @@ from simreal_ros.policy.checkpoint import (
     sha256_file,
 )
 from simreal_ros.policy.lora_merge import merged_actor_state
-from simreal_ros.policy.spec import SpecConverter
+from simreal_ros.policy.spec import LOG_STD_MAX, LOG_STD_MIN, SpecConverter
 
 if TYPE_CHECKING:
     import torch
-
-
-# The actor's log-std clamp (``policy.model`` uses the same; torch-free here for the node).
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
 class NumpyActor:

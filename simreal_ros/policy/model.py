@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from simreal_ros.policy.inference import LOG_STD_MAX, LOG_STD_MIN  # one clamp for both
+from simreal_ros.policy.spec import LOG_STD_MAX, LOG_STD_MIN
 
 ACTOR_LORA_TARGETS = ("trunk.0", "trunk.2", "mean_head")
 

@@ -23,28 +23,17 @@ from typing import Any
 
 import numpy as np
 
+from simreal_ros.robot.observation import (
+    DERIVED_FIELD_SIZES,
+    KINEMATIC_FIELDS,
+    RAW_FIELD_SIZES,
+    field_size,
+)
+
 ACTION_MODES = ("delta", "absolute")
 
-# Raw observation fields as the arm's topics carry them (and the gym env returns them);
-# JOINT_FIELDS have one value per controller joint, on any arm.
-JOINT_FIELDS = ("joint_position", "joint_velocity")
-RAW_FIELD_SIZES: dict[str, int | None] = {
-    "joint_position": None,
-    "joint_velocity": None,
-    "object_position": 3,
-    "object_orientation": 4,  # quaternion w, x, y, z
-    "goal_position": 3,
-}
-# The keys of an observation dict, in this order, wherever one is built.
-RAW_FIELDS: tuple[str, ...] = tuple(RAW_FIELD_SIZES)
-# Fields derived from raw ones; computed by the same function everywhere.
-DERIVED_FIELD_SIZES: dict[str, int] = {
-    "goal_minus_object": 3,
-    "ee_position": 3,  # tool centre point by forward kinematics of the robot model
-    "goal_minus_ee": 3,
-    "object_minus_ee": 3,
-}
-KINEMATIC_FIELDS = ("ee_position", "goal_minus_ee", "object_minus_ee")
+# The actor's log-std clamp, one for the torch model (training) and the numpy actor (the node).
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,13 +139,6 @@ class PolicySpec:
             obs_mean=tuple(float(x) for x in mean),
             obs_std=tuple(float(x) for x in std),
         )
-
-
-def field_size(field: str, num_joints: int) -> int:
-    """Values of ``field`` in an observation of an arm with ``num_joints`` joints."""
-    if field in JOINT_FIELDS:
-        return num_joints
-    return RAW_FIELD_SIZES.get(field) or DERIVED_FIELD_SIZES[field]
 
 
 class SpecConverter:

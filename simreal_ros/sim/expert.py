@@ -14,7 +14,6 @@ Measure success: ``PYTHONPATH=. python -m simreal_ros.sim.expert --episodes 100`
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import time
 
@@ -202,36 +201,3 @@ def measure_success(
         "failed_seeds": [r.seed for r in results if not r.success],
         "seconds": time.perf_counter() - start,
     }
-
-
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description="Measure the scripted expert's success rate.")
-    parser.add_argument("--task", default="push", choices=("push", "reach"))
-    parser.add_argument("--condition", default="train", choices=("train", "shifted"))
-    parser.add_argument("--profile", default="nominal")
-    parser.add_argument("--episodes", type=int, default=100)
-    parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument(
-        "--stand-in-tuning", action="store_true", help="the tuning retuned for real_twin"
-    )
-    args = parser.parse_args(argv)
-    tuning = None
-    if args.stand_in_tuning:
-        from simreal_ros.policy.spec import default_spec
-
-        robot = load_robot_description()
-        tuning = stand_in_tuning(robot, default_spec(robot, args.task))
-    result = measure_success(
-        args.task, args.condition, args.profile, args.episodes, args.first_seed, tuning
-    )
-    low, high = result["ci95"]
-    print(
-        f"expert {result['task']}/{result['condition']}/{result['profile']}: "
-        f"{result['successes']}/{result['episodes']} = {result['rate']:.1%} "
-        f"(95% Wilson CI {low:.1%}..{high:.1%}), mean {result['mean_steps']:.1f} steps, "
-        f"{result['seconds']:.1f} s; failed seeds {result['failed_seeds']}"
-    )
-
-
-if __name__ == "__main__":
-    main()

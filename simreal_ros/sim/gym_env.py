@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from simreal_ros.policy.spec import RAW_FIELDS, field_size
+from simreal_ros.robot.observation import RAW_FIELDS, field_size
 from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
 
 

@@ -1,5 +1,5 @@
 """The scripted experts solve their tasks in the nominal sim (a few seeds; the >=100-seed
-measurement is ``python -m simreal_ros.sim.expert``)."""
+measurement is ``simreal expert``)."""
 
 import numpy as np
 

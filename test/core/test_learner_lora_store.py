@@ -53,8 +53,8 @@ def test_adapter_round_trip_gives_identical_outputs(tmp_path):
 
 
 def test_policy_package_merges_our_adapter_to_the_same_actor(tmp_path):
-    """The policy node's loader (checkpoint.apply_adapter) sees what the learner trained."""
-    from simreal_ros.policy.checkpoint import apply_adapter
+    """The numpy merge every deployment runs, loaded into torch (lora.apply_adapter), gives
+    the actor the learner trained."""
 
     actor, model = trained_adapter(1)
     lora.save(model, tmp_path / "a")
@@ -64,7 +64,7 @@ def test_policy_package_merges_our_adapter_to_the_same_actor(tmp_path):
         spec = type("Spec", (), {"fingerprint": staticmethod(lambda: "x")})()
         model = type("Model", (), {"actor": actor})()
 
-    merged = apply_adapter(Base, tmp_path / "a")
+    merged = lora.apply_adapter(Base, tmp_path / "a")
     obs = torch.randn(7, 6)
     with torch.no_grad():
         torch.testing.assert_close(merged(obs), lora.inner(model)(obs), rtol=1e-5, atol=1e-6)

@@ -91,7 +91,7 @@ def test_round_trains_screens_in_mujoco_stores_and_promotes(
     assert meta["hyperparameters"]["ewc"] is True and meta["metrics"]["ewc"] == 1.0
     assert stored.screening["results"][0]["episodes"] == 2
     # What the policy node loads is what the learner trained.
-    merged = ckpt.load_actor_with_adapter(base_dir, stored.path)
+    merged = lora.load_actor_with_adapter(base_dir, stored.path)
     obs = torch.as_tensor(real.obs[:5])
     with torch.no_grad():
         torch.testing.assert_close(merged(obs), lora.inner(session.actor_peft)(obs), atol=1e-5,

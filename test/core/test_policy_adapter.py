@@ -10,6 +10,7 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
+from simreal_ros.learner import lora
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.inference import deploy_adapter
 from simreal_ros.policy.model import ACTOR_LORA_TARGETS
@@ -43,8 +44,8 @@ def test_merged_actor_equals_peft_forward_and_differs_from_base(tmp_path, robot)
     peft_actor = make_adapter(base_dir, tmp_path / "a1")
     assert (tmp_path / "a1" / ckpt.ADAPTER_CONFIG).is_file()
     assert (tmp_path / "a1" / ckpt.ADAPTER_WEIGHTS).is_file()
-    merged = ckpt.load_actor_with_adapter(base_dir, tmp_path / "a1", description=robot)
-    base_actor = ckpt.load_actor_with_adapter(base_dir, None)
+    merged = lora.load_actor_with_adapter(base_dir, tmp_path / "a1", description=robot)
+    base_actor = lora.load_actor_with_adapter(base_dir, None)
     obs = torch.randn(16, merged.arch.obs_dim)
     with torch.no_grad():
         expected = peft_actor(obs)
@@ -69,11 +70,11 @@ def test_wrong_checksum_is_refused(tmp_path, robot):
     base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", robot)
     make_adapter(base_dir, tmp_path / "a1")
     with pytest.raises(ckpt.CheckpointError, match="checksum"):
-        ckpt.load_actor_with_adapter(base_dir, tmp_path / "a1", expected_sha256="0" * 64)
+        lora.load_actor_with_adapter(base_dir, tmp_path / "a1", expected_sha256="0" * 64)
     weights = tmp_path / "a1" / ckpt.ADAPTER_WEIGHTS
     weights.write_bytes(weights.read_bytes()[:-8])
     with pytest.raises(ckpt.CheckpointError, match="checksum"):
-        ckpt.load_actor_with_adapter(base_dir, tmp_path / "a1")
+        lora.load_actor_with_adapter(base_dir, tmp_path / "a1")
 
 
 def test_adapter_for_other_conventions_is_refused(tmp_path, robot):
@@ -81,7 +82,7 @@ def test_adapter_for_other_conventions_is_refused(tmp_path, robot):
     other_dir = ckpt.make_untrained_checkpoint(tmp_path / "other", robot, control_rate_hz=100.0)
     make_adapter(other_dir, tmp_path / "a1")
     with pytest.raises(ckpt.CheckpointError, match="spec_fingerprint"):
-        ckpt.load_actor_with_adapter(base_dir, tmp_path / "a1")
+        lora.load_actor_with_adapter(base_dir, tmp_path / "a1")
 
 
 def test_adapter_targeting_unknown_layers_is_refused(tmp_path, robot):
@@ -92,7 +93,7 @@ def test_adapter_targeting_unknown_layers_is_refused(tmp_path, robot):
     config["target_modules"] = ["encoder.0"]
     config_path.write_text(json.dumps(config))
     with pytest.raises(ckpt.CheckpointError, match=r"target_modules: .*encoder\.0"):
-        ckpt.load_actor_with_adapter(base_dir, tmp_path / "a1")
+        lora.load_actor_with_adapter(base_dir, tmp_path / "a1")
 
 
 def test_adapter_without_safetensors_is_refused(tmp_path, robot):
@@ -100,4 +101,4 @@ def test_adapter_without_safetensors_is_refused(tmp_path, robot):
     make_adapter(base_dir, tmp_path / "a1")
     (tmp_path / "a1" / ckpt.ADAPTER_WEIGHTS).rename(tmp_path / "a1" / "adapter_model.bin")
     with pytest.raises(ckpt.CheckpointError, match="only safetensors"):
-        ckpt.load_actor_with_adapter(base_dir, tmp_path / "a1")
+        lora.load_actor_with_adapter(base_dir, tmp_path / "a1")

@@ -100,7 +100,7 @@ def test_node_and_off_ros_evaluation_run_bit_identical_policies(tmp_path, shippe
     adapter = save_adapter(trained_peft_actor(shipped, seed=3), shipped, tmp_path / "a1")
     node_policy = deploy_adapter(ckpt.load_numpy_checkpoint(SHIPPED), adapter, "a1")
     eval_policy = build_policy(PolicySource(str(SHIPPED), adapter_dir=str(adapter)))
-    torch_actor = ckpt.load_actor_with_adapter(SHIPPED, adapter)
+    torch_actor = lora.load_actor_with_adapter(SHIPPED, adapter)
     merged = lora_merge.merged_actor_state(shipped, adapter)
     for name, tensor in torch_actor.state_dict().items():
         np.testing.assert_array_equal(tensor.numpy(), merged[name], err_msg=name)
@@ -166,7 +166,7 @@ def test_peft_features_beyond_plain_lora_are_refused(tmp_path, small, config, me
         merge(small, adapter)
     assert "retrain" in str(refused.value).lower()
     with pytest.raises(ckpt.CheckpointError, match=message):
-        ckpt.load_actor_with_adapter(small.path, adapter)  # the torch path refuses the same
+        lora.load_actor_with_adapter(small.path, adapter)  # the torch path refuses the same
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ from geometry_msgs.msg import Point, PoseStamped
 from sensor_msgs.msg import JointState
 
 from simreal_ros.nodes.observation import joint_arrays, observation_from_messages
-from simreal_ros.policy.spec import RAW_FIELDS
 from simreal_ros.robot.joint_order import JointOrder
+from simreal_ros.robot.observation import RAW_FIELDS
 
 NAMES = ("a", "b", "c")
 
