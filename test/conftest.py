@@ -5,8 +5,11 @@ Tiers: test/core (no ROS), test/node (rclpy in one process), test/graph (process
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import random
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -32,13 +35,66 @@ _DOMAIN_ID = _domain_id()
 os.environ.update(graph_environment(domain_id=_DOMAIN_ID))
 
 
+# pytest-timeout's signal fires once per test, and only between Python bytecodes: a test
+# blocked in native code (DDS, a C++ wait), or whose teardown hangs after the timeout fired,
+# never ends, and one worker that never ends holds the whole run (a CI run once hung for
+# 75 minutes). faulthandler's watchdog is a thread of its own: past the hard limit it writes
+# every thread's stack to build/stuck-tests/ and ends the worker, which xdist reports as a
+# crash of that test; the controller prints the stacks in its summary.
+STUCK_DIR = Path(__file__).resolve().parents[1] / "build" / "stuck-tests"
+HARD_LIMIT_MARGIN_S = 120.0
+_stuck_log = None
+
+
 def pytest_configure(config):
+    global _stuck_log
     try:
         import torch
 
         torch.set_num_threads(1)
     except ImportError:
         pass
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:  # the controller, or a run without workers: start a clean record
+        shutil.rmtree(STUCK_DIR, ignore_errors=True)
+    if worker is not None or config.getoption("numprocesses", None) in (None, 0):
+        STUCK_DIR.mkdir(parents=True, exist_ok=True)
+        _stuck_log = open(STUCK_DIR / f"{worker or 'main'}-{os.getpid()}.txt", "w")  # noqa: SIM115
+
+
+def _hard_limit_s(item) -> float | None:
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and marker.args:
+        limit = float(marker.args[0])
+    else:
+        limit = float(item.config.getoption("timeout", None) or item.config.getini("timeout") or 0)
+    return limit + HARD_LIMIT_MARGIN_S if limit > 0 else None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    limit = _hard_limit_s(item)
+    if _stuck_log is not None and limit is not None:
+        _stuck_log.write(f"{item.nodeid}: past its hard limit of {limit:.0f} s\n")
+        _stuck_log.flush()
+        faulthandler.dump_traceback_later(limit, file=_stuck_log, exit=True)
+    try:
+        yield
+    finally:
+        if _stuck_log is not None and limit is not None:
+            faulthandler.cancel_dump_traceback_later()
+            _stuck_log.seek(0)
+            _stuck_log.truncate()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if os.environ.get("PYTEST_XDIST_WORKER") is not None or not STUCK_DIR.is_dir():
+        return
+    for record in sorted(STUCK_DIR.glob("*.txt")):
+        text = record.read_text(errors="replace").strip()
+        if text:
+            terminalreporter.section(f"stuck test, ended by the watchdog ({record.name})")
+            terminalreporter.line(text)
 
 
 def pytest_report_header(config):
