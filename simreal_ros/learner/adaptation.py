@@ -46,6 +46,7 @@ import numpy as np
 import torch
 import yaml
 
+from simreal_ros.learner import lora
 from simreal_ros.sim.profiles import DynamicsProfile, load_profile
 
 log = logging.getLogger("simreal_ros.learner")
@@ -283,14 +284,6 @@ def teacher_grid(step: Sequence[float]) -> list[tuple[float, float, tuple[float,
     return [(lead, speed, limit) for lead, speed in points]
 
 
-def arm_step(checkpoint) -> tuple[float, ...]:
-    """The policy's own per-tick step of each arm joint (the spec's action scale)."""
-    from simreal_ros.robot.description import load_robot_description
-
-    robot = load_robot_description()
-    return tuple(float(checkpoint.spec.action_scale[i]) for i in robot.arm_indices)
-
-
 def search_teacher(
     checkpoint_dir: str,
     checkpoint,
@@ -300,11 +293,12 @@ def search_teacher(
 ) -> dict[str, Any]:
     """The teacher's best grid point in ``profile``; ties go to the smaller lead and speed
     (the gentler teacher). Returns the chosen tuning and every point's success."""
-    from simreal_ros.robot.description import selected_robot_path
+    from simreal_ros.robot.description import load_robot_description, selected_robot_path
+    from simreal_ros.sim.expert import policy_joint_step
 
     model_profile(profile)
     robot = str(selected_robot_path())
-    grid = teacher_grid(arm_step(checkpoint))
+    grid = teacher_grid(policy_joint_step(load_robot_description(), checkpoint.spec))
     count = settings.teacher_episodes
     first = settings.seed * 1_000_003 + 300_000
     conditions = conditions_for(count, settings.shifted_share)
@@ -331,12 +325,6 @@ def actor_numpy_state(actor: torch.nn.Module) -> dict[str, np.ndarray]:
     return {k: v.detach().cpu().numpy().copy() for k, v in actor.state_dict().items()}
 
 
-def merged_actor(actor_peft) -> torch.nn.Module:
-    from simreal_ros.learner import lora
-
-    return lora.merged(actor_peft)
-
-
 def dagger(
     actor_peft,
     checkpoint_dir: str,
@@ -349,7 +337,6 @@ def dagger(
 ) -> dict[str, Any]:
     """DAgger on ``actor_peft``'s LoRA weights (in place) toward the teacher ``tuning`` in
     ``profile``, from its current weights; the per-round history."""
-    from simreal_ros.learner import lora
     from simreal_ros.robot.description import selected_robot_path
 
     model_profile(profile)
@@ -365,7 +352,7 @@ def dagger(
     conditions = conditions_for(settings.episodes, settings.shifted_share)
     for it in range(settings.iterations):
         mix = max(0.0, settings.teacher_mix * (1.0 - it / max(1, settings.iterations - 1)))
-        state = actor_numpy_state(merged_actor(actor_peft))
+        state = actor_numpy_state(lora.merged(actor_peft))
         seeds = range(first + it * settings.episodes, first + (it + 1) * settings.episodes)
         jobs = [
             EpisodeJob(checkpoint_dir, str(profile), checkpoint.spec.task, s, conditions[i],
@@ -406,8 +393,6 @@ def dagger(
 def distance_from_parent(actor_peft, parent: torch.nn.Module, obs) -> float:
     """Mean |a - a_parent| per action component (normalised units) on up to 4096 of
     ``obs``: how far a candidate moved from the version it started from."""
-    from simreal_ros.learner import lora
-
     obs = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
     if len(obs) == 0:
         return 0.0
@@ -439,7 +424,7 @@ def adapt(
                          settings, local, progress)  # fmt: skip
     say = progress or (lambda text: log.info(text))
     started = time.time()
-    parent = merged_actor(actor_peft)
+    parent = lora.merged(actor_peft)
     profile = adaptation_profile(
         identified, out_dir, settings.log_spread_floor, settings.latency_spread_floor
     )

@@ -40,13 +40,19 @@ class ExpertTuning:
     max_joint_step: float | tuple[float, ...] = 0.0
 
 
+def policy_joint_step(robot: RobotDescription, spec) -> tuple[float, ...]:
+    """The policy's own per-tick step of each arm joint (``spec.action_scale``, the arm
+    joints'): the most a teacher the policy imitates may move a joint in one tick."""
+    return tuple(float(spec.action_scale[i]) for i in robot.arm_indices)
+
+
 def stand_in_tuning(robot: RobotDescription, spec) -> ExpertTuning:
     """Retuned for the real_twin stand-in (an arm that tracks ~5x slower), chosen by a
     sweep ON the stand-in and used only to show the task is feasible there (``simreal
-    premise``), within the policy's own per-tick step (``spec.action_scale``, the arm
-    joints'); never for training."""
-    step = tuple(float(spec.action_scale[i]) for i in robot.arm_indices)
-    return ExpertTuning(command_lead=2.0, speed_scale=1.5, max_joint_step=step)
+    premise``), within the policy's own per-tick step; never for training."""
+    return ExpertTuning(
+        command_lead=2.0, speed_scale=1.5, max_joint_step=policy_joint_step(robot, spec)
+    )
 
 
 class _IKExpert:

@@ -130,7 +130,7 @@ def test_adaptation_raises_stand_in_success_above_zero_shot_without_reading_the_
 
     monkeypatch.undo()  # the stand-in plays the arm for the evaluation only
     seeds = list(range(910000, 910020))
-    state = adaptation.actor_numpy_state(adaptation.merged_actor(actor_peft))
+    state = adaptation.actor_numpy_state(lora.merged(actor_peft))
     adapted = evaluate_policy(
         PolicySource(checkpoint_dir, actor_state=state, version="adapted"),
         "real_twin", "train", seeds, workers=2, safety_filter=True,
