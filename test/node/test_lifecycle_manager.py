@@ -20,14 +20,14 @@ def call(executor, client, timeout=60.0) -> Trigger.Response:
     return future.result()
 
 
-def test_autostart_brings_the_graph_up_in_order_and_pause_takes_it_down_in_reverse(
-    rclpy_context, executor
-):
-    bridge = SimBridgeNode(context=rclpy_context)
+def bridge_safety_and_probe(context):
+    """A sim bridge and a safety node, unconfigured, and a probe node that records each
+    one's lifecycle transitions as (node, goal state) in order."""
+    bridge = SimBridgeNode(context=context)
     safety = SafetyNode(
-        context=rclpy_context, parameter_overrides=[Parameter("use_sim_time", value=True)]
+        context=context, parameter_overrides=[Parameter("use_sim_time", value=True)]
     )
-    probe = rclpy.create_node("probe", context=rclpy_context)
+    probe = rclpy.create_node("probe", context=context)
     events: list[tuple[str, str]] = []
     for name in ("sim_bridge", "safety"):
         probe.create_subscription(
@@ -36,6 +36,13 @@ def test_autostart_brings_the_graph_up_in_order_and_pause_takes_it_down_in_rever
             lambda m, name=name: events.append((name, m.goal_state.label)),
             10,
         )
+    return bridge, safety, probe, events
+
+
+def test_autostart_brings_the_graph_up_in_order_and_pause_takes_it_down_in_reverse(
+    rclpy_context, executor
+):
+    bridge, safety, probe, events = bridge_safety_and_probe(rclpy_context)
     for node in (bridge, safety, probe):
         executor.add_node(node)
     # Nothing runs until the manager says so: both nodes wait unconfigured.
@@ -95,19 +102,7 @@ def test_a_node_that_dies_holds_what_follows_it_and_comes_back_through_the_manag
     would) and both are brought up again in order, with the restart on /diagnostics."""
     from diagnostic_msgs.msg import DiagnosticArray
 
-    bridge = SimBridgeNode(context=rclpy_context)
-    safety = SafetyNode(
-        context=rclpy_context, parameter_overrides=[Parameter("use_sim_time", value=True)]
-    )
-    probe = rclpy.create_node("probe", context=rclpy_context)
-    events: list[tuple[str, str]] = []
-    for name in ("sim_bridge", "safety"):
-        probe.create_subscription(
-            TransitionEvent,
-            f"/{name}/transition_event",
-            lambda m, name=name: events.append((name, m.goal_state.label)),
-            10,
-        )
+    bridge, safety, probe, events = bridge_safety_and_probe(rclpy_context)
     diagnostics: list[dict[str, str]] = []
 
     def on_diagnostics(msg: DiagnosticArray) -> None:
