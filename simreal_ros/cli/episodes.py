@@ -61,9 +61,7 @@ def _info(args: argparse.Namespace) -> int:
     info = episode_info(find_episode(args.episode, args.data_dir))
     print(json.dumps(info, indent=2))
     if info["state"] == "corrupt":
-        print(
-            f"{info['bag']}: no readable MCAP file; it cannot be recovered.", file=sys.stderr
-        )
+        print(f"{info['bag']}: no readable MCAP file; it cannot be recovered.", file=sys.stderr)
         return 1
     return 0
 

@@ -142,9 +142,7 @@ def _learn(args: argparse.Namespace) -> int:
 
     result = session.run_round(real, evaluator, manifest)
     decision = result.decision
-    screened = "; ".join(
-        f"{r.condition} {r.successes}/{r.episodes}" for r in decision.results
-    )
+    screened = "; ".join(f"{r.condition} {r.successes}/{r.episodes}" for r in decision.results)
     summary = {
         "version": result.stored.version,
         "path": str(result.stored.path),

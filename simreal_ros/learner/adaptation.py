@@ -270,7 +270,8 @@ class AdaptationSettings:
 def conditions_for(count: int, shifted_share: float) -> list[str]:
     """``count`` start conditions, ``shifted_share`` of them shifted, spread evenly."""
     return [
-        "shifted" if math.floor((i + 1) * shifted_share) > math.floor(i * shifted_share)
+        "shifted"
+        if math.floor((i + 1) * shifted_share) > math.floor(i * shifted_share)
         else "train"
         for i in range(count)
     ]

@@ -76,7 +76,7 @@ def degrees_hint(description: RobotDescription) -> str:
     name, low, high = ranges[0]
     return (
         f" Hint: {path.name} reads angles in degrees (MuJoCo's default for MJCF), but its "
-        f"hinge ranges look like radians ({name!r} range=\"{low:g} {high:g}\" compiles to "
+        f'hinge ranges look like radians ({name!r} range="{low:g} {high:g}" compiles to '
         f"[{np.radians(low):.3g}, {np.radians(high):.3g}] rad); add "
         '<compiler angle="radian"/> to the model.'
     )

@@ -22,9 +22,7 @@ def test_the_stand_in_gap_is_not_a_convention_mismatch(first_seed):
         result = evaluate_policy(
             checkpoint, "real_twin", condition, list(range(first_seed, first_seed + 10))
         )
-        scores.append(
-            ConditionScore.of(condition, [r.success for r in result.records])
-        )
+        scores.append(ConditionScore.of(condition, [r.success for r in result.records]))
     assert scores[0].successes <= 5  # the stand-in breaks the policy (the premise)
     policy = build_policy(PolicySource(checkpoint))
     out = diagnose_round(

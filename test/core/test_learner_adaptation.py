@@ -220,9 +220,7 @@ def test_method_adapt_stages_a_candidate_trained_in_the_identified_sim(
     assert result.decision.promoted and metrics["distance_from_parent"] > 0
     assert metrics["adapt_rows"] > 0 and "adapt_teacher_lead" in metrics
     assert seen and all(profile == str(identified) for profile in seen)
-    unidentified = dataclasses.replace(
-        cfg, identified_profile="", store_root=str(tmp_path / "m2")
-    )
+    unidentified = dataclasses.replace(cfg, identified_profile="", store_root=str(tmp_path / "m2"))
     lost = LearnerSession(unidentified, sim_data=sim.subset(np.arange(len(sim))))
     with pytest.raises(ValueError, match="identified profile"):
         lost.finetune(real.subset(np.arange(len(real))))

@@ -112,8 +112,17 @@ def scratch(tmp_path):
     from simreal_ros.learner.sim_episodes import record_rollout
     from simreal_ros.policy.checkpoint import load_checkpoint, shipped_checkpoint
 
-    for name in (".venv", "simreal_ros", "checkpoints", "config", "package.xml", "CMakeLists.txt",
-                 "msg", "srv", "launch"):  # a checkout to the package (resources.py)
+    for name in (
+        ".venv",
+        "simreal_ros",
+        "checkpoints",
+        "config",
+        "package.xml",
+        "CMakeLists.txt",
+        "msg",
+        "srv",
+        "launch",
+    ):  # a checkout to the package (resources.py)
         (tmp_path / name).symlink_to(ROOT / name)
     episodes = tmp_path / "home" / ".simreal" / "episodes"
     reach = load_checkpoint(shipped_checkpoint("reach"))
