@@ -50,8 +50,8 @@ demo: setup
 # time budget and the 25 slowest tests are reported by the first run (test/suite_timing.py).
 test: setup
 	$(PY) -m ruff check .
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=25 \
-		--suite-times=build/suite-times.json $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --no-loadscope-reorder \
+		--durations=25 --suite-times=build/suite-times.json $(PYTEST_ARGS)
 	if $(PY) -m pytest -m serial --collect-only -q $(PYTEST_ARGS) > /dev/null; then \
 		$(PY) -m pytest -m serial --durations=5 --suite-times=build/suite-times.json \
 		--suite-times-append $(PYTEST_ARGS); fi

@@ -62,6 +62,14 @@ def pytest_configure(config):
         _stuck_log = open(STUCK_DIR / f"{worker or 'main'}-{os.getpid()}.txt", "w")  # noqa: SIM115
 
 
+def pytest_unconfigure(config):
+    if _stuck_log is not None:
+        _stuck_log.close()
+        record = Path(_stuck_log.name)
+        if record.stat().st_size == 0:
+            record.unlink()
+
+
 def _hard_limit_s(item) -> float | None:
     marker = item.get_closest_marker("timeout")
     if marker is not None and marker.args:

@@ -131,6 +131,28 @@ def pytest_configure(config):
         config.pluginmanager.register(SuiteClock(config), "suite-clock")
 
 
+def slowest_files_first(nodeids: list[str], baseline: dict[str, float]) -> list[int]:
+    """The order (indices into ``nodeids``) that runs whole files longest first, tests
+    within a file as collected. Files the baseline does not know go first: they may be
+    slow."""
+    unknown = max(baseline.values(), default=0.0) + 1.0
+    return sorted(
+        range(len(nodeids)),
+        key=lambda i: -baseline.get(test_file(nodeids[i]), unknown),
+    )
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """In xdist workers (`make test` runs them with --no-loadscope-reorder, so files are
+    handed out in this order): longest first. xdist's own order, most tests first, put the
+    one-test graph files of three minutes last, where they set the wall time alone."""
+    if not hasattr(config, "workerinput") or not BASELINE.exists():
+        return
+    baseline = json.loads(BASELINE.read_text()).get("files", {})
+    order = slowest_files_first([item.nodeid for item in items], baseline)
+    items[:] = [items[i] for i in order]
+
+
 # --- the report ---------------------------------------------------------------------------
 
 

@@ -36,6 +36,19 @@ def test_files_that_got_faster_are_not_named():
     assert suite_timing.grown_files({"test/core/a.py": 5.0}, {"test/core/a.py": 9.0}) == []
 
 
+def test_workers_run_whole_files_longest_first_and_unknown_files_before_known_ones():
+    nodeids = [
+        "test/core/a.py::t1", "test/core/a.py::t2", "test/graph/slow.py::t",
+        "test/core/new.py::t", "test/node/mid.py::t1", "test/node/mid.py::t2",
+    ]  # fmt: skip
+    baseline = {"test/core/a.py": 1.0, "test/graph/slow.py": 170.0, "test/node/mid.py": 9.0}
+    order = [nodeids[i] for i in suite_timing.slowest_files_first(nodeids, baseline)]
+    assert order == [
+        "test/core/new.py::t", "test/graph/slow.py::t", "test/node/mid.py::t1",
+        "test/node/mid.py::t2", "test/core/a.py::t1", "test/core/a.py::t2",
+    ]  # fmt: skip
+
+
 def test_report_sums_by_tier_and_lists_files_slowest_first(tmp_path, capsys):
     record = {
         "wall_s": 100.0,
