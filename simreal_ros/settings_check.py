@@ -239,3 +239,18 @@ def check_launch_arguments(
             f"launch argument {name}:= is not one of this launch file's{hint}; its "
             f"arguments are: {', '.join(declared)}."
         )
+
+
+def check_launch_argv(argv: Iterable[str], profile: str) -> dict[str, str]:
+    """The ``name:=value`` words given to a launch file of ``profile`` (``ros2 launch``
+    passes them as the launch context's argv): each name must be declared and each value
+    one its node accepts. Returns them as a mapping."""
+    from simreal_ros.graph.description import declared_launch_arguments, launch_arguments
+
+    given = dict(word.split(":=", 1) for word in argv if ":=" in word)
+    check_launch_arguments(given, declared_launch_arguments(profile))
+    for name, node, parameter, _description in launch_arguments(profile):
+        if name in given:
+            value = {"true": True, "false": False}.get(given[name], given[name])
+            check_node_settings(node, {parameter: value}, f"launch argument {name}:=")
+    return given

@@ -7,6 +7,7 @@ import dataclasses
 import json
 
 from simreal_ros.cli.executor_options import add_executor_options, executor_from_args
+from simreal_ros.cli.profile_options import add_dynamics_profile_option
 
 
 def _threshold_fields():
@@ -36,10 +37,8 @@ def add_parser(subparsers) -> None:
         default=None,
         help="push, reach or reach_around; None: the checkpoint's task",
     )
-    parser.add_argument(
-        "--dynamics-profile",
-        "--profile",
-        dest="profile",
+    add_dynamics_profile_option(
+        parser,
         default="nominal",
         help="dynamics profile: nominal, randomized, real_twin (the stand-in) or a YAML path",
     )

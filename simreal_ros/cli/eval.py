@@ -6,6 +6,7 @@ import argparse
 import json
 
 from simreal_ros.cli.executor_options import add_executor_options, executor_from_args
+from simreal_ros.cli.profile_options import add_dynamics_profile_option
 from simreal_ros.policy.evaluate import CONDITIONS
 from simreal_ros.sim.profiles import is_stand_in
 
@@ -23,10 +24,8 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--checkpoint", required=True, help="checkpoint directory")
     parser.add_argument("--adapter", default=None, help="peft LoRA adapter directory")
-    parser.add_argument(
-        "--dynamics-profile",
-        "--profile",
-        dest="profile",
+    add_dynamics_profile_option(
+        parser,
         default="nominal",
         help="dynamics profile: nominal, randomized, real_twin (the stand-in) or a YAML path",
     )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from simreal_ros.cli.profile_options import add_dynamics_profile_option
+
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -14,7 +16,9 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--task", default="push", choices=("push", "reach"))
     parser.add_argument("--condition", default="train", choices=("train", "shifted"))
-    parser.add_argument("--profile", default="nominal")
+    add_dynamics_profile_option(
+        parser, "nominal", help="dynamics profile: nominal, randomized, real_twin or a YAML path"
+    )
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument(

@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 
+from simreal_ros.cli.profile_options import refuse_old_profile
 from simreal_ros.executor import SimExecutorError
 
 # Modules that provide subcommands, in the order `--help` lists them.
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from simreal_ros.robot.description import select_robot
 
+        refuse_old_profile(args)
         select_robot(args.robot)  # the arm of everything this command runs or starts
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

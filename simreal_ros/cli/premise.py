@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from simreal_ros.cli.profile_options import add_dynamics_profile_option
+
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -20,10 +22,9 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--checkpoint", default="", help="base checkpoint (default: shipped)")
     parser.add_argument("--task", default="push", choices=("push", "reach"))
-    parser.add_argument(
-        "--dynamics-profile", "--profile", dest="profile", default="real_twin",
-        help="the stand-in's dynamics profile: a name or YAML path",
-    )  # fmt: skip
+    add_dynamics_profile_option(
+        parser, "real_twin", help="the stand-in's dynamics profile: a name or YAML path"
+    )
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--value-episodes", type=int, default=20)
     parser.add_argument("--workers", type=int, default=2)

@@ -7,6 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from simreal_ros.cli.profile_options import add_dynamics_profile_option
 from simreal_ros.policy.checkpoint import shipped_checkpoint
 
 
@@ -28,10 +29,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="checkpoint dir (default: runs/<task>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out")
-    parser.add_argument(
-        "--dynamics-profile",
-        "--profile",
-        dest="profile",
+    add_dynamics_profile_option(
+        parser,
         default="randomized",
         help="dynamics profile: nominal, randomized or a YAML path (never a stand-in)",
     )

@@ -14,7 +14,7 @@ def add_parser(subparsers) -> None:
             "Replays each bag's commands in MuJoCo from its measured start state and fits "
             "friction, masses, damping, actuator gains and latency (CMA-ES) to the recorded "
             "joint and object trajectories; estimates the observation noise from the "
-            "residuals. Writes OUT/profile.yaml (usable as --profile PATH everywhere), "
+            "residuals. Writes OUT/profile.yaml (usable as --dynamics-profile PATH everywhere), "
             "OUT/sysid.json and OUT/fit.png. Unidentifiable parameters are reported, not "
             "guessed. Nothing is written when a bag cannot be used."
         ),
@@ -111,5 +111,5 @@ def run(args) -> int:
         patterns = [p.pattern for p in result.parameters]
         hidden = hidden_factors(args.compare_to, result.nominal, patterns)
     print(format_result(result, hidden))
-    print(f"wrote {profile} (use it as --profile {profile}), sysid.json and fit.png")
+    print(f"wrote {profile} (use it as --dynamics-profile {profile}), sysid.json and fit.png")
     return 0

@@ -6,10 +6,7 @@ import argparse
 import json
 import sys
 
-OLD_PROFILE_HINT = (
-    "--profile is no longer taken here: give the running graph with --graph sim|real (the "
-    "sim's dynamics are `simreal up --dynamics-profile`)."
-)
+from simreal_ros.cli.profile_options import add_old_profile_flag
 
 
 def add_parser(subparsers) -> None:
@@ -27,7 +24,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "--graph", choices=("sim", "real"), default="sim", help="the running graph"
     )
-    parser.add_argument("--profile", dest="old_profile", default=None, help=argparse.SUPPRESS)
+    add_old_profile_flag(parser)
     parser.add_argument("--episodes", type=int, default=5, help="episodes to run")
     parser.add_argument("--condition", choices=("train", "shifted"), default="train")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per episode")
@@ -61,12 +58,9 @@ def required_services(graph: str) -> list[str]:
 def _run(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from simreal_ros.nodes.services import missing_services
     from simreal_ros.nodes.trial_runner import run_with_overrides
     from simreal_ros.trials.runner import summarize
-
-    if args.old_profile is not None:
-        raise ValueError(OLD_PROFILE_HINT)
-    from simreal_ros.nodes.services import missing_services
 
     missing = missing_services(required_services(args.graph), args.wait_for_graph)
     if missing:

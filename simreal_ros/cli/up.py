@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from simreal_ros.cli.profile_options import add_dynamics_profile_option
 from simreal_ros.graph import description
 from simreal_ros.graph.runner import NODE_EXIT_BASE, GraphRunner
 
@@ -20,13 +21,6 @@ def parse_override(text: str) -> tuple[str, str, Any]:
             f"--set {text!r} is not of the form NODE.PARAMETER=VALUE, e.g. safety.rate_hz=100."
         )
     return node, parameter, yaml.safe_load(value)
-
-
-# "profile" alone meant both the graph and the sim's dynamics; each now has its own flag.
-OLD_PROFILE_HINT = (
-    "--profile is ambiguous and no longer taken: give the graph with --graph sim|real, and "
-    "the sim's dynamics with --dynamics-profile NAME|PATH (nominal, randomized, real_twin)."
-)
 
 
 def add_parser(subparsers) -> None:
@@ -48,14 +42,14 @@ def add_parser(subparsers) -> None:
         default="sim",
         help="sim: with the MuJoCo sim bridge; real: the robot's own drivers drive the arm",
     )
-    parser.add_argument(
-        "--dynamics-profile",
+    add_dynamics_profile_option(
+        parser,
         default="",
         help="sim graph only: the sim bridge's dynamics, a shipped profile (nominal, "
         "randomized, real_twin, the stand-in for the arm) or a profile YAML (default: "
         "the bridge's own, nominal)",
+        dest="dynamics_profile",
     )
-    parser.add_argument("--profile", dest="old_profile", default=None, help=argparse.SUPPRESS)
     parser.add_argument(
         "--task",
         default=description.DEFAULT_TASK,
@@ -99,8 +93,6 @@ def add_parser(subparsers) -> None:
 
 def graph_overrides(args) -> dict[str, dict[str, Any]]:
     """``--set`` and ``--dynamics-profile`` as node -> parameter overrides."""
-    if args.old_profile is not None:
-        raise ValueError(OLD_PROFILE_HINT)
     overrides: dict[str, dict[str, Any]] = {}
     for text in args.set:
         node, parameter, value = parse_override(text)

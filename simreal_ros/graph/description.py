@@ -171,6 +171,19 @@ LAUNCH_ARGUMENTS = {
 }
 
 
+def launch_arguments(profile: str) -> list[tuple[str, str, str, str]]:
+    """The (argument, node, parameter, description) rows a launch file of ``profile`` maps
+    onto one node parameter each."""
+    return LAUNCH_ARGUMENTS["common"] + LAUNCH_ARGUMENTS.get(profile, [])
+
+
+def declared_launch_arguments(profile: str) -> list[str]:
+    """Every argument the launch file of ``profile`` declares (launch_graph declares these)."""
+    names = [*GRAPH_SETTINGS, *(row[0] for row in launch_arguments(profile))]
+    names += ["use_sim_time", "check_arguments"]
+    return names + (["robot_launch"] if profile == "real" else [])
+
+
 @dataclasses.dataclass(frozen=True)
 class GraphSetting:
     """One value for the whole graph, given to every node that takes it (``parameters``:

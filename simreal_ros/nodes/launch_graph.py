@@ -11,7 +11,13 @@ and an ``on_exit`` that logs the death and, for a required node whose respawns a
 from __future__ import annotations
 
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription, LogInfo, Shutdown
+from launch.actions import (
+    DeclareLaunchArgument,
+    IncludeLaunchDescription,
+    LogInfo,
+    OpaqueFunction,
+    Shutdown,
+)
 from launch.conditions import IfCondition
 from launch.launch_description_sources import AnyLaunchDescriptionSource
 from launch.substitutions import LaunchConfiguration, PythonExpression
@@ -20,11 +26,12 @@ from launch_ros.parameter_descriptions import ParameterValue
 
 from simreal_ros.graph.description import (
     GRAPH_SETTINGS,
-    LAUNCH_ARGUMENTS,
     graph,
     launch_argument_default,
+    launch_arguments,
     parameter_file_paths,
 )
+from simreal_ros.settings_check import check_launch_argv
 
 
 class OnNodeExit:
@@ -58,15 +65,31 @@ def supervision_arguments(spec) -> dict:
     }
 
 
+def check_given_arguments(context, profile: str) -> list:
+    """First action: the command line's ``name:=value`` words (``context.argv``) are checked
+    before any node starts; ros2 launch itself ignores an undeclared name. A parent launch
+    file that includes this one, with arguments of its own, passes check_arguments:=false."""
+    if context.launch_configurations.get("check_arguments", "true").lower() != "false":
+        check_launch_argv(context.argv, profile)
+    return []
+
+
 def launch_description(profile: str) -> LaunchDescription:
     actions = [
+        OpaqueFunction(function=check_given_arguments, args=[profile]),
         DeclareLaunchArgument(
             "use_sim_time",
             default_value="true" if profile == "sim" else "false",
             description="run node clocks on /clock (the sim bridge publishes it)",
         ),
+        DeclareLaunchArgument(
+            "check_arguments",
+            default_value="true",
+            description="refuse an undeclared name:= on the command line (false: when "
+            "included by a launch file with arguments of its own)",
+        ),
     ]
-    arguments = LAUNCH_ARGUMENTS["common"] + LAUNCH_ARGUMENTS.get(profile, [])
+    arguments = launch_arguments(profile)
     specs = {spec.name: spec for spec in graph(profile)}
     for name, setting in GRAPH_SETTINGS.items():
         actions.append(

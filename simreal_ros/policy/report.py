@@ -81,7 +81,7 @@ def render_readme(metadata: dict[str, Any], notes: str = "") -> str:
         "`real_twin` is a simulated stand-in for the physical arm (a hidden, fixed dynamics "
         "gap outside the training randomization), never the arm itself; `real_twin_mild` is "
         "the first stand-in, inside it. Reproduce a row with "
-        f"`simreal {robot_flag}eval --checkpoint <this dir> --profile P --condition C "
+        f"`simreal {robot_flag}eval --checkpoint <this dir> --dynamics-profile P --condition C "
         "--episodes N`.",
     ]
     if notes:

@@ -30,6 +30,7 @@ from simreal_ros.settings_check import (
     SettingsError,
     check_graph,
     check_launch_arguments,
+    check_launch_argv,
     check_node_settings,
     parameter_file_values,
 )
@@ -96,10 +97,24 @@ def test_an_undeclared_launch_argument_is_refused_with_a_hint():
         check_launch_arguments({"profile": "real_twin"}, declared)
 
 
+def test_the_launch_files_first_action_refuses_bad_command_line_words():
+    # What `ros2 launch simreal_ros sim.launch.py ...` hands the launch context as argv.
+    given = check_launch_argv(["dynamics_profile:=real_twin", "autostart:=false"], "sim")
+    assert given == {"dynamics_profile": "real_twin", "autostart": "false"}
+    with pytest.raises(SettingsError, match="did you mean 'dynamics_profile'"):
+        check_launch_argv(["dynamics_profil:=real_twin"], "sim")
+    with pytest.raises(SettingsError, match="did you mean 'real_twin'"):
+        check_launch_argv(["dynamics_profile:=real_twn"], "sim")
+    # The real graph has no sim bridge, so no dynamics profile, but its own robot_launch.
+    with pytest.raises(SettingsError, match="launch argument dynamics_profile:="):
+        check_launch_argv(["dynamics_profile:=real_twin"], "real")
+    assert check_launch_argv(["robot_launch:=/x/arm.launch.py", "task:=reach"], "real")
+
+
 # --- one word, one meaning -------------------------------------------------------------
 
 
-def test_profile_means_neither_graph_nor_dynamics_in_up_and_trials(capsys):
+def test_profile_means_neither_graph_nor_dynamics_in_any_command(capsys):
     assert main(["up", "--profile", "sim", "--list"]) == 2
     err = capsys.readouterr().err
     assert "--graph sim|real" in err and "--dynamics-profile" in err
@@ -109,6 +124,16 @@ def test_profile_means_neither_graph_nor_dynamics_in_up_and_trials(capsys):
     assert "no sim bridge" in capsys.readouterr().err
     assert main(["up", "--dynamics-profile", "real_twn", "--list"]) == 2
     assert "did you mean 'real_twin'" in capsys.readouterr().err
+    # Every command that takes a sim's dynamics spells it --dynamics-profile.
+    for command in (
+        ["eval", "--checkpoint", "checkpoints/push"],
+        ["expert"],
+        ["premise"],
+        ["pretrain", "--task", "push"],
+        ["diagnose", "--checkpoint", "checkpoints/push"],
+    ):
+        assert main([*command, "--profile", "real_twin"]) == 2, command
+        assert "--dynamics-profile NAME|PATH" in capsys.readouterr().err, command
 
 
 # --- one adapter store per arm and base --------------------------------------------------
