@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from simreal_ros.episodes.bag_reader import bag_state, mcap_file, scan_mcap
 from simreal_ros.episodes.dataset import find_bags, read_episode_metadata
 from simreal_ros.episodes.metadata import EpisodeMetadata
-from simreal_ros.episodes.recovery import bag_state, mcap_file, scan_mcap
 
 
 @dataclasses.dataclass

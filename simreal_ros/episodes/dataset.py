@@ -45,8 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
+from simreal_ros.episodes.bag_reader import bag_state, iter_mcap_records, mcap_file
 from simreal_ros.episodes.metadata import METADATA_TOPIC, METADATA_TYPE, EpisodeMetadata
-from simreal_ros.episodes.recovery import bag_state, iter_mcap_records, mcap_file
 from simreal_ros.episodes.typestore import project_typestore
 from simreal_ros.robot.joint_order import JointOrder
 from simreal_ros.robot.observation import RAW_FIELDS, field_size
@@ -225,7 +225,7 @@ def iter_bag_messages(bag_dir: Path, topics: Iterable[str]) -> Iterator[tuple[st
 def _stream_messages(bag_dir: Path, wanted: set[str], store) -> Iterator[tuple[str, int, object]]:
     from mcap.records import Message
 
-    from simreal_ros.episodes.recovery import ScanResult
+    from simreal_ros.episodes.bag_reader import ScanResult
 
     scan = ScanResult({}, {}, __import__("collections").Counter(), False, "")
     path = mcap_file(bag_dir)
@@ -308,7 +308,7 @@ def read_episode_metadata(bag_dir: Path) -> EpisodeMetadata | None:
         return None
     from mcap.records import Message
 
-    from simreal_ros.episodes.recovery import ScanResult
+    from simreal_ros.episodes.bag_reader import ScanResult
 
     store = project_typestore()
     scan = ScanResult({}, {}, __import__("collections").Counter(), False, "")

@@ -9,6 +9,7 @@ import yaml
 from mcap.reader import make_reader
 from rosbags.rosbag2 import Reader
 
+from simreal_ros.episodes.bag_reader import bag_state
 from simreal_ros.episodes.bag_writer import EpisodeRecording, TopicSpec
 from simreal_ros.episodes.metadata import (
     METADATA_TOPIC,
@@ -16,7 +17,7 @@ from simreal_ros.episodes.metadata import (
     check_episode_id,
     normalize_failure_mode,
 )
-from simreal_ros.episodes.recovery import bag_state, recover_bag
+from simreal_ros.episodes.recovery import recover_bag
 from simreal_ros.episodes.synthetic import TOPICS, write_episode
 from simreal_ros.episodes.typestore import definition_and_hash, project_typestore
 

@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 
 from simreal_ros.cli.main import main
-from simreal_ros.episodes.recovery import bag_state
+from simreal_ros.episodes.bag_reader import bag_state
 from simreal_ros.episodes.synthetic import JOINTS, write_episode
 
 

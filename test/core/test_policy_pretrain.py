@@ -73,7 +73,8 @@ def test_evaluation_is_deterministic_per_seed_and_parallel_matches_serial(tiny_r
 
 def test_eval_command_prints_the_interval_and_records_it(tiny_run, capsys):
     args = ["eval", "--checkpoint", str(tiny_run), "--episodes", "2", "--workers", "1"]
-    assert main([*args, "--dynamics-profile", "real_twin", "--condition", "shifted", "--record"]) == 0
+    args += ["--dynamics-profile", "real_twin", "--condition", "shifted", "--record"]
+    assert main(args) == 0
     printed = capsys.readouterr().out
     assert "Wilson 95% CI" in printed and "stand-in" in printed
     evaluation = ckpt.read_metadata(tiny_run)["evaluation"]["real_twin/shifted"]

@@ -17,7 +17,8 @@ from sensor_msgs.msg import JointState
 from simreal_ros.srv import StartEpisode
 from std_srvs.srv import Trigger
 
-from simreal_ros.episodes.recovery import bag_state, recover_bag
+from simreal_ros.episodes.bag_reader import bag_state
+from simreal_ros.episodes.recovery import recover_bag
 from simreal_ros.episodes.typestore import project_typestore
 from simreal_ros.graph.processes import NodeProcess, graph_environment, python_module_argv
 from simreal_ros.nodes import qos

@@ -89,8 +89,9 @@ def assert_policy_kill_within_bounds(rig, config, limits) -> dict:
 
 
 def test_sim_graph_survives_a_sigkill_of_each_node(tmp_path, rclpy_context, rigs):
+    from simreal_ros.episodes.bag_reader import bag_state
     from simreal_ros.episodes.dataset import read_episode_metadata
-    from simreal_ros.episodes.recovery import bag_state, recover_bag
+    from simreal_ros.episodes.recovery import recover_bag
     from simreal_ros.nodes.fault_watch import FaultRig
     from simreal_ros.robot.description import load_robot_description
     from simreal_ros.safety import limits_from_description

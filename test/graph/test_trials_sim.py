@@ -14,8 +14,8 @@ from rostest_helpers import spin_until, wait_for_subscribers
 from sensor_msgs.msg import JointState
 from simreal_ros.msg import PolicyAction
 
+from simreal_ros.episodes.bag_reader import bag_state
 from simreal_ros.episodes.dataset import read_episode, read_episode_metadata
-from simreal_ros.episodes.recovery import bag_state
 from simreal_ros.graph.processes import NodeProcess, graph_environment, python_module_argv
 from simreal_ros.nodes import qos
 
