@@ -44,6 +44,16 @@ def setting(
     return dataclasses.field(default=default, metadata=metadata)
 
 
+
+def shared_setting(owner: type, name: str, default: Any) -> Any:
+    """A field that sets ``owner``'s setting ``name`` for it, with its own default: the
+    description, range and choices stay declared once, on ``owner``, and validate here too."""
+    field = next((f for f in dataclasses.fields(owner) if f.name == name), None)
+    if field is None:
+        raise AttributeError(f"{owner.__name__} has no setting {name!r}")
+    metadata = {**field.metadata, "shared_with": owner.__name__}
+    return dataclasses.field(default=default, metadata=metadata)
+
 def describe(field: dataclasses.Field) -> str:
     meta = field.metadata
     text = meta.get("description", "")

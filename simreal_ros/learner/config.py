@@ -18,7 +18,9 @@ class LearnerConfig:
     method: str = setting(
         "sgft",
         "Fine-tuning method: bc, rl (actor-critic on real data), sgft (rl with V_sim shaping "
-        "and horizon H), sysid (rl in the sim identified from the real bags, sim-only).",
+        "and horizon H), sysid (rl in the sim identified from the real bags, sim-only), "
+        "adapt (identify the dynamics from the newest real bags, then adapt the running "
+        "policy in the identified sim, learner/adaptation.py).",
         choices=METHODS,
     )
     horizon: int = setting(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from simreal_ros.config_schema import setting, validate
-from simreal_ros.learner.config import METHODS
+from simreal_ros.config_schema import setting, shared_setting, validate
+from simreal_ros.learner.config import METHODS, LearnerConfig
 from simreal_ros.loop.arm_decision import INCONCLUSIVE
 from simreal_ros.loop.plan import MAX_ROUND_INDEX
 
@@ -14,13 +14,7 @@ from simreal_ros.loop.plan import MAX_ROUND_INDEX
 class LoopConfig:
     task: str = setting("push", "task to fine-tune", choices=("push", "reach"))
     checkpoint: str = setting("", "base checkpoint directory (empty: the shipped one)")
-    method: str = setting(
-        "adapt",
-        "fine-tuning method of the learner; adapt (the default): identify the stand-in's "
-        "dynamics from the newest recorded episodes, then adapt the running policy in the "
-        "identified sim (learner/adaptation.py) before the arm decides",
-        choices=METHODS,
-    )
+    method: str = shared_setting(LearnerConfig, "method", "adapt")
     methods: str = setting(
         "",
         "comma-separated methods the rounds alternate (round 1 the first, round 2 the "
@@ -39,24 +33,18 @@ class LoopConfig:
         "unless its mean paired difference is negative; keep; rollback",
         choices=INCONCLUSIVE,
     )
-    identify_dynamics: bool = setting(
-        True,
-        "before each round the learner identifies the stand-in's dynamics from the newest "
-        "recorded bags (simreal_ros/sysid) and screens in the identified profile, the best "
-        "available model of the arm (method sysid also trains there)",
-    )
-    sysid_max_episodes: int = setting(
-        8, "newest recorded episodes an identification uses", low=2, high=10000
-    )
-    sysid_evaluations: int = setting(
-        200, "replays in an identification's first CMA-ES restart", low=20, high=10**6
-    )
+    # Learner settings the loop sets with its own defaults (small rounds on the stand-in);
+    # each is declared once, in LearnerConfig, and graph_overrides hands them all on.
+    identify_dynamics: bool = shared_setting(LearnerConfig, "identify_dynamics", True)
+    sysid_max_episodes: int = shared_setting(LearnerConfig, "sysid_max_episodes", 8)
+    sysid_evaluations: int = shared_setting(LearnerConfig, "sysid_evaluations", 200)
+    sysid_restarts: int = shared_setting(LearnerConfig, "sysid_restarts", 2)
     learner_set: str = setting(
         "",
         "learner settings for this run, KEY=VALUE separated by ';' (YAML values), e.g. "
         "'gate_rule=relative;promote_ci_low=0.3'",
     )
-    horizon: int = setting(1, "SGFT horizon H (0 = infinite: plain shaping)", low=0, high=64)
+    horizon: int = shared_setting(LearnerConfig, "horizon", 1)
     rounds: int = setting(
         3, "fine-tuning rounds after the zero-shot round 0", low=0, high=MAX_ROUND_INDEX
     )
@@ -98,13 +86,10 @@ class LoopConfig:
         900.0, "wall-clock limit for one learner round (train + screen)", low=10.0, high=86400.0,
         unit="s",
     )  # fmt: skip
-    updates_per_round: int = setting(300, "learner gradient updates per round", low=1, high=10**6)
-    sim_episodes: int = setting(
-        10, "sim episodes the learner collects with the base policy (replay, shaping scale)",
-        low=0, high=10000,
-    )  # fmt: skip
-    screen_seeds: int = setting(20, "sim screening episodes per condition", low=1, high=10000)
-    screen_workers: int = setting(2, "parallel screening workers", low=1, high=64)
+    updates_per_round: int = shared_setting(LearnerConfig, "updates_per_round", 300)
+    sim_episodes: int = shared_setting(LearnerConfig, "sim_episodes", 10)
+    screen_seeds: int = shared_setting(LearnerConfig, "screen_seeds", 20)
+    screen_workers: int = shared_setting(LearnerConfig, "screen_workers", 2)
     check_episodes: int = setting(
         50,
         "per round and condition: off-ROS stand-in episodes behind the safety filter on the "
@@ -144,11 +129,19 @@ class LoopConfig:
 
         return self.checkpoint or str(shipped_checkpoint(self.task))
 
+    def learner_settings(self) -> dict:
+        """Every learner setting this config carries (``shared_setting`` fields), then
+        ``learner_set`` on top."""
+        shared = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.metadata.get("shared_with") == LearnerConfig.__name__
+        }
+        return {**shared, **self.learner_overrides()}
+
     def learner_overrides(self) -> dict:
         """``learner_set`` as a mapping, each key a LearnerConfig setting."""
         import yaml
-
-        from simreal_ros.learner.config import LearnerConfig
 
         known = {f.name for f in dataclasses.fields(LearnerConfig)}
         out = {}

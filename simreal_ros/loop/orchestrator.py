@@ -103,21 +103,12 @@ OpenGraph = Callable[[str], AbstractContextManager[LoopGraph]]
 def graph_overrides(config: LoopConfig, run: RunDirectory, method: str | None = None) -> dict:
     """Per-node parameters of the loop's graph (the task and checkpoint are graph-level)."""
     learner = {
-        "method": method or config.method_of_round(1),
-        "horizon": config.horizon,
         "store_root": str(run.models),
-        "updates_per_round": config.updates_per_round,
-        "screen_seeds": config.screen_seeds,
-        "sim_episodes": config.sim_episodes,
-        "screen_workers": config.screen_workers,
-        "round_every_episodes": 0,
+        "round_every_episodes": 0,  # the loop asks for each round
         "seed": config.seed,
-        "identify_dynamics": config.identify_dynamics,
-        "sysid_max_episodes": config.sysid_max_episodes,
-        "sysid_evaluations": config.sysid_evaluations,
-        "sysid_restarts": 2,
+        **config.learner_settings(),
+        "method": method or config.method_of_round(1),  # --methods cycles it by round
     }
-    learner.update(config.learner_overrides())
     return {
         "sim_bridge": {
             "profile": config.stand_in_profile,

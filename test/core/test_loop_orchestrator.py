@@ -244,3 +244,24 @@ def test_a_completed_run_resumes_to_nothing_and_another_configuration_is_refused
     assert opened == [] and len(summary.rounds) == 1 and "is complete" in log
     with pytest.raises(ValueError, match="another configuration"):
         run_loop(tmp_path, graph, rounds=0, seed=4)
+
+
+def test_the_loops_learner_settings_are_the_learners_own_and_all_reach_the_node(tmp_path):
+    from simreal_ros.learner.config import LearnerConfig
+
+    learner_fields = {f.name: f for f in dataclasses.fields(LearnerConfig)}
+    loop_fields = {f.name: f for f in dataclasses.fields(LoopConfig)}
+    shared = sorted(set(loop_fields) & set(learner_fields) - {"task", "checkpoint", "seed"})
+    assert {"horizon", "sysid_restarts", "screen_seeds", "updates_per_round"} <= set(shared)
+    for name in shared:  # one description and one range; only the default is the loop's
+        loop_meta = dict(loop_fields[name].metadata)
+        assert loop_meta.pop("shared_with") == "LearnerConfig", name
+        assert loop_meta == dict(learner_fields[name].metadata), name
+    config = LoopConfig(task="reach", sysid_restarts=4, learner_set="screen_seeds=7")
+    learner = orchestrator_module.graph_overrides(config, RunDirectory(tmp_path, "s"))["learner"]
+    assert {name: learner[name] for name in shared} == {
+        name: 7 if name == "screen_seeds" else getattr(config, name) for name in shared
+    }
+    LearnerConfig(**learner)  # the node's own schema accepts what the loop hands it
+    with pytest.raises(ValueError, match="sysid_restarts"):
+        LoopConfig(sysid_restarts=0)  # the learner's range holds in the loop too
