@@ -21,6 +21,9 @@ ARGS = [
     "--task", "reach", "--rounds", "1", "--eval-episodes", "2", "--collect-episodes", "2",
     "--updates-per-round", "10", "--screen-seeds", "2", "--real-time-factor", "1.5",
     "--sim-episodes", "2", "--check-episodes", "2", "--method", "sgft",
+    # The loop's identification, at the smallest budget that still runs it end to end
+    # (what it recovers is test_sysid_graph.py's subject).
+    "--sysid-max-episodes", "2", "--sysid-evaluations", "20", "--sysid-restarts", "1",
 ]  # fmt: skip
 
 
@@ -92,6 +95,9 @@ def test_loop_runs_rounds_through_the_graph_and_resumes_after_sigterm(tmp_path):
         assert round1["arm_decision"]["pairs"] == 4, round1["arm_decision"]
     assert round1["real_episodes_total"] > round0["real_episodes_total"]
     assert round1["diagnosis"]["label"]
+    identified = round1["identification"]
+    assert identified["episodes"] == 2 and (run / "models").is_dir(), identified
+    assert identified["profile"].startswith(str(run / "models" / "sysid")), identified
     assert [c["episodes"] for c in round1["check"]] == [2, 2]  # the off-ROS check ran
     # ... and on the graph's own evaluation seeds, the same version off ROS.
     assert [c["episodes"] for c in round1["same_seeds"]] == [2, 2]

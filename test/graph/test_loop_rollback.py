@@ -33,6 +33,7 @@ def test_a_candidate_that_loses_on_the_arm_is_rolled_back(tmp_path, ros_domain_i
         "--rounds", "1", "--eval-episodes", "4", "--collect-episodes", "2",
         "--updates-per-round", "20", "--screen-seeds", "2", "--real-time-factor", "1.5",
         "--sim-episodes", "2", "--check-episodes", "0", "--methods", "bc,rl",
+        "--identify-dynamics", "false",  # bc needs no identified sim; test_loop.py runs it
         "--learner-set", f"{PERMISSIVE_GATE};{SABOTAGE}", "--domain-id", str(domain),
         "--runs-dir", str(tmp_path / "runs"), "--run-id", "rb",
     ]  # fmt: skip
