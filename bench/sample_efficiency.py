@@ -78,6 +78,7 @@ if str(REPO) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO))
 
 from simreal_ros.executor import make_executor  # noqa: E402
+from simreal_ros.learner.methods import method_traits  # noqa: E402
 from simreal_ros.stats import (  # noqa: E402
     bootstrap_ci,
     normalised_auc,
@@ -113,7 +114,7 @@ LABELS = {
 PRIMARY_METHODS = ("zero_shot", "bc_lora", "rl_ft", "sgft_h1")
 ABLATION_METHODS = ("zero_shot", "rl_ft", "sgft_h1_simadv", "sgft_h3", "sgft_hinf")
 SYSID_METHODS = ("zero_shot", "rl_ft", "sysid")  # the online-identification baseline
-SGFT_ARMS = tuple(m for m, o in METHODS.items() if o and o["method"] == "sgft")
+SGFT_ARMS = tuple(m for m, o in METHODS.items() if o and method_traits(o["method"]).shaped)
 ARM_FIELDS = tuple(sorted({k for row in METHODS.values() if row for k in row}))
 # LearnerConfig fields that differ per job by construction, not per arm.
 PER_JOB_FIELDS = ("seed", "store_root")
@@ -419,7 +420,7 @@ def method_job(
     sim = None
     # The learner's default sim data (nominal sim, not the stand-in): replay + SGFT scale.
     # Seeded by the bench seed only, so every arm of a seed replays the same sim episodes.
-    if config.sim_episodes > 0 and (config.sim_replay or config.ewc or config.method == "sgft"):
+    if config.wants_sim_episodes:
         sim = collect_sim_transitions(
             checkpoint, cfg.task, config.sim_episodes, seed=1_000 + seed,
             episode_seconds=cfg.episode_seconds,
@@ -435,7 +436,7 @@ def method_job(
         episode_seconds=cfg.episode_seconds,
     )
     expert = None
-    if config.method == "bc" and cfg.bc_demos > 0:
+    if method_traits(config.method).uses_expert_demos and cfg.bc_demos > 0:
         from simreal_ros.sim.expert import make_expert
 
         expert = make_expert(cfg.task, control_rate_hz=control_rate)
@@ -453,7 +454,7 @@ def method_job(
                 lora.inner(session.actor_peft), cfg.noise or None, config.exploration_std_max
             )
             seeds = cfg.collection_seeds(seed, round_index)
-            if config.method == "sysid":
+            if method_traits(config.method).trains_in == "identified_sim":
                 # Its stand-in episodes are bags (states at 100 Hz, the commands topic) to
                 # identify from; no stand-in transition reaches its updates.
                 collected = _record_bags(cfg, session, store_root / "bags", seeds, seed)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simreal_ros.config_schema import setting, validate
+from simreal_ros.learner.methods import METHODS, method_traits
 from simreal_ros.policy.config import EXPLORATION_STD_MAX
 from simreal_ros.sim.profiles import check_profile
 
-METHODS = ("bc", "rl", "sgft", "sysid", "adapt")
 CRITIC_INITS = ("auto", "fresh", "checkpoint", "checkpoint_lora", "sim_advantage")
 
 
@@ -392,12 +392,12 @@ class LearnerConfig:
         if self.identified_profile:
             check_profile(self.identified_profile)
         critic_from_checkpoint = self.critic_init in ("checkpoint", "checkpoint_lora")
-        if self.method == "sgft" and critic_from_checkpoint and self.horizon != 0:
+        if method_traits(self.method).shaped and critic_from_checkpoint and self.horizon != 0:
             raise ValueError(
                 "critic_init=checkpoint needs horizon=0 (infinite): the checkpoint's "
                 "critic has no horizon-indexed heads. Use critic_init=fresh or auto."
             )
-        if self.critic_init == "sim_advantage" and self.method != "sgft":
+        if self.critic_init == "sim_advantage" and not method_traits(self.method).shaped:
             raise ValueError(
                 "critic_init=sim_advantage is SGFT's warm start (the critic learns the shaped "
                 "return, whose sim value is Q_sim - V_sim); use it with method=sgft."
@@ -410,8 +410,15 @@ class LearnerConfig:
     def identifies_from_bags(self) -> bool:
         """Rounds first identify the dynamics from the newest real bags (sysid always does,
         unless a profile was identified beforehand)."""
-        identifying = self.identify_dynamics or self.method in ("sysid", "adapt")
+        identifying = self.identify_dynamics or method_traits(self.method).identifies
         return identifying and not self.identified_profile
+
+    @property
+    def wants_sim_episodes(self) -> bool:
+        """Sim episodes of the base policy are collected when no sim bags are given: for
+        replay, EWC or (a shaped method) the shaping scale."""
+        uses = self.sim_replay or self.ewc or method_traits(self.method).shaped
+        return self.sim_episodes > 0 and uses
 
     @property
     def horizon_or_none(self) -> int | None:
@@ -422,7 +429,7 @@ class LearnerConfig:
     def resolved_critic_init(self) -> str:
         if self.critic_init != "auto":
             return self.critic_init
-        return "checkpoint" if self.method in ("rl", "sysid") else "fresh"
+        return method_traits(self.method).auto_critic_init
 
     @property
     def effective_learning_rate(self) -> float:

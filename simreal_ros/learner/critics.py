@@ -13,6 +13,7 @@ import torch
 from simreal_ros.learner import lora
 from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.ewc import ElasticWeightConsolidation
+from simreal_ros.learner.methods import method_traits
 from simreal_ros.learner.replay import Transitions
 from simreal_ros.learner.sac_finetune import ColumnCritic
 from simreal_ros.learner.sgft import (
@@ -23,9 +24,6 @@ from simreal_ros.learner.sgft import (
     fixed_reward_scale,
     with_failure_value,
 )
-
-# Methods that fine-tune an actor-critic (a critic, a reward scale, the trust region).
-ACTOR_CRITIC_METHODS = ("rl", "sgft", "sysid")
 
 log = logging.getLogger("simreal_ros.learner")
 
@@ -58,7 +56,8 @@ def check_critic_trained(checkpoint, config: LearnerConfig) -> str:
     warning when they were not and this method would use them, else empty."""
     training = (checkpoint.metadata or {}).get("training", {}) or {}
     untrained = training.get("sac_steps") == 0 and not training.get("critic_steps")
-    if untrained and (config.method == "sgft" or config.resolved_critic_init != "fresh"):
+    needs_critic = method_traits(config.method).shaped or config.resolved_critic_init != "fresh"
+    if untrained and needs_critic:
         warning = (
             f"checkpoint {checkpoint.version}: its critics were never trained "
             "(training.sac_steps = 0), so V_sim / the critic warm start carry no value "
@@ -105,7 +104,7 @@ class Critics:
     ) -> None:
         self.gamma = gamma
         self.v_sim: FrozenSimValue | None = None
-        if config.method == "sgft":
+        if method_traits(config.method).shaped:
             self.v_sim = FrozenSimValue(
                 checkpoint.model.actor,
                 checkpoint.model.critic,
@@ -123,10 +122,10 @@ class Critics:
         self.failure_value: float | None = config.failure_value or None
         if self.failure_value is None and sim_data is not None and len(sim_data):
             self.failure_value = self._auto_failure_value(sim_data)
-        if config.method in ACTOR_CRITIC_METHODS:
+        if method_traits(config.method).actor_critic:
             self.reward_scale, self.scale_source = self._fixed_scale(config, sim_data)
         self.critic: torch.nn.Module | None = None
-        if config.method in ACTOR_CRITIC_METHODS:
+        if method_traits(config.method).actor_critic:
             self.critic = self._make_critic(config, checkpoint)
 
     def annotate(self, data: Transitions) -> None:
@@ -151,7 +150,7 @@ class Critics:
         if sim is None or len(sim) < 2:
             return 1.0, "1 (no sim data to fix it from)"
         rewards = with_failure_value(sim.rewards, sim.failures, self.gamma, self.failure_value)
-        shaped = config.method == "sgft"
+        shaped = method_traits(config.method).shaped
         scale = fixed_reward_scale(
             rewards,
             sim.v_sim if shaped else None,
@@ -164,7 +163,7 @@ class Critics:
 
     def _make_critic(self, cfg: LearnerConfig, checkpoint) -> torch.nn.Module:
         arch = checkpoint.arch
-        horizon = cfg.horizon_or_none if cfg.method == "sgft" else None
+        horizon = cfg.horizon_or_none if method_traits(cfg.method).shaped else None
         init = cfg.resolved_critic_init
         if init == "fresh":
             return HorizonCritic(

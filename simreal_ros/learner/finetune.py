@@ -25,6 +25,7 @@ from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.critics import Critics, make_ewc
 from simreal_ros.learner.data import policy_actions, rollout_transitions
 from simreal_ros.learner.ewc import ElasticWeightConsolidation
+from simreal_ros.learner.methods import method_traits
 from simreal_ros.learner.replay import Transitions
 from simreal_ros.learner.sac_finetune import ActorCriticFineTuner
 from simreal_ros.learner.sgft import ValueExploitMonitor, frozen_copy, shape_rewards
@@ -116,10 +117,8 @@ class RoundTrainer:
         self.sysid_data: Transitions | None = None  # method sysid: identified-sim episodes
         self._real_transitions_seen = 0
         self._updates: dict[str, Callable[..., dict[str, float]]] = {
-            "bc": self._behaviour_cloning,
-            "rl": self._actor_critic,
-            "sgft": self._actor_critic,
-            "sysid": self._actor_critic,
+            "behaviour_cloning": self._behaviour_cloning,
+            "actor_critic": self._actor_critic,
         }
 
     def train(
@@ -141,7 +140,7 @@ class RoundTrainer:
         updates = max(config.updates_per_round, math.ceil(config.update_to_data * new_real))
         metrics: dict[str, float] = {"updates": float(updates), "new_real_transitions": new_real}
         self.parent_actor = frozen_copy(lora.merged(self.actor_peft))
-        update = self._updates[config.method]
+        update = self._updates[method_traits(config.method).update]
         metrics.update(update(config, data, real, round_, real_now, updates))
         metrics["distance_from_parent"] = distance_from_parent(
             self.actor_peft, self.parent_actor, data.obs
@@ -180,8 +179,8 @@ class RoundTrainer:
                 critics.critic,
                 data,
                 gamma=critics.gamma,
-                horizon=cfg.horizon_or_none if cfg.method == "sgft" else None,
-                shaping=cfg.method == "sgft",
+                horizon=cfg.horizon_or_none if method_traits(cfg.method).shaped else None,
+                shaping=method_traits(cfg.method).shaped,
                 reward_scale=critics.reward_scale,
                 actor_learning_rate=cfg.effective_learning_rate,
                 critic_learning_rate=cfg.effective_critic_learning_rate,
@@ -210,7 +209,12 @@ class RoundTrainer:
                 self.tuner.base_actor = self.parent_actor  # the trust region's new centre
         self.tuner.anchor_weight = anchor_weight(cfg, real_now)
         metrics = {"anchor_weight": self.tuner.anchor_weight}
-        if cfg.model_rollouts and cfg.method == "sgft" and real is not None and len(real):
+        if (
+            cfg.model_rollouts
+            and method_traits(cfg.method).shaped
+            and real is not None
+            and len(real)
+        ):
             metrics.update(self._model_rollouts(cfg, real))
         metrics.update(self.tuner.train(updates))
         return metrics

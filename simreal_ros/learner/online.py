@@ -166,7 +166,7 @@ class OnlineLearner:
             sim, _ = load_episodes(cfg.sim_data_dir, checkpoint)
             if sim is not None:
                 sim = sim.subset(~sim.real_mask())
-        elif cfg.sim_episodes > 0 and (cfg.sim_replay or cfg.ewc or cfg.method == "sgft"):
+        elif cfg.wants_sim_episodes:
             self.state = "collecting sim data"
             sim = collect_sim_transitions(
                 checkpoint,

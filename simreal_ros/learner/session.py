@@ -38,6 +38,7 @@ from simreal_ros.learner.data import load_episodes
 from simreal_ros.learner.finetune import RoundTrainer
 from simreal_ros.learner.gate import Evaluator, GateDecision
 from simreal_ros.learner.identified import IdentifiedDynamics
+from simreal_ros.learner.methods import method_traits
 from simreal_ros.learner.promotion import (
     Candidate,
     Promotion,
@@ -137,9 +138,11 @@ class LearnerSession:
         """Train one candidate adapter from the running one and stage it in the store."""
         cfg = self.config
         started = time.time()
-        if cfg.method == "adapt":
+        if method_traits(cfg.method).update == "adaptation":
             return self._adapt(real, manifest, version, started)
-        if cfg.method == "sysid":  # no real transition reaches the update
+        if (
+            method_traits(cfg.method).trains_in == "identified_sim"
+        ):  # no real transition reaches it
             real = self.trainer.identified_sim_episodes(
                 cfg, self.identified.profile, self.converter, self.round
             )

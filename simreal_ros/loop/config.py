@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from simreal_ros.config_schema import setting, shared_setting, validate
-from simreal_ros.learner.config import METHODS, LearnerConfig
+from simreal_ros.learner.config import LearnerConfig
+from simreal_ros.learner.methods import METHODS, method_traits
 from simreal_ros.loop.arm_decision import INCONCLUSIVE
 from simreal_ros.loop.plan import MAX_ROUND_INDEX
 
@@ -121,7 +122,8 @@ class LoopConfig:
 
     def uses_expert(self) -> bool:
         """Whether some round collects scripted-expert demonstrations (method bc)."""
-        return "bc" in self.round_methods() and self.expert_demos > 0
+        uses = any(method_traits(m).uses_expert_demos for m in self.round_methods())
+        return uses and self.expert_demos > 0
 
     def base_checkpoint(self) -> str:
         """The checkpoint the rounds fine-tune: ``checkpoint``, or the task's shipped one."""

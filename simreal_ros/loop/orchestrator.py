@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from simreal_ros.episodes.metadata import CONDITIONS
+from simreal_ros.learner.methods import method_traits
 from simreal_ros.loop.arm_decision import decide_on_arm
 from simreal_ros.loop.config import LoopConfig
 from simreal_ros.loop.plan import RoundSeeds, plan_collection
@@ -314,7 +315,7 @@ class LoopOrchestrator:
         """Stand-in episodes the round's learning read: identification's (methods sysid and
         adapt train in sim only), or every recorded one for a method that trains on them."""
         identified = int(record.identification.get("episodes", 0) or 0)
-        if record.method in ("sysid", "adapt"):
+        if method_traits(record.method).trains_in == "identified_sim":
             return identified
         return max(identified, previous.real_episodes_total + len(collected))
 
@@ -325,7 +326,7 @@ class LoopOrchestrator:
         where the round's method uses them."""
         index = record.index
         record.method = self.config.method_of_round(index)
-        demos = self.config.expert_demos if record.method == "bc" else 0
+        demos = self.config.expert_demos if method_traits(record.method).uses_expert_demos else 0
         plan = plan_collection(
             previous.diagnosis.get("label", ""),
             previous.score("train"),
