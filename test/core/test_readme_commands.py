@@ -31,6 +31,7 @@ from readme_commands import (
     SIMREAL,
     YAML_BLOCK,
     all_commands,
+    documents,
     key_of,
     simreal_argv,
 )
@@ -134,7 +135,7 @@ def test_runnable_commands_run_as_written(scratch):
     env["PATH"] = f"{scratch / '.venv' / 'bin'}:{env['PATH']}"  # `simreal` as installed
     env.pop("SIMREAL_ROBOT", None)
     ran = []
-    text = (ROOT / "README.md").read_text()
+    text = "\n".join(doc.read_text() for doc in documents())  # the template: a linked doc
     for doc, command in all_commands():
         expected = 0
         if command.startswith(SHELL_RUN):
@@ -148,7 +149,7 @@ def test_runnable_commands_run_as_written(scratch):
             expected = EXPECTED_EXIT.get(key, 0)
         else:
             continue
-        if "robot check my_arm" in argv:  # the README's robot.yaml template, as written
+        if "robot check my_arm" in argv:  # the robot.yaml template, as written
             (scratch / "my_arm" / "robot.yaml").write_text(YAML_BLOCK.search(text).group(1))
         result = subprocess.run(
             ["bash", "-c", argv], cwd=scratch, env=env, capture_output=True, text=True,
