@@ -5,10 +5,10 @@ Tiers: test/core (no ROS), test/node (rclpy in one process), test/graph (process
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import random
-import shutil
 from pathlib import Path
 
 import pytest
@@ -41,9 +41,16 @@ os.environ.update(graph_environment(domain_id=_DOMAIN_ID))
 # 75 minutes). faulthandler's watchdog is a thread of its own: past the hard limit it writes
 # every thread's stack to build/stuck-tests/ and ends the worker, which xdist reports as a
 # crash of that test; the controller prints the stacks in its summary.
-STUCK_DIR = Path(__file__).resolve().parents[1] / "build" / "stuck-tests"
+# Each run writes under a directory of its own (the controller's pid, handed to the workers
+# in the environment), so two runs in one checkout never remove each other's records.
+STUCK_ROOT = Path(__file__).resolve().parents[1] / "build" / "stuck-tests"
+STUCK_DIR_VARIABLE = "SIMREAL_STUCK_TESTS_DIR"
 HARD_LIMIT_MARGIN_S = 120.0
 _stuck_log = None
+
+
+def _stuck_dir() -> Path:
+    return Path(os.environ.setdefault(STUCK_DIR_VARIABLE, str(STUCK_ROOT / f"run-{os.getpid()}")))
 
 
 def pytest_configure(config):
@@ -55,19 +62,21 @@ def pytest_configure(config):
     except ImportError:
         pass
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker is None:  # the controller, or a run without workers: start a clean record
-        shutil.rmtree(STUCK_DIR, ignore_errors=True)
+    stuck_dir = _stuck_dir()  # the controller sets it before its workers start
     if worker is not None or config.getoption("numprocesses", None) in (None, 0):
-        STUCK_DIR.mkdir(parents=True, exist_ok=True)
-        _stuck_log = open(STUCK_DIR / f"{worker or 'main'}-{os.getpid()}.txt", "w")  # noqa: SIM115
+        stuck_dir.mkdir(parents=True, exist_ok=True)
+        _stuck_log = open(stuck_dir / f"{worker or 'main'}-{os.getpid()}.txt", "w")  # noqa: SIM115
 
 
 def pytest_unconfigure(config):
     if _stuck_log is not None:
         _stuck_log.close()
         record = Path(_stuck_log.name)
-        if record.stat().st_size == 0:
+        if record.exists() and record.stat().st_size == 0:
             record.unlink()
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        with contextlib.suppress(OSError):
+            _stuck_dir().rmdir()  # only when no record is left in it
 
 
 def _hard_limit_s(item) -> float | None:
@@ -96,9 +105,10 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 def pytest_terminal_summary(terminalreporter):
-    if os.environ.get("PYTEST_XDIST_WORKER") is not None or not STUCK_DIR.is_dir():
+    stuck_dir = _stuck_dir()
+    if os.environ.get("PYTEST_XDIST_WORKER") is not None or not stuck_dir.is_dir():
         return
-    for record in sorted(STUCK_DIR.glob("*.txt")):
+    for record in sorted(stuck_dir.glob("*.txt")):
         text = record.read_text(errors="replace").strip()
         if text:
             terminalreporter.section(f"stuck test, ended by the watchdog ({record.name})")
