@@ -164,7 +164,12 @@ def _fake_launch(monkeypatch) -> None:
     """Just enough of `launch` and `launch_ros` (not on PyPI) to build the description."""
     modules = {
         "launch": ["LaunchDescription"],
-        "launch.actions": ["DeclareLaunchArgument", "IncludeLaunchDescription", "LogInfo"],
+        "launch.actions": [
+            "DeclareLaunchArgument",
+            "IncludeLaunchDescription",
+            "LogInfo",
+            "OpaqueFunction",
+        ],
         "launch.conditions": ["IfCondition"],
         "launch.launch_description_sources": ["AnyLaunchDescriptionSource"],
         "launch.substitutions": ["LaunchConfiguration", "PythonExpression"],
@@ -205,6 +210,29 @@ def test_the_launch_files_express_the_same_policy(monkeypatch):
             last = type(said[-1][0]).__name__
             # The respawns spent: a required node shuts the launch down, others stay down.
             assert last == ("Shutdown" if policy.required else "LogInfo"), (name, last)
+
+
+def test_the_launch_files_check_their_command_line_before_any_node(monkeypatch):
+    _fake_launch(monkeypatch)
+    from simreal_ros.nodes import launch_graph
+    from simreal_ros.settings_check import SettingsError
+
+    for profile in description.PROFILES:
+        (actions,) = launch_graph.launch_description(profile).args
+        first = actions[0]
+        assert type(first).__name__ == "OpaqueFunction"
+        declared = {a.args[0] for a in actions if type(a).__name__ == "DeclareLaunchArgument"}
+        assert declared == set(description.declared_launch_arguments(profile))
+
+        def run(argv, configurations=None, first=first):
+            context = types.SimpleNamespace(argv=argv, launch_configurations=configurations or {})
+            return first.kwargs["function"](context, *first.kwargs["args"])
+
+        assert run(["robot:=panda", "task:=push"]) == []
+        with pytest.raises(SettingsError, match="did you mean 'task'"):
+            run(["tsk:=push"])
+        # Included by a parent launch file with arguments of its own: told not to check.
+        assert run(["tsk:=push"], {"check_arguments": "false"}) == []
 
 
 def test_the_fault_checks_judge_a_policy_kill_from_recordings():

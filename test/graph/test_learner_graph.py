@@ -117,7 +117,8 @@ def test_recorded_episodes_lead_to_a_promoted_adapter_the_policy_runs(
         assert spin_until(executor, lambda: actions[-1].policy_version == update.version, 120.0), (
             policy.output()[-3000:]
         )
-        assert "now running v0001" in policy.output()
+        # The log line comes through a pipe; the action that showed the swap came over DDS.
+        assert policy.wait_for_output("now running v0001", 30.0), policy.output()[-3000:]
     finally:
         for process in [trials, *reversed(processes)]:
             if process is not None:
