@@ -7,7 +7,10 @@ env returns; the policy node and the expert driver both build it here.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
+from rclpy.serialization import deserialize_message
 
 from simreal_ros.robot.joint_order import JointOrder
 
@@ -34,3 +37,29 @@ def observation_from_messages(
         "object_orientation": np.array([o.w, o.x, o.y, o.z]),
         "goal_position": np.array([goal.x, goal.y, goal.z]),
     }
+
+
+class NewestMessage:
+    """A raw subscription's newest message, deserialized once when first read: at up to
+    500 Hz only the newest one per control tick is ever used. Call it as the callback."""
+
+    def __init__(self, msg_type) -> None:
+        self.msg_type = msg_type
+        self.received = 0.0  # time.monotonic() of the newest arrival; 0: none yet
+        self._raw: bytes | None = None
+        self._raw_read: bytes | None = None
+        self._msg = None
+
+    def __call__(self, raw: bytes) -> None:
+        self._raw = raw
+        self.received = time.monotonic()
+
+    def read(self):
+        raw = self._raw
+        if raw is not None and raw is not self._raw_read:
+            self._msg = deserialize_message(raw, self.msg_type)
+            self._raw_read = raw
+        return self._msg
+
+    def age_ms(self, now: float) -> float:
+        return (now - self.received) * 1000.0 if self.received else float("nan")

@@ -102,8 +102,8 @@ configured = node.trigger_configure() == TransitionCallbackReturn.SUCCESS
 project_typestore()
 print(json.dumps({
     "configured": configured,
-    "error": node._last_error,
-    "checkpoint": str(node._checkpoint.path) if node._checkpoint else None,
+    "error": node.versions.last_error,
+    "checkpoint": str(node.versions.checkpoint.path) if node.versions.checkpoint else None,
     "shipped": str(shipped_checkpoint(node.config.task)),
     "data_root": str(resources.data_root()),
     "installed": resources.is_installed(),

@@ -66,7 +66,7 @@ def test_policy_runs_the_base_and_names_both_sides_of_a_foreign_adapter(
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
         assert node.active_version == "untrained"
         assert node.version_source == f"base untrained from {base}"
-        error = node._last_error
+        error = node.versions.last_error
         assert "v0001" in error and "robot 'panda', 8 joints" in error, error
         assert f"this graph runs robot '{ROBOT.name}', 7 joints" in error, error
         values = {}
@@ -98,8 +98,9 @@ def test_policy_reads_its_own_robot_and_base_store(rclpy_context, executor, tmp_
     node = make_policy(rclpy_context, executor, checkpoint=str(base), adapter_store=template)
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
-        assert node._store.root == scoped_store_root(template, ROBOT.name, base)
-        assert node._last_error == ""  # the Panda's adapter is in another store: not offered
+        assert node.versions.store.root == scoped_store_root(template, ROBOT.name, base)
+        # The Panda's adapter is in another store: not offered.
+        assert node.versions.last_error == ""
         assert node.active_version == "untrained"
     finally:
         executor.remove_node(node)

@@ -156,7 +156,7 @@ def test_lifecycle_transitions_and_actions_match_the_core_policy(
     assert len(world.actions) == count, "published while inactive"
     publisher = node._action_pub
     assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
-    assert node.active_version == "" and node._checkpoint is None
+    assert node.active_version == "" and node.versions.checkpoint is None
     assert node._action_pub is None and publisher not in node._managed_entities
 
 
@@ -164,7 +164,7 @@ def test_configure_refuses_a_checkpoint_with_another_rate(rclpy_context, executo
     base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, control_rate_hz=20.0)
     node = make_policy(rclpy_context, executor, checkpoint=str(base_dir), control_rate_hz=100.0)
     assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
-    assert "control_rate_hz" in node._last_error
+    assert "control_rate_hz" in node.versions.last_error
     assert node.active_version == ""
 
 
@@ -235,7 +235,7 @@ def test_hot_swap_at_100_hz_misses_no_tick_and_rollback_returns(rclpy_context, e
     assert wait_for_subscribers(executor, clock.publisher)
     # Observations first (they arrive on their own, in wall time), then tick.
     assert spin_until(
-        executor, lambda: None not in (node._joint_raw, node._object_raw, node._status_msg), 10.0
+        executor, lambda: all(m.received for m in (node._joints, node._object, node._status)), 10.0
     )
     clock.advance(100)
     assert wait_for_subscribers(executor, world.updates)
@@ -274,7 +274,7 @@ def test_hot_swap_at_100_hz_misses_no_tick_and_rollback_returns(rclpy_context, e
             promoted=True,
         )
     )
-    assert spin_until(executor, lambda: "checksum" in node._last_error, 10.0)
+    assert spin_until(executor, lambda: "checksum" in node.versions.last_error, 10.0)
     assert node.active_version == "a1"
     assert spin_until(
         executor,
@@ -327,7 +327,7 @@ def test_rollback_moves_the_store_and_the_running_version_together(
     )
     assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
     # Preloaded: the store's kept versions, never a rejected one nor what it does not know.
-    assert set(node._cache) == {"base-v1", "v0001", "v0002"}
+    assert set(node.versions.cache) == {"base-v1", "v0001", "v0002"}
 
     def together(version: str) -> None:
         assert node.active_version == version
@@ -354,12 +354,12 @@ def test_rollback_moves_the_store_and_the_running_version_together(
         response = rollback(node, version)
         assert not response.success and why in response.message, response.message
         assert response.active_version == "base-v1"
-        assert why in node._last_error
+        assert why in node.versions.last_error
         together("base-v1")
 
     assert rollback(node, "v0002").success
     together("v0002")
-    assert node._last_error == ""
+    assert node.versions.last_error == ""
     # A kept version modified on disk is refused, though it is cached.
     weights = store.root / "v0001" / ckpt.ADAPTER_WEIGHTS
     weights.write_bytes(weights.read_bytes()[:-8])
@@ -405,7 +405,7 @@ def test_exploration_is_a_run_time_switch_capped_by_its_std(rclpy_context, execu
     assert spin_until(executor, lambda: len(world.actions) >= start + 40, 10.0)
     spin_until(executor, lambda: False, 0.1)
     explored = np.array([a.values for a in world.actions[start + 2 :]])
-    scale = np.asarray(node._checkpoint.spec.action_scale)
+    scale = np.asarray(node.versions.checkpoint.spec.action_scale)
     deviation = (explored - expected) / scale  # in normalised action units
     assert np.abs(deviation).max() > 1e-3, "explore on, but actions did not change"
     # tanh is 1-Lipschitz: |tanh(m + s e) - tanh(m)| <= cap * |e|, and |e| < 5 here.
