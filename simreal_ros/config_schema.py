@@ -44,7 +44,6 @@ def setting(
     return dataclasses.field(default=default, metadata=metadata)
 
 
-
 def shared_setting(owner: type, name: str, default: Any) -> Any:
     """A field that sets ``owner``'s setting ``name`` for it, with its own default: the
     description, range and choices stay declared once, on ``owner``, and validate here too."""
@@ -53,6 +52,7 @@ def shared_setting(owner: type, name: str, default: Any) -> Any:
         raise AttributeError(f"{owner.__name__} has no setting {name!r}")
     metadata = {**field.metadata, "shared_with": owner.__name__}
     return dataclasses.field(default=default, metadata=metadata)
+
 
 def describe(field: dataclasses.Field) -> str:
     meta = field.metadata

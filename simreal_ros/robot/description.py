@@ -124,7 +124,7 @@ def resolve_robot_path(robot: str | Path | None) -> Path:
         raise RobotDescriptionError(
             f"robot {str(robot)!r}: no such robot. Give a shipped arm "
             f"({', '.join(SHIPPED_ROBOTS)}), a directory holding {DESCRIPTION_FILE}, or the "
-            "path of such a file (see the README, 'Bring your own arm')."
+            "path of such a file (see docs/configuration.md, 'Bring your own arm')."
         )
     return path.resolve()
 
@@ -217,7 +217,7 @@ def parse_robot_description(path: str | Path) -> RobotDescription:
     raw = _read_yaml(path, "robot description")
     if not isinstance(raw, Mapping):
         raise RobotDescriptionError(f"{path}: a robot description is a YAML mapping.")
-    hint = "see the README, 'Bring your own arm'."
+    hint = "see docs/configuration.md, 'Bring your own arm'."
     name = str(_field(raw, "name", path, hint))
     joints_raw = _field(raw, "controller_joints", path, "list the controller's joint names.")
     if not isinstance(joints_raw, list) or not joints_raw:
