@@ -159,5 +159,12 @@ def plan(operation: str, nodes: list[str], states: dict[str, str]) -> list[tuple
     missing = [node for node in nodes if node not in states]
     if missing:
         raise ValueError(f"no lifecycle state known for {', '.join(missing)}.")
+    if goal == "active":
+        first_down = next((i for i, n in enumerate(nodes) if states[n] != "active"), len(nodes))
+        if any(states[n] == "active" for n in nodes[first_down + 1 :]):
+            # A node restarted while nothing watched (a respawned manager finds the arm side
+            # new and the filter still active): what follows it starts afresh from what it
+            # publishes, its clock included, as after a death seen by supervision.
+            return recovery_plan(nodes, states)
     ordered = nodes if forward else list(reversed(nodes))
     return [(node, step) for node in ordered for step in transitions_between(states[node], goal)]

@@ -237,16 +237,18 @@ class LifecycleManagerNode(Node):
             self.get_logger().warning(self.last_result)
 
     async def _query_state(self, name: str) -> str | None:
+        """The node's state, asking again until ``service_timeout_s``: a service that looks
+        ready may be a dead process's, still in the graph, that never answers."""
         client = self._get_state[name]
         deadline = time.monotonic() + self.config.service_timeout_s
-        while not client.service_is_ready():
-            if time.monotonic() > deadline:
-                return None
+        while time.monotonic() <= deadline:
+            if client.service_is_ready():
+                answer = await self._call(client, GetState.Request(), self.config.probe_timeout_s)
+                if answer is not None:
+                    state = answer.current_state
+                    return bringup.STATE_NAMES.get(state.id, state.label)
             await self._sleep(0.05)
-        answer = await self._call(client, GetState.Request())
-        if answer is None:
-            return None
-        return bringup.STATE_NAMES.get(answer.current_state.id, answer.current_state.label)
+        return None
 
     async def _call(self, client, request, timeout: float | None = None):
         future = client.call_async(request)

@@ -43,6 +43,29 @@ def test_plans_start_from_each_node_s_own_state_and_skip_what_is_done():
     assert transitions_between("active", "active") == []
 
 
+def test_startup_after_an_unwatched_restart_brings_what_follows_it_up_afresh():
+    # A respawned manager's autostart finds a new sim bridge (a new sim clock from 0) behind
+    # a filter and a policy still active on the old clock: the filter refused every newer
+    # state as out of order until the new clock caught up (a minute in a test).
+    states = {"sim_bridge": "unconfigured", "safety": "active", "policy": "active"}
+    expected = [
+        ("policy", "deactivate"),
+        ("policy", "cleanup"),
+        ("safety", "deactivate"),
+        ("safety", "cleanup"),
+        ("sim_bridge", "configure"),
+        ("sim_bridge", "activate"),
+        ("safety", "configure"),
+        ("safety", "activate"),
+        ("policy", "configure"),
+        ("policy", "activate"),
+    ]
+    assert plan("startup", NODES, states) == plan("resume", NODES, states) == expected
+    # In order (nothing active after a node that is down): only what is missing.
+    states = {"sim_bridge": "active", "safety": "unconfigured", "policy": "unconfigured"}
+    assert plan("startup", NODES, states)[0] == ("safety", "configure")
+
+
 def test_bad_states_operations_and_node_lists_are_refused_with_reasons():
     with pytest.raises(ValueError, match="finalized node has to be restarted"):
         plan("startup", ["policy"], {"policy": "finalized"})
