@@ -29,6 +29,7 @@ from simreal_ros.adapters.store import (
 )
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.inference import DeployedPolicy, deploy_adapter, deploy_base
+from simreal_ros.robot.kinematics import ToolKinematics
 
 MAX_CACHED_VERSIONS = 8
 ROLLBACK_LOAD_TIMEOUT_S = 30.0
@@ -63,7 +64,11 @@ class PolicyVersions:
         checkpoint = ckpt.load_numpy_checkpoint(
             directory, description=self.robot, control_rate_hz=control_rate_hz
         )
-        base = deploy_base(checkpoint)
+        # This node's arm, passed on: the converter never falls back to the process's arm.
+        kinematics = (
+            ToolKinematics.for_robot(self.robot) if checkpoint.spec.needs_kinematics else None
+        )
+        base = deploy_base(checkpoint, kinematics)
         root = (
             scoped_store_root(adapter_store, self.robot.name, directory) if adapter_store else None
         )
