@@ -95,8 +95,8 @@ class LearnerConfig:
         "Exploration, the same for every method: collection samples the policy's own "
         "tanh-Gaussian with its std capped here (normalised units; 0 = uncapped). SAC's "
         "learned std is used where it is smaller; the cap keeps a std that pretraining never "
-        "calibrated (the shipped push actor's is 0.3-0.8, above its typical mean action) "
-        "from turning episodes into noise.",
+        "calibrated (it can exceed the actor's typical mean action) from turning episodes "
+        "into noise.",
         low=0.0,
         high=10.0,
     )
@@ -339,8 +339,8 @@ class LearnerConfig:
         0.8,
         "Reject if the safety filter intervened in more than this share of the screening "
         "control steps, not counting the velocity/acceleration/jerk shaping every 20 Hz "
-        "step gets (the shipped push and reach policies: 0.42-0.44, in randomized sim and "
-        "on the stand-in). Needs screen_safety_filter.",
+        "step gets (the shipped policies' rates are in docs/learning.md). Needs "
+        "screen_safety_filter.",
         low=0.0,
         high=1.0,
         dynamic=True,
@@ -348,8 +348,7 @@ class LearnerConfig:
     screen_max_saturated_share: float = setting(
         0.5,
         "Reject if more than this share of the actor's action components sit at the tanh "
-        "bound (|a| >= 0.99) in screening (the shipped policies: under 0.01). Any "
-        "non-finite action rejects, whatever this is.",
+        "bound (|a| >= 0.99) in screening. Any non-finite action rejects, whatever this is.",
         low=0.0,
         high=1.0,
         dynamic=True,
