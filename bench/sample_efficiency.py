@@ -77,7 +77,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO))
 
+from simreal_ros.config_schema import shared_setting, validate  # noqa: E402
 from simreal_ros.executor import make_executor  # noqa: E402
+from simreal_ros.learner.config import LearnerConfig  # noqa: E402
 from simreal_ros.learner.methods import method_traits  # noqa: E402
 from simreal_ros.stats import (  # noqa: E402
     bootstrap_ci,
@@ -136,7 +138,7 @@ class BenchConfig:
     methods: tuple[str, ...] = PRIMARY_METHODS
     episodes_per_round: int = 5
     max_rounds: int = 8
-    updates_per_round: int = 300
+    updates_per_round: int = shared_setting(LearnerConfig, "updates_per_round", 300)
     eval_episodes: int = 30
     eval_first_seed: int = 900_000
     target: float = 0.8
@@ -144,7 +146,7 @@ class BenchConfig:
     # the policy's own capped distribution (the learner's rule, the default).
     noise: float = 0.0
     bc_demos: int = 0
-    sim_episodes: int = 10
+    sim_episodes: int = shared_setting(LearnerConfig, "sim_episodes", 10)
     episode_seconds: float = 6.0
     workers: int = 2
     # auto: fit V_sim in sim when the base's critics were never trained (see fit_sim_critic).
@@ -156,6 +158,9 @@ class BenchConfig:
     bootstrap_seed: int = 0
     # Wall-clock end (epoch s; 0 = none): jobs start no new round after it (flagged).
     deadline: float = 0.0
+
+    def __post_init__(self) -> None:
+        validate(self)  # the learner settings it carries, in the learner's own ranges
 
     @property
     def episode_budget(self) -> int:
@@ -334,7 +339,6 @@ def learner_config(cfg: BenchConfig, **values: Any):
     """The learner's defaults, the bench's settings, then --learner KEY=VALUE overrides
     (parsed and validated by the learner's own config schema)."""
     from simreal_ros.config_schema import from_mapping
-    from simreal_ros.learner.config import LearnerConfig
 
     for key, text in cfg.learner_overrides:
         if key not in LearnerConfig.__dataclass_fields__:

@@ -203,3 +203,18 @@ def test_learner_overrides_go_through_the_learner_schema():
         bench.learner_config(
             bench.BenchConfig(checkpoint="x", learner_overrides=(("learning_rate", "5"),))
         )
+
+
+def test_the_bench_carries_learner_settings_in_the_learners_own_schema():
+    from simreal_ros.learner.config import LearnerConfig
+
+    learner = {f.name: f for f in dataclasses.fields(LearnerConfig)}
+    for field in dataclasses.fields(bench.BenchConfig):
+        if field.name in learner and field.name not in ("task", "checkpoint", "seed"):
+            meta = dict(field.metadata)
+            assert meta.pop("shared_with", None) == "LearnerConfig", field.name
+            assert meta == dict(learner[field.name].metadata), field.name
+    with pytest.raises(ValueError, match="updates_per_round = 0 is below its minimum"):
+        bench.BenchConfig(checkpoint="x", updates_per_round=0)
+    config = bench.arm_config(bench.BenchConfig(checkpoint="x", sim_episodes=3), "rl_ft")
+    assert config.sim_episodes == 3 and config.updates_per_round == 300
