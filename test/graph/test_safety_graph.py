@@ -72,6 +72,10 @@ def processes():
         process.stop()
 
 
+# Serial: it times the hold in sim time, which runs on while a second worker's load delays
+# the filter's ticks (0.304 s against 0.22 s once in CI; 0.200 s alone); `make test` runs
+# it alone after the rest.
+@pytest.mark.serial
 def test_killing_the_policy_holds_the_arm_and_limits_hold_in_physics(
     processes, rclpy_context, executor
 ):
