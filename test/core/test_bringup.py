@@ -7,16 +7,19 @@ from simreal_ros.graph.bringup import LifecycleManagerConfig, plan, transitions_
 NODES = ["sim_bridge", "safety", "policy"]
 
 
+BRING_UP = [
+    ("sim_bridge", "configure"),
+    ("sim_bridge", "activate"),
+    ("safety", "configure"),
+    ("safety", "activate"),
+    ("policy", "configure"),
+    ("policy", "activate"),
+]
+
+
 def test_startup_configures_and_activates_in_bring_up_order():
     states = dict.fromkeys(NODES, "unconfigured")
-    assert plan("startup", NODES, states) == [
-        ("sim_bridge", "configure"),
-        ("sim_bridge", "activate"),
-        ("safety", "configure"),
-        ("safety", "activate"),
-        ("policy", "configure"),
-        ("policy", "activate"),
-    ]
+    assert plan("startup", NODES, states) == BRING_UP
 
 
 def test_pause_deactivates_in_reverse_so_the_policy_stops_before_the_filter_brakes():
@@ -48,18 +51,13 @@ def test_startup_after_an_unwatched_restart_brings_what_follows_it_up_afresh():
     # a filter and a policy still active on the old clock: the filter refused every newer
     # state as out of order until the new clock caught up (a minute in a test).
     states = {"sim_bridge": "unconfigured", "safety": "active", "policy": "active"}
-    expected = [
+    down = [
         ("policy", "deactivate"),
         ("policy", "cleanup"),
         ("safety", "deactivate"),
         ("safety", "cleanup"),
-        ("sim_bridge", "configure"),
-        ("sim_bridge", "activate"),
-        ("safety", "configure"),
-        ("safety", "activate"),
-        ("policy", "configure"),
-        ("policy", "activate"),
     ]
+    expected = down + BRING_UP
     assert plan("startup", NODES, states) == plan("resume", NODES, states) == expected
     # In order (nothing active after a node that is down): only what is missing.
     states = {"sim_bridge": "active", "safety": "unconfigured", "policy": "unconfigured"}
