@@ -1,7 +1,8 @@
 """fault_watch: records, from outside the graph, what a fault-injection run judges.
 
 ``FaultWatch`` keeps policy actions (arrival, stamp), /safety/status, every command to the
-arm and the lifecycle manager's /diagnostics, each with its arrival time on this
+arm, the lifecycle manager's /diagnostics and the safety filter's and the policy's
+lifecycle transition events, each with its arrival time on this
 process's monotonic clock, so kills (timed on it too) line up with what followed.
 ``FaultRig`` runs `simreal up`, the watcher and a trial runner node (for resets and
 recorded episodes) and kills nodes by name. The judging is core code
@@ -21,12 +22,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
+from lifecycle_msgs.msg import TransitionEvent
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool
 
-from simreal_ros.graph.fault_checks import DRIVING_STATES, PolicyKill, StatusSample
+from simreal_ros.graph.fault_checks import DRIVING_STATES, PolicyKill, StatusSample, Transition
 from simreal_ros.graph.fault_checks import measure_policy_kill as judge_policy_kill
 from simreal_ros.graph.processes import NodeProcess, graph_environment
 from simreal_ros.msg import PolicyAction, SafetyStatus
@@ -47,6 +49,7 @@ class FaultWatch(Node):
         self.statuses: list[StatusSample] = []
         self.commands: list[tuple[float, np.ndarray]] = []
         self.manager: list[tuple[float, int, str, dict]] = []
+        self.transitions: list[Transition] = []
         # Deep and reliable, as the safety node publishes: no command may go unseen.
         deep = QoSProfile(
             history=HistoryPolicy.KEEP_LAST, depth=1000, reliability=ReliabilityPolicy.RELIABLE
@@ -55,6 +58,10 @@ class FaultWatch(Node):
         self.create_subscription(PolicyAction, "/policy/action", self._on_action, qos.COMMAND)
         self.create_subscription(SafetyStatus, "/safety/status", self._on_status, deep)
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
+        for name in ("safety", "policy"):
+            self.create_subscription(
+                TransitionEvent, f"/{name}/transition_event", self._on_transition(name), deep
+            )
 
     def _on_command(self, msg: Float64MultiArray) -> None:
         with self.lock:
@@ -75,6 +82,14 @@ class FaultWatch(Node):
         with self.lock:
             self.statuses.append(sample)
 
+    def _on_transition(self, node: str):
+        def record(msg: TransitionEvent) -> None:
+            event = Transition(time.monotonic(), node, msg.start_state.id, msg.goal_state.id)
+            with self.lock:
+                self.transitions.append(event)
+
+        return record
+
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         now = time.monotonic()
         for status in msg.status:
@@ -92,6 +107,11 @@ class FaultWatch(Node):
                 list(self.commands),
                 list(self.manager),
             )
+
+    def transition_events(self) -> list[Transition]:
+        """A copy of the safety filter's and the policy's lifecycle transitions seen."""
+        with self.lock:
+            return list(self.transitions)
 
     def commanded_speed(self, dt: float, last: int = 5, fresh_s: float = 0.1) -> float:
         """Largest joint speed over the newest ``last`` commands (0 with too few, or when
