@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from simreal_ros.atomic_files import write_text_atomic
-from simreal_ros.robot.description import RobotDescription, load_robot_description
+from simreal_ros.robot.description import load_robot_description
+from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
 from simreal_ros.sim.tasks import CONDITIONS, TASKS, ReachTask
 

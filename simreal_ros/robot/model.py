@@ -24,7 +24,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from simreal_ros.robot.description import RobotDescription, RobotDescriptionError
+from simreal_ros.robot.description_record import RobotDescription, RobotDescriptionError
 
 SCENE_FILE = Path(__file__).resolve().parents[1] / "sim" / "scene.xml"
 AUTO_SERVO_ERROR = 0.05  # rad (m for a slide) of tracking error at the effort limit

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from simreal_ros.config_schema import setting, validate
-from simreal_ros.robot.description import RobotDescription
+from simreal_ros.robot.description_record import RobotDescription
 
 DEFAULT_TIME_CONSTANT = 0.05  # s: a stiff position loop, well inside one 20 Hz policy step
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from simreal_ros import config_schema
 from simreal_ros.config_schema import setting
-from simreal_ros.robot.description import RobotDescription
+from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.sim.physics import ArmPhysics
 from simreal_ros.sim.profiles import DynamicsProfile, check_profile, load_profile
 from simreal_ros.sim.tasks import CONDITIONS, TASKS, Task, make_task

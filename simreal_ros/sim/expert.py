@@ -19,7 +19,8 @@ import time
 
 import numpy as np
 
-from simreal_ros.robot.description import RobotDescription, load_robot_description
+from simreal_ros.robot.description import load_robot_description
+from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.robot.kinematics import ToolKinematics
 from simreal_ros.stats import wilson_interval
 

@@ -24,7 +24,8 @@ from collections.abc import Mapping
 import mujoco
 import numpy as np
 
-from simreal_ros.robot.description import RobotDescription, load_robot_description
+from simreal_ros.robot.description import load_robot_description
+from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.robot.model import compile_scene, joint_address
 
 # Bodies and geoms whose parameters are exposed by default (any valid name is accepted).

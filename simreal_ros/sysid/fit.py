@@ -39,7 +39,7 @@ from typing import Any
 import cma
 import numpy as np
 
-from simreal_ros.robot.description import RobotDescription
+from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.sysid.recording import ReplayEpisode
 from simreal_ros.sysid.simulate import (
     DEFAULT_SEGMENT_TICKS,
@@ -685,6 +685,35 @@ def _polish(objective, estimate, fit, settings, iterations: int = 3) -> list[flo
     return estimate
 
 
+def partners_of_dropped(
+    full_h: np.ndarray, kept: list[int], h: np.ndarray, limits: np.ndarray
+) -> dict[int, tuple[int, float]]:
+    """Kept parameters whose best value, given the others kept, moves by more than their
+    limit when a parameter not kept moves by its probe ``h``: kept index -> (the dropped
+    one, the shift). The conditional minimum of the kept set K moves by
+    -H_KK^-1 H_Ki h_i (the local quadratic); repeated until no kept parameter follows one
+    that is not kept, since a parameter left out makes its own partners suspect."""
+    kept = list(kept)
+    found: dict[int, tuple[int, float]] = {}
+    while kept:
+        dropped = [i for i in range(len(h)) if i not in kept]
+        if not dropped:
+            break
+        inverse = np.linalg.inv(full_h[np.ix_(kept, kept)])
+        shifts = np.abs(inverse @ full_h[np.ix_(kept, dropped)]) * h[dropped]  # (K, D)
+        worst = np.argmax(shifts, axis=1)
+        moving = {
+            kept[k]: (dropped[int(worst[k])], float(shifts[k, worst[k]]))
+            for k in range(len(kept))
+            if shifts[k, worst[k]] > limits[kept[k]]
+        }
+        if not moving:
+            break
+        found.update(moving)
+        kept = [k for k in kept if k not in moving]
+    return found
+
+
 def _identifiability(objective, estimate, restarts, fit, settings, travel):
     """Per parameter: identifiable or not (with the reason), its posterior spread, and the
     correlations of the coupled pairs.
@@ -696,7 +725,8 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel):
     Cov(g) the covariance of the mean gradient over segments. A parameter whose curvature is
     not 2 standard errors above 0, or whose error rise at the probe is below
     ``min_relative_increase``, is flat; a coupled pair with |correlation| (of H^-1) above
-    MAX_CORRELATION trades off; either gets no value, as does one whose spread exceeds the
+    MAX_CORRELATION trades off; either gets no value, as does one whose best value follows
+    a parameter without one (``partners_of_dropped``), one whose spread exceeds the
     settings' maximum or whose restarts disagree.
     """
     params = objective.parameters
@@ -761,6 +791,17 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel):
             + (f" with {', '.join(partners)}" if partners else "")
         )
         kept.remove(worst)
+    # A kept parameter whose best value moves with a dropped one's (held at nominal in the
+    # identified model, whatever the arm's value) is not fixed by the data either.
+    limits = np.array([settings.max_spread_steps if p.is_latency else settings.max_spread_log
+                       for p in params])  # fmt: skip
+    for j, (i, shift) in partners_of_dropped(full_h, kept, h, limits).items():
+        unit = "steps" if params[j].is_latency else "in log(factor)"
+        reasons[j].append(
+            f"its best value moves {shift:.2g} {unit} when {params[i].pattern}, which the "
+            "data do not fix, moves one probe"
+        )
+        kept.remove(j)
     spread = np.full(count, np.nan)
     if kept:
         # Sandwich: the minimum moves by -H^-1 g; g's covariance from the segments.

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from simreal_ros.episodes.dataset import find_bags, iter_bag_messages, read_episode_metadata
-from simreal_ros.robot.description import RobotDescription
+from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.robot.joint_order import JointOrder
 
 COMMAND_TOPIC = "/forward_position_controller/commands"

@@ -6,7 +6,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from simreal_ros.robot.description import RobotDescription, load_robot_description
+from simreal_ros.robot.description import load_robot_description
+from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.sysid.fit import (
     FitParameter,
     FitSettings,

@@ -46,7 +46,7 @@ import mujoco
 import numpy as np
 from mujoco import rollout
 
-from simreal_ros.robot.description import RobotDescription
+from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.sim.environment import EnvironmentConfig
 from simreal_ros.sim.physics import ArmPhysics
 from simreal_ros.sysid.recording import ReplayEpisode

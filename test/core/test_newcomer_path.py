@@ -25,7 +25,8 @@ from simreal_ros.cli.main import main
 from simreal_ros.cli.up import running_policy
 from simreal_ros.episodes.synthetic import write_episode
 from simreal_ros.policy import checkpoint as ckpt
-from simreal_ros.robot.description import RobotDescriptionError, load_robot_description
+from simreal_ros.robot.description import load_robot_description
+from simreal_ros.robot.description_record import RobotDescriptionError
 from simreal_ros.settings_check import (
     SettingsError,
     check_graph,

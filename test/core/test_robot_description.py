@@ -13,11 +13,11 @@ import yaml
 from simreal_ros.robot import description as robot_description
 from simreal_ros.robot.description import (
     SHIPPED_ROBOTS,
-    RobotDescriptionError,
     load_robot_description,
     parse_robot_description,
     resolve_robot_path,
 )
+from simreal_ros.robot.description_record import RobotDescriptionError
 from simreal_ros.robot.model import compile_robot, compile_scene
 from simreal_ros.sim.physics import ArmPhysics, mujoco
 
