@@ -263,3 +263,31 @@ def test_segments_restart_from_the_recording(known_bags):
     losses = simulator.segment_losses([{}, true])
     assert losses.shape[1] == simulator.segment_count()
     assert np.median(losses[1]) < 0.2 * np.median(losses[0])
+
+
+def test_a_value_that_follows_a_dropped_parameter_is_not_given():
+    from simreal_ros.sysid.fit import partners_of_dropped
+
+    # 0: a wrist gain without a value; 1: the damping coupled with it; 2: the latency;
+    # 3: a parameter coupled only with the damping. Probes: ×1.25 (log 0.223), 2 steps.
+    h = np.array([0.223, 0.223, 2.0, 0.223])
+    limits = np.array([0.11, 0.11, 1.0, 0.11])
+    full_h = np.array([
+        [1.0, 0.9, 0.0, 0.0],
+        [0.9, 1.0, 0.0, 0.6],
+        [0.0, 0.0, 1.0, 0.0],
+        [0.0, 0.6, 0.0, 1.0],
+    ])  # fmt: skip
+    # Given 3, the damping's best value moves 0.9·0.223/(1-0.36) ≈ 0.31 > 0.11 per probe of
+    # the wrist gain, and 3's moves with it (0.9·0.6·0.223/0.64 ≈ 0.19); the latency stays.
+    found = partners_of_dropped(full_h, [1, 2, 3], h, limits)
+    assert set(found) == {1, 3}
+    assert found[1] == (0, pytest.approx(0.9 * 0.223 / 0.64))
+    assert found[3] == (0, pytest.approx(0.9 * 0.6 * 0.223 / 0.64))
+    # Weakly coupled (0.3·0.223 = 0.067 per probe): the damping keeps its value.
+    weak = full_h.copy()
+    weak[0, 1] = weak[1, 0] = 0.3
+    weak[1, 3] = weak[3, 1] = 0.0
+    assert partners_of_dropped(weak, [1, 2, 3], h, limits) == {}
+    # Nothing dropped: nothing to follow.
+    assert partners_of_dropped(full_h, [0, 1, 2, 3], h, limits) == {}
