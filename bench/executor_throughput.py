@@ -51,8 +51,8 @@ class RolloutChunk:
 
 
 def _policy_and_env(checkpoint: str):
-    from simreal_ros.policy.evaluate import PolicySource, build_policy
     from simreal_ros.sim.gym_env import ArmTaskEnv
+    from simreal_ros.training.evaluate import PolicySource, build_policy
 
     policy = build_policy(PolicySource(checkpoint))
     env = ArmTaskEnv(

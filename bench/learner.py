@@ -23,9 +23,9 @@ from simreal_ros.learner.bc import bc_loss
 from simreal_ros.learner.replay import Transitions, batch_from
 from simreal_ros.learner.sac_finetune import ActorCriticFineTuner
 from simreal_ros.learner.sgft import HorizonCritic
-from simreal_ros.policy.model import ActorCritic, Architecture
 from simreal_ros.policy.spec import default_spec
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.training.model import ActorCritic, Architecture
 
 
 def make_data(n: int, obs_dim: int, act_dim: int, seed: int = 0) -> Transitions:

@@ -197,8 +197,8 @@ def _now_msg():
 def forward_times(checkpoint_dir: Path) -> dict:
     import torch
 
-    from simreal_ros.policy.checkpoint import load_checkpoint
     from simreal_ros.policy.inference import NumpyActor
+    from simreal_ros.training.torch_checkpoint import load_checkpoint
 
     torch.set_num_threads(1)
     actor = load_checkpoint(checkpoint_dir).model.actor
@@ -226,8 +226,8 @@ def main() -> None:
         run_relay(RATE_HZ)
         return
     from simreal_ros.graph.processes import NodeProcess, graph_environment, python_module_argv
-    from simreal_ros.policy.checkpoint import make_untrained_checkpoint
     from simreal_ros.robot.description import load_robot_description
+    from simreal_ros.training.torch_checkpoint import make_untrained_checkpoint
 
     env = graph_environment(domain_id=int(time.time()) % 90 + 5)
     import os

@@ -79,9 +79,10 @@ def make_adapter(base_dir: Path, adapter_dir: Path, version: str, seed: int) -> 
     from peft import LoraConfig, get_peft_model
 
     from simreal_ros.policy import checkpoint as ckpt
-    from simreal_ros.policy.model import ACTOR_LORA_TARGETS
+    from simreal_ros.training.model import ACTOR_LORA_TARGETS
+    from simreal_ros.training.torch_checkpoint import load_checkpoint
 
-    base = ckpt.load_checkpoint(base_dir, with_critic=False)
+    base = load_checkpoint(base_dir, with_critic=False)
     torch.manual_seed(seed)
     actor = get_peft_model(
         copy.deepcopy(base.model.actor),
@@ -117,10 +118,11 @@ def measure_swaps(env: dict, timeout: float) -> list[dict]:
     from simreal_ros.nodes import qos
     from simreal_ros.policy import checkpoint as ckpt
     from simreal_ros.robot.description import load_robot_description
+    from simreal_ros.training.torch_checkpoint import make_untrained_checkpoint
 
     robot = load_robot_description()
     work = Path(tempfile.mkdtemp(prefix="policy_startup."))
-    base = ckpt.make_untrained_checkpoint(
+    base = make_untrained_checkpoint(
         work / "base", robot, control_rate_hz=SWAP_RATE_HZ, hidden=(256, 256), version="base"
     )
     for seed, version in enumerate(("a1", "a2")):

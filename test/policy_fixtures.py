@@ -10,8 +10,9 @@ import torch
 from peft import LoraConfig, get_peft_model
 
 from simreal_ros.policy import checkpoint as ckpt
-from simreal_ros.policy.model import ACTOR_LORA_TARGETS
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.training.model import ACTOR_LORA_TARGETS
+from simreal_ros.training.torch_checkpoint import PolicyCheckpoint
 
 ROBOT = load_robot_description()
 
@@ -26,7 +27,7 @@ def observation(rng: np.random.Generator) -> dict:
     }
 
 
-def trained_peft_actor(base: ckpt.PolicyCheckpoint, seed: int = 0, **config):
+def trained_peft_actor(base: PolicyCheckpoint, seed: int = 0, **config):
     """peft LoRA on a copy of the actor, moved off its initialisation (B != 0) by a few
     optimiser steps, as training would."""
     torch.manual_seed(seed)

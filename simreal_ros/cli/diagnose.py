@@ -70,7 +70,7 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from simreal_ros.cli.eval import check_checkpoint_for_robot
     from simreal_ros.diagnosis.run import diagnose
-    from simreal_ros.policy.evaluate import PolicySource
+    from simreal_ros.training.evaluate import PolicySource
 
     check_checkpoint_for_robot(args.checkpoint)
     thresholds_cls, fields = _threshold_fields()

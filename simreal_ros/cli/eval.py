@@ -7,8 +7,8 @@ import json
 
 from simreal_ros.cli.executor_options import add_executor_options, executor_from_args
 from simreal_ros.cli.profile_options import add_dynamics_profile_option
-from simreal_ros.policy.evaluate import CONDITIONS
 from simreal_ros.sim.profiles import is_stand_in
+from simreal_ros.training.evaluate import CONDITIONS
 
 
 def add_parser(subparsers) -> None:
@@ -58,7 +58,7 @@ def check_checkpoint_for_robot(checkpoint: str) -> None:
 
 
 def run(args) -> int:
-    from simreal_ros.policy.evaluate import PolicySource, evaluate_policy
+    from simreal_ros.training.evaluate import PolicySource, evaluate_policy
 
     if args.episodes < 1:
         raise ValueError("--episodes must be at least 1.")

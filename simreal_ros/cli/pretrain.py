@@ -58,7 +58,7 @@ def run(args) -> int:
     import torch
     from tqdm import tqdm
 
-    from simreal_ros.policy.pretrain import STATE_DIR, PretrainConfig, Pretrainer
+    from simreal_ros.training.pretrain import STATE_DIR, PretrainConfig, Pretrainer
 
     torch.set_num_threads(max(1, min(int(args.threads), 2)))
     out = Path(args.out) if args.out else Path("runs") / args.task

@@ -13,8 +13,9 @@ They exist to prove that the diagnosis tells failure modes apart (tests, demos):
   (``RecordedEpisode``s), e.g. bimodal ones (mode collapse) or a narrow slice of starts
   (over-specialisation).
 
-Each writes an ordinary checkpoint with ``simreal_ros.policy.checkpoint.save_checkpoint``
-(safetensors + policy.json), so the policy runs through ``build_policy`` like any other.
+Each writes an ordinary checkpoint with
+``simreal_ros.training.torch_checkpoint.save_checkpoint`` (safetensors + policy.json), so
+the policy runs through ``build_policy`` like any other.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from simreal_ros.policy.checkpoint import load_checkpoint, save_checkpoint
-from simreal_ros.policy.model import ActorCritic, Architecture
 from simreal_ros.policy.spec import DEFAULT_OBSERVATION_FIELDS, SpecConverter, default_spec
+from simreal_ros.training.model import ActorCritic, Architecture
+from simreal_ros.training.torch_checkpoint import load_checkpoint, save_checkpoint
 
 
 def _resave(base, out: Path, spec, version: str, note: str) -> Path:

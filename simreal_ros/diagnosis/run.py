@@ -12,7 +12,7 @@
 
 Then ``classify`` (``simreal_ros.diagnosis.classify``) labels the result. ``source`` is a
 ``PolicySource`` (checkpoint directory + optional peft adapter, or in-memory actor
-weights; see ``simreal_ros.policy.evaluate``), built with ``build_policy`` in every
+weights; see ``simreal_ros.training.evaluate``), built with ``build_policy`` in every
 worker process. ``task`` defaults to the checkpoint's. The episodes and the replay run
 on a ``simreal_ros.executor`` executor: the one given, else a local one of ``workers``
 processes (1: this process). ``real_twin`` is a simulated stand-in for the arm.
@@ -35,8 +35,8 @@ from simreal_ros.diagnosis.episodes import RecordedEpisode
 from simreal_ros.diagnosis.replay_check import ReplayResult, replay_check
 from simreal_ros.diagnosis.scenarios import check_task
 from simreal_ros.executor import SimExecutor, make_executor, split_evenly
-from simreal_ros.policy.evaluate import PolicySource, build_policy
 from simreal_ros.sim.profiles import check_profile, is_stand_in
+from simreal_ros.training.evaluate import PolicySource, build_policy
 
 REPLAY_SEED_OFFSET = 100_000  # demonstration seeds, apart from the evaluation seeds
 

@@ -11,7 +11,7 @@ the identified simulator before the arm spends any more time on it.
 2. ``search_teacher``: the scripted teacher's settings (``sim.expert.ExpertTuning``) are
    re-tuned by a grid search in that simulator, within the policy's own per-tick step
    (the spec's action scale): the teacher must be able to show what the student can do.
-3. ``dagger``: the project's own sim training recipe (``policy.pretrain``'s DAgger: roll
+3. ``dagger``: the project's own sim training recipe (``training.pretrain``'s DAgger: roll
    out the student mixed with the teacher with a decaying probability, label every
    visited state with the teacher's action, behaviour-clone on everything) on the
    running policy's LoRA adapter, starting from it. Episodes mix the training and the
@@ -192,11 +192,11 @@ _WORKER_CACHE: dict[str, Any] = {}
 
 def run_episode(job: EpisodeJob) -> EpisodeData:
     """One ``EpisodeJob`` (a picklable top-level function for ``run_map``)."""
-    from simreal_ros.policy.evaluate import PolicySource, build_policy
     from simreal_ros.robot.description import select_robot
     from simreal_ros.sim.expert import ExpertTuning, make_expert
     from simreal_ros.sim.gym_env import ArmTaskEnv
     from simreal_ros.sim.rollout import rollout
+    from simreal_ros.training.evaluate import PolicySource, build_policy
 
     if job.robot is not None:
         select_robot(job.robot)

@@ -13,10 +13,10 @@ so a candidate is rejected only on evidence that it is broken, in any condition:
      it too: there the model of the arm says the condition is hard for every policy, not
      that this candidate is broken (checks 2-4 still apply, and the arm decides);
   2. safety: the safety filter intervened (outside the trajectory shaping every healthy
-     policy gets, see ``policy.evaluate.SHAPING_LIMITS``) in more than
+     policy gets, see ``training.evaluate.SHAPING_LIMITS``) in more than
      ``max_intervention_rate`` of its control steps;
   3. actions: any non-finite action at all, or more than ``max_saturated_share`` of its
-     action components at the tanh bound (``policy.evaluate.SATURATED``);
+     action components at the tanh bound (``training.evaluate.SATURATED``);
   4. divergence: the mean |candidate action - base action| on the candidate's own visited
      states, per component in normalised action units ([-1, 1]; x the spec's action
      scale gives rad per step), above ``max_divergence``.

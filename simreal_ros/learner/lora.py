@@ -16,8 +16,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from simreal_ros.policy.checkpoint import NumpyCheckpoint, PolicyCheckpoint, load_checkpoint
+from simreal_ros.policy.checkpoint import NumpyCheckpoint
 from simreal_ros.policy.lora_merge import merged_actor_state
+from simreal_ros.training.torch_checkpoint import (
+    PolicyCheckpoint,
+    as_torch_checkpoint,
+    load_checkpoint,
+)
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -161,7 +166,7 @@ def apply_adapter(
     """
     state = merged_actor_state(base, adapter_dir, expected_sha256)
     if isinstance(base, NumpyCheckpoint):
-        base = base.torch_checkpoint()
+        base = as_torch_checkpoint(base)
     merged = copy.deepcopy(base.model.actor)
     merged.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
     merged.eval()

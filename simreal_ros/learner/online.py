@@ -157,7 +157,8 @@ class OnlineLearner:
 
     # ------------------------------------------------------------------ worker side
     def _default_session(self) -> LearnerSession:
-        from simreal_ros.policy.checkpoint import load_checkpoint, shipped_checkpoint
+        from simreal_ros.policy.checkpoint import shipped_checkpoint
+        from simreal_ros.training.torch_checkpoint import load_checkpoint
 
         cfg = self.config
         checkpoint = load_checkpoint(cfg.checkpoint_dir or shipped_checkpoint(cfg.task))

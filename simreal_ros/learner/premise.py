@@ -108,10 +108,10 @@ def value_rank(checkpoint, task: str, profile: str, episodes: int, seed: int) ->
 
 
 def check_premise(checkpoint_dir, config: PremiseConfig | None = None) -> PremiseResult:
-    from simreal_ros.policy.checkpoint import load_checkpoint
-    from simreal_ros.policy.evaluate import evaluate_policy
     from simreal_ros.robot.description import load_robot_description
     from simreal_ros.sim.expert import measure_success, stand_in_tuning
+    from simreal_ros.training.evaluate import evaluate_policy
+    from simreal_ros.training.torch_checkpoint import load_checkpoint
 
     cfg = config or PremiseConfig()
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.episodes))

@@ -162,7 +162,7 @@ def policy_evaluator(config: LearnerConfig, profile: Callable[[], str] | None = 
     (the deployed, merged form of base + adapter, with the adapter's checksum checked) in
     ``screen_profile`` (a shipped name or a profile YAML, e.g. an identified one). An
     adapter's actions are compared with the base's on its own states (divergence)."""
-    from simreal_ros.policy.evaluate import PolicySource, evaluate_policy
+    from simreal_ros.training.evaluate import PolicySource, evaluate_policy
 
     def evaluate(checkpoint_dir, adapter_dir, condition, seeds) -> EvaluationSummary:
         source = PolicySource(
@@ -183,7 +183,7 @@ def policy_evaluator(config: LearnerConfig, profile: Callable[[], str] | None = 
 
 
 def summary_from_evaluation(result) -> EvaluationSummary:
-    """``simreal_ros.policy.evaluate.EvaluationResult`` -> the gate's summary (divergence:
+    """``simreal_ros.training.evaluate.EvaluationResult`` -> the gate's summary (divergence:
     the step-weighted mean over the episodes that measured it)."""
     records = result.records
     compared = [r for r in records if r.divergence is not None and r.action_components]

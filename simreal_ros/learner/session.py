@@ -73,8 +73,9 @@ class LearnerSession:
         sim_data: Transitions | None = None,
         store: AdapterStore | None = None,
     ) -> None:
-        from simreal_ros.policy.checkpoint import load_checkpoint, shipped_checkpoint
+        from simreal_ros.policy.checkpoint import shipped_checkpoint
         from simreal_ros.policy.spec import SpecConverter
+        from simreal_ros.training.torch_checkpoint import load_checkpoint
 
         self.config = config
         torch.manual_seed(config.seed)

@@ -74,9 +74,9 @@ def own_sim_outcome(
     policy, task: str, profile: str, replay_seeds: Sequence[int], episodes: int
 ) -> ConditionOutcome | None:
     """The policy's training-condition success in its own sim (None: ``episodes`` 0)."""
-    from simreal_ros.policy.evaluate import evaluate_episode
     from simreal_ros.sim.gym_env import ArmTaskEnv
     from simreal_ros.sim.profiles import is_stand_in
+    from simreal_ros.training.evaluate import evaluate_episode
 
     if episodes <= 0:
         return None

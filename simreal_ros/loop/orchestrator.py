@@ -148,7 +148,7 @@ def diagnose_version(
 ) -> dict[str, Any]:
     """Diagnose ``update``'s version (empty: the base) from recorded episode rows."""
     from simreal_ros.loop.diagnose_round import diagnose_round
-    from simreal_ros.policy.evaluate import build_policy
+    from simreal_ros.training.evaluate import build_policy
 
     policy = build_policy(policy_source(checkpoint, update))
     return diagnose_round(rows, scores, policy, config.task, config.stand_in_profile, replay_seeds)
@@ -156,7 +156,7 @@ def diagnose_version(
 
 def policy_source(checkpoint: str, update: LearnerDecision | None):
     """A learner update (None: the base) as the evaluation code loads it."""
-    from simreal_ros.policy.evaluate import PolicySource
+    from simreal_ros.training.evaluate import PolicySource
 
     if update is None:
         return PolicySource(checkpoint)
@@ -467,7 +467,7 @@ class LoopOrchestrator:
         count = self.config.check_episodes
         if count <= 0:
             return [], []
-        from simreal_ros.policy.evaluate import evaluate_policy
+        from simreal_ros.training.evaluate import evaluate_policy
 
         source = policy_source(self.checkpoint, self._running_update)
         fixed = dict.fromkeys(CONDITIONS, seeds.check(count))

@@ -9,11 +9,14 @@ A checkpoint is a directory::
     actor.safetensors    the actor (what the policy node runs)
     critic.safetensors   twin critics (V_sim for SGFT)
 
+This module is the format: metadata, checksums, verification and the numpy loader.
 Loading checks the checksums before parsing any weights, reads only safetensors (never
 pickle), checks tensor names and shapes against the architecture, and, given the robot
 description, refuses a conventions mismatch with a message naming the field.
-``load_numpy_checkpoint`` does the same checks and reads the actor with safetensors' numpy
-backend: it never imports torch (about a second), which only training needs.
+``load_numpy_checkpoint`` reads the actor with safetensors' numpy backend: it never imports
+torch (about a second), which only training needs; checkpoints as torch models (saving a
+trained one, loading one to train or evaluate) are ``training.torch_checkpoint``'s, on the
+same checks.
 
 LoRA adapters (peft format: ``adapter_config.json`` + ``adapter_model.safetensors``, plus
 our ``simreal_adapter.json`` naming the base version and spec fingerprint) are merged in
@@ -25,24 +28,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import shutil
-import tempfile
-import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from simreal_ros import resources
 from simreal_ros.policy.checksum import sha256_file
 from simreal_ros.policy.spec import PolicySpec, validate_against_robot
-
-if TYPE_CHECKING:  # torch is imported where weights become torch tensors, not here
-    import torch
-
-    from simreal_ros.policy.model import ActorCritic, Architecture
 
 FORMAT = "simreal_ros.policy/1"
 METADATA_FILE = "policy.json"
@@ -58,23 +52,12 @@ class CheckpointError(ValueError):
 
 
 @dataclasses.dataclass
-class PolicyCheckpoint:
-    path: Path | None
-    version: str
-    parent_version: str | None
-    spec: PolicySpec
-    arch: Architecture
-    gamma: float
-    model: ActorCritic
-    metadata: dict[str, Any]
-
-
-@dataclasses.dataclass
 class NumpyCheckpoint:
     """A base checkpoint's actor as numpy arrays, checked like ``load_checkpoint``.
 
-    What the policy node runs, adapters merged in numpy: no torch. ``torch_checkpoint()``
-    builds the torch model from these same (already verified) arrays when one is needed.
+    What the policy node runs, adapters merged in numpy: no torch.
+    ``training.torch_checkpoint.as_torch_checkpoint`` builds the torch model from these
+    same (already verified) arrays when one is needed.
     """
 
     path: Path
@@ -84,37 +67,6 @@ class NumpyCheckpoint:
     gamma: float
     actor_state: dict[str, np.ndarray]  # model.Actor's state_dict names, float32
     metadata: dict[str, Any]
-    _torch: PolicyCheckpoint | None = dataclasses.field(
-        default=None, init=False, repr=False, compare=False
-    )
-    _lock: threading.Lock = dataclasses.field(
-        default_factory=threading.Lock, init=False, repr=False, compare=False
-    )
-
-    def torch_checkpoint(self) -> PolicyCheckpoint:
-        """The same base as a ``PolicyCheckpoint`` with a torch model (built once)."""
-        with self._lock:
-            if self._torch is None:
-                import torch
-
-                from simreal_ros.policy.model import ActorCritic, Architecture
-
-                arch = Architecture.from_dict(self.metadata["architecture"])
-                model = ActorCritic(arch)
-                state = {k: torch.from_numpy(np.array(v)) for k, v in self.actor_state.items()}
-                _load_state(model.actor, state, ACTOR_FILE)
-                model.eval()
-                self._torch = PolicyCheckpoint(
-                    path=self.path,
-                    version=self.version,
-                    parent_version=self.parent_version,
-                    spec=self.spec,
-                    arch=arch,
-                    gamma=self.gamma,
-                    model=model,
-                    metadata=self.metadata,
-                )
-            return self._torch
 
 
 def shipped_checkpoint(task: str, robot: Any = None) -> Path:
@@ -141,69 +93,6 @@ def shipped_checkpoint(task: str, robot: Any = None) -> Path:
             "its directory as the checkpoint."
         )
     return path
-
-
-def save_checkpoint(
-    directory: str | Path,
-    model: ActorCritic,
-    spec: PolicySpec,
-    *,
-    version: str,
-    gamma: float,
-    training: dict[str, Any],
-    parent_version: str | None = None,
-    evaluation: dict[str, Any] | None = None,
-    extra: dict[str, Any] | None = None,
-) -> Path:
-    """Write a checkpoint atomically (a temporary directory renamed into place)."""
-    from safetensors.torch import save_file
-
-    directory = Path(directory)
-    if model.arch.obs_dim != spec.obs_dim or model.arch.act_dim != spec.act_dim:
-        raise ValueError(
-            f"model dims ({model.arch.obs_dim}, {model.arch.act_dim}) do not match the spec "
-            f"({spec.obs_dim}, {spec.act_dim})."
-        )
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-    staging.chmod(0o755)  # mkdtemp makes it private; a checkpoint is meant to be shared
-    try:
-        tensors = {
-            ACTOR_FILE: {k: v.detach().contiguous() for k, v in model.actor.state_dict().items()},
-            CRITIC_FILE: {
-                k: v.detach().contiguous() for k, v in model.critic.state_dict().items()
-            },
-        }
-        files = {}
-        for name, state in tensors.items():
-            save_file(state, str(staging / name), metadata={"format": FORMAT})
-            (staging / name).chmod(0o644)
-            files[name] = sha256_file(staging / name)
-        metadata = {
-            "format": FORMAT,
-            "version": version,
-            "parent_version": parent_version,
-            "architecture": model.arch.to_dict(),
-            "spec": spec.to_dict(),
-            "spec_fingerprint": spec.fingerprint(),
-            "gamma": gamma,
-            "training": training,
-            "evaluation": evaluation or {},
-            "files": files,
-            **(extra or {}),
-        }
-        (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
-        if directory.exists():
-            # Rewrite in place, metadata last: a crash in between leaves checksums that do
-            # not match, which loading refuses. Other files (README.md, train_state/) stay.
-            for name in (ACTOR_FILE, CRITIC_FILE, METADATA_FILE):
-                os.replace(staging / name, directory / name)
-        else:
-            os.replace(staging, directory)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return directory
 
 
 def update_metadata(directory: str | Path, **fields: Any) -> None:
@@ -238,25 +127,17 @@ def read_metadata(directory: str | Path) -> dict[str, Any]:
     return metadata
 
 
-def verified_tensors(
-    path: Path, expected_sha256: str | None, what: str
-) -> dict[str, torch.Tensor]:
-    """Load a safetensors file after checking its SHA-256 (refuses other formats)."""
-    from safetensors.torch import load_file
-
-    return _verified_safetensors(path, expected_sha256, what, load_file)
-
-
 def verified_arrays(path: Path, expected_sha256: str | None, what: str) -> dict[str, np.ndarray]:
-    """``verified_tensors`` with safetensors' numpy backend: the same checks, no torch."""
+    """A safetensors file as numpy arrays after checking its SHA-256 (refuses other formats)."""
     from safetensors.numpy import load_file
 
-    return _verified_safetensors(path, expected_sha256, what, load_file)
+    return verified_safetensors(path, expected_sha256, what, load_file)
 
 
-def _verified_safetensors(
+def verified_safetensors(
     path: Path, expected_sha256: str | None, what: str, load_file: Callable[[str], dict]
 ) -> dict:
+    """``load_file(path)`` after checking the suffix and, when given, the SHA-256."""
     if path.suffix != ".safetensors":
         raise CheckpointError(f"{what}: {path.name} is not a .safetensors file; refusing to load.")
     if not path.is_file():
@@ -276,7 +157,7 @@ def _verified_safetensors(
         ) from error
 
 
-def _check_shapes(expected: Mapping[str, tuple[int, ...]], state: Mapping, what: str) -> None:
+def check_shapes(expected: Mapping[str, tuple[int, ...]], state: Mapping, what: str) -> None:
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
@@ -290,14 +171,6 @@ def _check_shapes(expected: Mapping[str, tuple[int, ...]], state: Mapping, what:
                 f"architecture: {what} tensor {name} has shape {tuple(tensor.shape)}, the "
                 f"architecture needs {tuple(expected[name])}."
             )
-
-
-def _load_state(module: torch.nn.Module, state: dict[str, torch.Tensor], what: str) -> None:
-    import torch
-
-    expected = {k: tuple(v.shape) for k, v in module.state_dict().items()}
-    _check_shapes(expected, state, what)
-    module.load_state_dict({k: v.to(torch.float32) for k, v in state.items()})
 
 
 def actor_shapes(architecture: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -321,51 +194,22 @@ def actor_shapes(architecture: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def load_checkpoint(
-    directory: str | Path,
-    description: Any = None,
-    control_rate_hz: float | None = None,
-    with_critic: bool = True,
-    joint_units: Any = None,
-) -> PolicyCheckpoint:
-    """Load and validate a checkpoint; with ``description``, check it fits that robot."""
-    from simreal_ros.policy.model import ActorCritic, Architecture
-
-    directory = Path(directory)
-    header = _validated_metadata(directory, description, control_rate_hz, joint_units)
-    arch = Architecture.from_dict(header.metadata["architecture"])  # validated above
-    model = ActorCritic(arch)
-    for name in (ACTOR_FILE, CRITIC_FILE) if with_critic else (ACTOR_FILE,):
-        state = verified_tensors(directory / name, header.sha256(name), name)
-        _load_state(model.actor if name == ACTOR_FILE else model.critic, state, name)
-    model.eval()
-    return PolicyCheckpoint(
-        path=directory,
-        version=header.version,
-        parent_version=header.metadata.get("parent_version"),
-        spec=header.spec,
-        arch=arch,
-        gamma=header.gamma,
-        model=model,
-        metadata=header.metadata,
-    )
-
-
 def load_numpy_checkpoint(
     directory: str | Path,
     description: Any = None,
     control_rate_hz: float | None = None,
     joint_units: Any = None,
 ) -> NumpyCheckpoint:
-    """``load_checkpoint(..., with_critic=False)`` without torch: the actor as numpy arrays.
+    """The base's actor as numpy arrays, without torch.
 
-    Same checks (metadata, dims, fingerprint, conventions against ``description``,
-    checksum, tensor names and shapes), weights read with ``safetensors.numpy``.
+    The checks of ``training.torch_checkpoint.load_checkpoint`` (metadata, dims,
+    fingerprint, conventions against ``description``, checksum, tensor names and shapes),
+    weights read with ``safetensors.numpy``.
     """
     directory = Path(directory)
-    header = _validated_metadata(directory, description, control_rate_hz, joint_units)
+    header = validated_header(directory, description, control_rate_hz, joint_units)
     state = verified_arrays(directory / ACTOR_FILE, header.sha256(ACTOR_FILE), ACTOR_FILE)
-    _check_shapes(header.actor_shapes, state, ACTOR_FILE)
+    check_shapes(header.actor_shapes, state, ACTOR_FILE)
     return NumpyCheckpoint(
         path=directory,
         version=header.version,
@@ -378,7 +222,9 @@ def load_numpy_checkpoint(
     )
 
 
-class _Header(NamedTuple):
+class CheckpointHeader(NamedTuple):
+    """policy.json read and checked: what every loader needs before reading weights."""
+
     metadata: dict[str, Any]
     spec: PolicySpec
     version: str
@@ -392,9 +238,9 @@ class _Header(NamedTuple):
         return self.files[name]
 
 
-def _validated_metadata(
+def validated_header(
     directory: Path, description: Any, control_rate_hz: float | None, joint_units: Any
-) -> _Header:
+) -> CheckpointHeader:
     """policy.json read and checked (fields, dims, fingerprint, conventions); no weights."""
     metadata = read_metadata(directory)
     try:
@@ -403,7 +249,7 @@ def _validated_metadata(
         # Refuses what Architecture.from_dict refuses, without importing torch.
         shapes = actor_shapes(architecture)
         obs_dim, act_dim = int(architecture["obs_dim"]), int(architecture["act_dim"])
-        header = _Header(
+        header = CheckpointHeader(
             metadata,
             spec,
             version=str(metadata["version"]),
@@ -445,12 +291,14 @@ def read_adapter_metadata(adapter_dir: str | Path) -> dict[str, Any]:
 
 def write_adapter_metadata(
     adapter_dir: str | Path,
-    base: PolicyCheckpoint,
+    base: Any,
     version: str,
     parent_version: str | None,
     **extra: Any,
 ) -> dict[str, Any]:
-    """Record which base and conventions an adapter belongs to (the learner calls this)."""
+    """Record which base and conventions an adapter belongs to (the learner calls this).
+
+    ``base`` is the base checkpoint, numpy or torch: its version and spec are recorded."""
     adapter_dir = Path(adapter_dir)
     metadata = {
         "version": version,
@@ -462,31 +310,3 @@ def write_adapter_metadata(
     }
     (adapter_dir / ADAPTER_METADATA).write_text(json.dumps(metadata, indent=2) + "\n")
     return metadata
-
-
-def make_untrained_checkpoint(
-    directory: str | Path,
-    description: Any,
-    task: str = "reach",
-    control_rate_hz: float = 20.0,
-    hidden: tuple[int, ...] = (64, 64),
-    seed: int = 0,
-    version: str = "untrained",
-) -> Path:
-    """A randomly initialised checkpoint with correct conventions (tests and benchmarks)."""
-    import torch
-
-    from simreal_ros.policy.model import ActorCritic, Architecture
-    from simreal_ros.policy.spec import default_spec
-
-    torch.manual_seed(seed)
-    spec = default_spec(description, task, control_rate_hz)
-    arch = Architecture(spec.obs_dim, spec.act_dim, hidden, hidden)
-    return save_checkpoint(
-        directory,
-        ActorCritic(arch),
-        spec,
-        version=version,
-        gamma=0.99,
-        training={"command": "make_untrained_checkpoint", "seed": seed},
-    )

@@ -12,28 +12,25 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from simreal_ros.policy.checkpoint import (
     ADAPTER_WEIGHTS,
     NumpyCheckpoint,
-    PolicyCheckpoint,
     sha256_file,
 )
 from simreal_ros.policy.lora_merge import merged_actor_state
 from simreal_ros.policy.spec import LOG_STD_MAX, LOG_STD_MIN, SpecConverter
-
-if TYPE_CHECKING:
-    import torch
 
 
 class NumpyActor:
     """The actor (ReLU trunk, tanh(mean_head)) in float64 numpy: deterministic by default,
     or exploring from its own tanh-Gaussian (``explore``)."""
 
-    def __init__(self, actor: torch.nn.Module) -> None:
+    def __init__(self, actor: Any) -> None:
+        """From a torch actor, read through its ``state_dict()`` (torch is not imported)."""
         state = {name: value.detach().numpy() for name, value in actor.state_dict().items()}
         self._take_layers(state)
 
@@ -115,9 +112,9 @@ class DeployedPolicy:
         return self.converter.command_from_action(action, obs["joint_position"])
 
 
-def deploy_base(
-    checkpoint: PolicyCheckpoint | NumpyCheckpoint, forward_kinematics=None
-) -> DeployedPolicy:
+def deploy_base(checkpoint: Any, forward_kinematics=None) -> DeployedPolicy:
+    """A base checkpoint's runnable form: a ``NumpyCheckpoint``, or a torch one
+    (``training.torch_checkpoint.PolicyCheckpoint``) whose actor is read as arrays."""
     if isinstance(checkpoint, NumpyCheckpoint):
         actor = NumpyActor.from_state(checkpoint.actor_state)
     else:
@@ -131,7 +128,7 @@ def deploy_base(
 
 
 def deploy_adapter(
-    checkpoint: PolicyCheckpoint | NumpyCheckpoint,
+    checkpoint: Any,
     adapter_dir: str | Path,
     version: str,
     expected_sha256: str | None = None,
@@ -148,24 +145,3 @@ def deploy_adapter(
         source=str(adapter_dir),
         adapter_dir=Path(adapter_dir),
     )
-
-
-class TorchPolicy:
-    """Same interface as DeployedPolicy over a torch actor (evaluation, pretraining)."""
-
-    def __init__(
-        self, actor: torch.nn.Module, converter: SpecConverter, version: str = ""
-    ) -> None:
-        self.actor = actor
-        self.converter = converter
-        self.version = version
-
-    def act(self, obs: Mapping[str, Any]) -> np.ndarray:
-        import torch
-
-        normalized = torch.as_tensor(
-            self.converter.normalized_observation(obs), dtype=torch.float32
-        )
-        with torch.no_grad():
-            action = self.actor(normalized).numpy().astype(np.float64)
-        return self.converter.command_from_action(action, obs["joint_position"])

@@ -118,10 +118,10 @@ def build_policy(source: PolicySource, description: Any = None):
     """
     import torch
 
-    from simreal_ros.policy import checkpoint as ckpt
     from simreal_ros.policy.inference import NumpyActor, deploy_adapter, deploy_base
+    from simreal_ros.training.torch_checkpoint import load_checkpoint
 
-    base = ckpt.load_checkpoint(source.checkpoint_dir, description=description, with_critic=False)
+    base = load_checkpoint(source.checkpoint_dir, description=description, with_critic=False)
     if source.actor_state is not None:
         state = {k: torch.as_tensor(np.asarray(v)) for k, v in source.actor_state.items()}
         base.model.actor.load_state_dict(state)

@@ -36,10 +36,10 @@ import torch
 from torch import nn
 
 from simreal_ros.config_schema import setting, validate
-from simreal_ros.policy.checkpoint import save_checkpoint
-from simreal_ros.policy.model import ActorCritic, Architecture
 from simreal_ros.policy.spec import SpecConverter, default_spec
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.training.model import ActorCritic, Architecture
+from simreal_ros.training.torch_checkpoint import save_checkpoint
 
 STATE_DIR = "train_state"
 

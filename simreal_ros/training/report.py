@@ -32,7 +32,7 @@ def render_readme(metadata: dict[str, Any], notes: str = "") -> str:
         f"# Base checkpoint `{metadata['version']}` ({spec['task']})",
         "",
         "Produced by `simreal pretrain`; everything below is rendered from "
-        f"`{METADATA_FILE}` by `simreal_ros.policy.report`.",
+        f"`{METADATA_FILE}` by `simreal_ros.training.report`.",
         "",
         "## Provenance",
         "",

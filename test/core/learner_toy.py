@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from simreal_ros.learner.replay import Transitions
-from simreal_ros.policy.model import Actor, Architecture
+from simreal_ros.training.model import Actor, Architecture
 
 GAIN, REAL_BIAS, STEPS = 0.2, 0.5, 8
 

@@ -10,7 +10,7 @@ import torch
 from simreal_ros.loop.diagnose_round import diagnose_round
 from simreal_ros.loop.state import ConditionScore
 from simreal_ros.policy.checkpoint import shipped_checkpoint
-from simreal_ros.policy.evaluate import PolicySource, build_policy, evaluate_policy
+from simreal_ros.training.evaluate import PolicySource, build_policy, evaluate_policy
 
 
 @pytest.mark.parametrize("first_seed", [920000, 921000, 922000])

@@ -27,7 +27,7 @@ from simreal_ros.diagnosis.induced_failures import (
 from simreal_ros.diagnosis.replay_check import replay_check
 from simreal_ros.diagnosis.run import diagnose
 from simreal_ros.policy.checkpoint import shipped_checkpoint
-from simreal_ros.policy.evaluate import PolicySource, build_policy
+from simreal_ros.training.evaluate import PolicySource, build_policy
 
 FIELDS = ("joint_position", "ee_position", "goal_minus_ee")
 
@@ -127,7 +127,7 @@ def test_mse_on_bimodal_demonstrations_is_mode_collapse(detour_demos, tmp_path):
 def test_replay_check_reads_recorded_bags_on_the_stand_in(reach_checkpoint, tmp_path):
     """Bags written by the episode writer (as the recorder does) drive the replay check."""
     from simreal_ros.learner.sim_episodes import record_rollout
-    from simreal_ros.policy.checkpoint import load_checkpoint
+    from simreal_ros.training.torch_checkpoint import load_checkpoint
 
     base = load_checkpoint(reach_checkpoint)
     outcomes = [
@@ -152,8 +152,9 @@ def test_adapter_source_is_diagnosed_as_merged_policy(reach_checkpoint, tmp_path
     adapter whose update swaps two joints' output weights is caught like a permuted head."""
     from simreal_ros.learner import lora
     from simreal_ros.policy import checkpoint as ckpt
+    from simreal_ros.training.torch_checkpoint import load_checkpoint
 
-    base = ckpt.load_checkpoint(reach_checkpoint)
+    base = load_checkpoint(reach_checkpoint)
     wrapped = lora.wrap(base.model.actor, rank=2, alpha=2, targets=["mean_head"])
     head = lora.inner(wrapped).mean_head
     with torch.no_grad():  # B A = (head rows 1, 2 swapped) - head: a rank-2 update
@@ -172,7 +173,7 @@ def test_adapter_source_is_diagnosed_as_merged_policy(reach_checkpoint, tmp_path
 
 def test_bags_without_a_success_fall_back_to_demonstrations(reach_checkpoint, tmp_path):
     from simreal_ros.learner.sim_episodes import record_rollout
-    from simreal_ros.policy.checkpoint import load_checkpoint
+    from simreal_ros.training.torch_checkpoint import load_checkpoint
 
     order = [0, 2, 1, 3, 4, 5, 6]
     broken = load_checkpoint(permuted_action_checkpoint(reach_checkpoint, tmp_path / "p", order))

@@ -14,11 +14,12 @@ from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.data import collect_sim_transitions
 from simreal_ros.learner.session import LearnerSession
 from simreal_ros.policy import checkpoint as ckpt
-from simreal_ros.policy.model import ActorCritic, Architecture
 from simreal_ros.policy.spec import default_spec
 from simreal_ros.robot.description import load_robot_description
 from simreal_ros.sim import expert as expert_module
 from simreal_ros.sim import profiles
+from simreal_ros.training.model import ActorCritic, Architecture
+from simreal_ros.training.torch_checkpoint import load_checkpoint, save_checkpoint
 
 # A model of the arm as `simreal sysid` writes one: the values it identified from the
 # real_twin stand-in's bags (docs/results.md: gain x0.197, latency 10 steps, noise 0.0015),
@@ -107,10 +108,10 @@ def test_adaptation_raises_stand_in_success_above_zero_shot_without_reading_the_
 ):
     """Tiny budget, fixed seeds: the teacher's search and DAgger in the identified sim, then
     the base and the adapted policy on the stand-in (run by the test, after adaptation)."""
-    from simreal_ros.policy.evaluate import PolicySource, evaluate_policy
+    from simreal_ros.training.evaluate import PolicySource, evaluate_policy
 
     checkpoint_dir = str(ckpt.shipped_checkpoint("push"))
-    checkpoint = ckpt.load_checkpoint(checkpoint_dir)
+    checkpoint = load_checkpoint(checkpoint_dir)
     torch.manual_seed(0)
     actor_peft = lora.wrap(checkpoint.model.actor, 8, 16)
     settings = adaptation.AdaptationSettings(
@@ -153,9 +154,9 @@ def small_base(tmp_path_factory):
     torch.manual_seed(0)
     model = ActorCritic(Architecture(spec.obs_dim, spec.act_dim, (32, 32), (32, 32)))
     directory = tmp_path_factory.mktemp("ckpt") / "push"
-    ckpt.save_checkpoint(directory, model, spec, version="base-test", gamma=0.95,
+    save_checkpoint(directory, model, spec, version="base-test", gamma=0.95,
                          training={"test": True})  # fmt: skip
-    base = ckpt.load_checkpoint(directory)
+    base = load_checkpoint(directory)
     sim = collect_sim_transitions(base, "push", 2, seed=0, episode_seconds=1.0)
     real = collect_sim_transitions(base, "push", 2, seed=50, episode_seconds=1.0)
     real.sources = np.asarray(["real_twin"] * len(real))

@@ -12,10 +12,10 @@ import torch
 from simreal_ros.adapters.store import AdapterStore
 from simreal_ros.cli.main import main
 from simreal_ros.learner.sim_episodes import record_rollout
-from simreal_ros.policy import checkpoint as ckpt
-from simreal_ros.policy.model import ActorCritic, Architecture
 from simreal_ros.policy.spec import default_spec
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.training.model import ActorCritic, Architecture
+from simreal_ros.training.torch_checkpoint import load_checkpoint, save_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +25,8 @@ def setup(tmp_path_factory):
     torch.manual_seed(0)
     model = ActorCritic(Architecture(spec.obs_dim, spec.act_dim, (32, 32), (32, 32)))
     root = tmp_path_factory.mktemp("cli")
-    ckpt.save_checkpoint(root / "push", model, spec, version="base", gamma=0.95, training={})
-    base = ckpt.load_checkpoint(root / "push")
+    save_checkpoint(root / "push", model, spec, version="base", gamma=0.95, training={})
+    base = load_checkpoint(root / "push")
     record_rollout(root / "eps" / "real0", base, seed=1, episode_seconds=1.0)
     record_rollout(root / "eps" / "sim0", base, seed=2, source="sim", profile="nominal",
                    episode_seconds=1.0)  # fmt: skip

@@ -13,11 +13,11 @@ from simreal_ros.learner.data import (
     policy_actions,
     rollout_transitions,
 )
-from simreal_ros.policy.model import ActorCritic, Architecture
 from simreal_ros.policy.spec import SpecConverter, default_spec
 from simreal_ros.robot.description import load_robot_description
 from simreal_ros.sim.expert import make_expert
 from simreal_ros.sim.gym_env import ArmTaskEnv
+from simreal_ros.training.model import ActorCritic, Architecture
 
 
 @pytest.fixture(scope="module")

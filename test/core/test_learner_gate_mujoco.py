@@ -14,6 +14,7 @@ from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.gate import screen
 from simreal_ros.learner.promotion import gate_settings, policy_evaluator
 from simreal_ros.policy import checkpoint as ckpt
+from simreal_ros.training.torch_checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow
 torch.set_num_threads(1)
@@ -50,7 +51,7 @@ def test_each_breakage_is_rejected_by_its_check_and_an_identity_adapter_passes(r
         screen_profile="randomized", screen_workers=1, screen_conditions=["train"],
     ))  # fmt: skip
     assert cfg.gate_rule == "broken_only" and cfg.promote_ci_low == 0.0  # the defaults
-    base = ckpt.load_checkpoint(reach)
+    base = load_checkpoint(reach)
     evaluator, cache = policy_evaluator(cfg), {}
 
     def gate(directory):
@@ -85,8 +86,8 @@ def test_non_finite_actions_are_counted_and_the_arm_held(reach):
 
     import numpy as np
 
-    from simreal_ros.policy.evaluate import PolicySource, build_policy, evaluate_episode
     from simreal_ros.sim.gym_env import ArmTaskEnv
+    from simreal_ros.training.evaluate import PolicySource, build_policy, evaluate_episode
 
     policy = build_policy(PolicySource(str(reach)))
     actor = policy.actor

@@ -15,7 +15,7 @@ import torch
 
 from simreal_ros.adapters.store import AdapterStore, StoreError
 from simreal_ros.learner import lora
-from simreal_ros.policy.model import ACTOR_LORA_TARGETS, Actor, Architecture
+from simreal_ros.training.model import ACTOR_LORA_TARGETS, Actor, Architecture
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,10 +12,10 @@ from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.gate import EvaluationSummary
 from simreal_ros.learner.online import EpisodeInfo, OnlineLearner
 from simreal_ros.learner.sim_episodes import record_rollout
-from simreal_ros.policy import checkpoint as ckpt
-from simreal_ros.policy.model import ActorCritic, Architecture
 from simreal_ros.policy.spec import default_spec
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.training.model import ActorCritic, Architecture
+from simreal_ros.training.torch_checkpoint import load_checkpoint, save_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +24,8 @@ def setup(tmp_path_factory):
     torch.manual_seed(0)
     model = ActorCritic(Architecture(spec.obs_dim, spec.act_dim, (16, 16), (16, 16)))
     root = tmp_path_factory.mktemp("online")
-    ckpt.save_checkpoint(root / "push", model, spec, version="base", gamma=0.95, training={})
-    base = ckpt.load_checkpoint(root / "push")
+    save_checkpoint(root / "push", model, spec, version="base", gamma=0.95, training={})
+    base = load_checkpoint(root / "push")
     metas = [
         record_rollout(root / "eps" / f"ep{i}", base, seed=i, episode_seconds=0.5)
         for i in range(2)

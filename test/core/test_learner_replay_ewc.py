@@ -11,7 +11,7 @@ from simreal_ros.learner import lora
 from simreal_ros.learner.bc import BehaviourCloning
 from simreal_ros.learner.ewc import ElasticWeightConsolidation, gaussian_policy_fisher
 from simreal_ros.learner.replay import CoTrainingSampler, Transitions
-from simreal_ros.policy.model import Actor, Architecture
+from simreal_ros.training.model import Actor, Architecture
 
 EWC_WEIGHT = 500.0
 

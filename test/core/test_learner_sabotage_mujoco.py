@@ -16,6 +16,7 @@ from simreal_ros.learner.gate import screen
 from simreal_ros.learner.promotion import policy_evaluator
 from simreal_ros.learner.session import LearnerSession
 from simreal_ros.policy import checkpoint as ckpt
+from simreal_ros.training.torch_checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +48,7 @@ def save_adapter(model, base, directory):
 
 def test_gate_in_mujoco_rejects_sabotage_and_passes_an_identity_adapter(reach, tmp_path):
     cfg = config(tmp_path, reach)
-    base = ckpt.load_checkpoint(reach)
+    base = load_checkpoint(reach)
     evaluator = policy_evaluator(cfg)
     cache: dict = {}
 
@@ -72,7 +73,7 @@ def test_gate_in_mujoco_rejects_sabotage_and_passes_an_identity_adapter(reach, t
 
 def test_a_round_on_mislabelled_actions_is_rejected_and_not_activated(reach, tmp_path):
     cfg = config(tmp_path, reach)
-    base = ckpt.load_checkpoint(reach)
+    base = load_checkpoint(reach)
     torch.manual_seed(0)
     real = collect_sim_transitions(base, "reach", 4, seed=7, profile="real_twin", noise=0.05)
     real.sources = np.asarray(["real_twin"] * len(real))

@@ -17,10 +17,10 @@ from simreal_ros.learner.gate import EvaluationSummary
 from simreal_ros.learner.promotion import policy_evaluator
 from simreal_ros.learner.replay import Transitions
 from simreal_ros.learner.session import LearnerSession
-from simreal_ros.policy import checkpoint as ckpt
-from simreal_ros.policy.model import ActorCritic, Architecture
 from simreal_ros.policy.spec import default_spec
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.training.model import ActorCritic, Architecture
+from simreal_ros.training.torch_checkpoint import load_checkpoint, save_checkpoint
 
 GAMMA = 0.95
 
@@ -32,7 +32,7 @@ def base_dir(tmp_path_factory):
     torch.manual_seed(0)
     model = ActorCritic(Architecture(spec.obs_dim, spec.act_dim, (32, 32), (32, 32)))
     directory = tmp_path_factory.mktemp("ckpt") / "push"
-    ckpt.save_checkpoint(
+    save_checkpoint(
         directory, model, spec, version="base-test", gamma=GAMMA, training={"test": True}
     )
     return directory
@@ -40,7 +40,7 @@ def base_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def data(base_dir):
-    base = ckpt.load_checkpoint(base_dir)
+    base = load_checkpoint(base_dir)
     sim = collect_sim_transitions(base, "push", 2, seed=0, episode_seconds=1.0)
     real = collect_sim_transitions(
         base, "push", 2, seed=50, profile="real_twin", episode_seconds=1.0

@@ -19,7 +19,7 @@ from simreal_ros.learner.sgft import (
     telescoped_window_return,
     with_failure_value,
 )
-from simreal_ros.policy.model import ActorCritic, Architecture
+from simreal_ros.training.model import ActorCritic, Architecture
 
 GAMMA = 0.9
 

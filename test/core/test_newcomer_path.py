@@ -35,6 +35,7 @@ from simreal_ros.settings_check import (
     check_node_settings,
     parameter_file_values,
 )
+from simreal_ros.training.torch_checkpoint import make_untrained_checkpoint
 
 ROBOT = load_robot_description()
 PANDA = load_robot_description("panda")
@@ -151,8 +152,8 @@ def _fake_version(root: Path, version: str, metadata: dict, in_features: int) ->
 
 
 def test_store_roots_differ_by_robot_and_base(tmp_path):
-    push = ckpt.make_untrained_checkpoint(tmp_path / "a", ROBOT, version="push-base")
-    other = ckpt.make_untrained_checkpoint(
+    push = make_untrained_checkpoint(tmp_path / "a", ROBOT, version="push-base")
+    other = make_untrained_checkpoint(
         tmp_path / "b", ROBOT, version="push-base", control_rate_hz=10.0
     )
     template = str(tmp_path / "adapters" / "{robot}" / "{base}")
@@ -164,8 +165,8 @@ def test_store_roots_differ_by_robot_and_base(tmp_path):
 
 
 def test_a_foreign_adapter_is_refused_naming_both_sides(tmp_path):
-    base = ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, version="push-base")
-    panda_base = ckpt.make_untrained_checkpoint(tmp_path / "pb", PANDA, version="push-base")
+    base = make_untrained_checkpoint(tmp_path / "base", ROBOT, version="push-base")
+    panda_base = make_untrained_checkpoint(tmp_path / "pb", PANDA, version="push-base")
     theirs = ckpt.read_metadata(panda_base)
     stored = _fake_version(
         tmp_path / "store",
@@ -200,7 +201,7 @@ def _commit(store: AdapterStore, version: str, metadata: dict, reason: str) -> N
 
 
 def test_up_names_the_running_version_and_where_it_came_from(tmp_path):
-    base = ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, task="push")
+    base = make_untrained_checkpoint(tmp_path / "base", ROBOT, task="push")
     template = str(tmp_path / "adapters" / "{robot}" / "{base}")
     given = {"adapter_store": template}
     assert running_policy(given, "push", str(base)).startswith(f"base untrained from {base}")
@@ -303,7 +304,7 @@ def test_an_mjcf_left_at_degrees_gets_a_hint(tmp_path):
 
 
 def test_eval_refuses_a_checkpoint_for_another_arm_naming_both_sides(tmp_path, capsys):
-    panda_base = ckpt.make_untrained_checkpoint(tmp_path / "pb", PANDA, task="push")
+    panda_base = make_untrained_checkpoint(tmp_path / "pb", PANDA, task="push")
     assert main(["eval", "--checkpoint", str(panda_base), "--episodes", "1"]) == 2
     err = capsys.readouterr().err
     assert "drives 8 joints" in err and "panda_joint1" in err

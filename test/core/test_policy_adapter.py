@@ -13,8 +13,9 @@ from peft import LoraConfig, get_peft_model
 from simreal_ros.learner import lora
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.inference import deploy_adapter
-from simreal_ros.policy.model import ACTOR_LORA_TARGETS
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.training.model import ACTOR_LORA_TARGETS
+from simreal_ros.training.torch_checkpoint import load_checkpoint, make_untrained_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,7 @@ def robot():
 
 def make_adapter(base_dir, adapter_dir, seed=1, targets=ACTOR_LORA_TARGETS):
     """What the learner does: peft on the actor, train (here: random B), save_pretrained."""
-    base = ckpt.load_checkpoint(base_dir)
+    base = load_checkpoint(base_dir)
     torch.manual_seed(seed)
     peft_actor = get_peft_model(
         copy.deepcopy(base.model.actor),
@@ -40,7 +41,7 @@ def make_adapter(base_dir, adapter_dir, seed=1, targets=ACTOR_LORA_TARGETS):
 
 
 def test_merged_actor_equals_peft_forward_and_differs_from_base(tmp_path, robot):
-    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", robot)
+    base_dir = make_untrained_checkpoint(tmp_path / "base", robot)
     peft_actor = make_adapter(base_dir, tmp_path / "a1")
     assert (tmp_path / "a1" / ckpt.ADAPTER_CONFIG).is_file()
     assert (tmp_path / "a1" / ckpt.ADAPTER_WEIGHTS).is_file()
@@ -55,7 +56,7 @@ def test_merged_actor_equals_peft_forward_and_differs_from_base(tmp_path, robot)
     assert not any("lora" in name for name, _ in merged.named_parameters())
     assert {"trunk.0", "trunk.2", "mean_head"} <= {n for n, _ in merged.named_modules()}
     # The runnable numpy form agrees too.
-    base = ckpt.load_checkpoint(base_dir)
+    base = load_checkpoint(base_dir)
     deployed = deploy_adapter(base, tmp_path / "a1", version="a1")
     x = np.random.default_rng(0).normal(size=merged.arch.obs_dim)
     with torch.no_grad():
@@ -67,7 +68,7 @@ def test_merged_actor_equals_peft_forward_and_differs_from_base(tmp_path, robot)
 
 
 def test_wrong_checksum_is_refused(tmp_path, robot):
-    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", robot)
+    base_dir = make_untrained_checkpoint(tmp_path / "base", robot)
     make_adapter(base_dir, tmp_path / "a1")
     with pytest.raises(ckpt.CheckpointError, match="checksum"):
         lora.load_actor_with_adapter(base_dir, tmp_path / "a1", expected_sha256="0" * 64)
@@ -78,15 +79,15 @@ def test_wrong_checksum_is_refused(tmp_path, robot):
 
 
 def test_adapter_for_other_conventions_is_refused(tmp_path, robot):
-    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", robot)
-    other_dir = ckpt.make_untrained_checkpoint(tmp_path / "other", robot, control_rate_hz=100.0)
+    base_dir = make_untrained_checkpoint(tmp_path / "base", robot)
+    other_dir = make_untrained_checkpoint(tmp_path / "other", robot, control_rate_hz=100.0)
     make_adapter(other_dir, tmp_path / "a1")
     with pytest.raises(ckpt.CheckpointError, match="spec_fingerprint"):
         lora.load_actor_with_adapter(base_dir, tmp_path / "a1")
 
 
 def test_adapter_targeting_unknown_layers_is_refused(tmp_path, robot):
-    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", robot)
+    base_dir = make_untrained_checkpoint(tmp_path / "base", robot)
     make_adapter(base_dir, tmp_path / "a1")
     config_path = tmp_path / "a1" / ckpt.ADAPTER_CONFIG
     config = json.loads(config_path.read_text())
@@ -97,7 +98,7 @@ def test_adapter_targeting_unknown_layers_is_refused(tmp_path, robot):
 
 
 def test_adapter_without_safetensors_is_refused(tmp_path, robot):
-    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", robot)
+    base_dir = make_untrained_checkpoint(tmp_path / "base", robot)
     make_adapter(base_dir, tmp_path / "a1")
     (tmp_path / "a1" / ckpt.ADAPTER_WEIGHTS).rename(tmp_path / "a1" / "adapter_model.bin")
     with pytest.raises(ckpt.CheckpointError, match="only safetensors"):

@@ -11,9 +11,15 @@ import torch
 
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.inference import NumpyActor, deploy_base
-from simreal_ros.policy.model import ActorCritic, Architecture
 from simreal_ros.policy.spec import PolicySpec, SpecConverter, default_spec
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.training.model import ActorCritic, Architecture
+from simreal_ros.training.torch_checkpoint import (
+    load_checkpoint,
+    make_untrained_checkpoint,
+    save_checkpoint,
+    verified_tensors,
+)
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +29,7 @@ def robot():
 
 @pytest.fixture
 def saved(tmp_path, robot):
-    return ckpt.make_untrained_checkpoint(tmp_path / "base", robot, control_rate_hz=20.0)
+    return make_untrained_checkpoint(tmp_path / "base", robot, control_rate_hz=20.0)
 
 
 def _edit_spec(directory, **changes):
@@ -41,7 +47,7 @@ def test_round_trip_preserves_weights_spec_and_provenance(tmp_path, robot):
     spec = default_spec(robot, "push").with_statistics(np.arange(36.0), np.full(36, 2.0))
     model = ActorCritic(Architecture(spec.obs_dim, spec.act_dim, (32, 32), (32, 32)))
     training = {"command": "simreal pretrain --task push", "seed": 3, "wall_time_s": 1.5}
-    path = ckpt.save_checkpoint(
+    path = save_checkpoint(
         tmp_path / "c",
         model,
         spec,
@@ -50,7 +56,7 @@ def test_round_trip_preserves_weights_spec_and_provenance(tmp_path, robot):
         gamma=0.98,
         training=training,
     )
-    loaded = ckpt.load_checkpoint(path, description=robot, control_rate_hz=20.0)
+    loaded = load_checkpoint(path, description=robot, control_rate_hz=20.0)
     assert loaded.version == "v1" and loaded.parent_version == "v0"
     assert loaded.gamma == 0.98 and loaded.metadata["training"] == training
     assert loaded.spec == spec
@@ -68,7 +74,7 @@ def test_round_trip_preserves_weights_spec_and_provenance(tmp_path, robot):
 
 
 def test_numpy_forward_matches_torch(saved):
-    loaded = ckpt.load_checkpoint(saved)
+    loaded = load_checkpoint(saved)
     obs = np.random.default_rng(0).normal(size=loaded.spec.obs_dim)
     with torch.no_grad():
         expected = loaded.model.actor(torch.as_tensor(obs, dtype=torch.float32)).numpy()
@@ -76,7 +82,7 @@ def test_numpy_forward_matches_torch(saved):
 
 
 def test_v_sim_is_min_of_twin_critics_at_mean_action(saved):
-    model = ckpt.load_checkpoint(saved).model
+    model = load_checkpoint(saved).model
     obs = torch.randn(8, model.arch.obs_dim)
     with torch.no_grad():
         q1, q2 = model.critic(obs, model.actor(obs))
@@ -115,13 +121,13 @@ def test_v_sim_is_min_of_twin_critics_at_mean_action(saved):
 def test_convention_mismatch_is_refused_naming_the_field(saved, robot, change, field):
     _edit_spec(saved, **change)
     with pytest.raises(ckpt.CheckpointError, match=field.replace("(", r"\(")):
-        ckpt.load_checkpoint(saved, description=robot)
+        load_checkpoint(saved, description=robot)
 
 
 def test_control_rate_mismatch_is_refused(saved, robot):
-    ckpt.load_checkpoint(saved, description=robot, control_rate_hz=20.0)
+    load_checkpoint(saved, description=robot, control_rate_hz=20.0)
     with pytest.raises(ckpt.CheckpointError, match=r"control_rate_hz: .* 20 Hz .* 100 Hz"):
-        ckpt.load_checkpoint(saved, description=robot, control_rate_hz=100.0)
+        load_checkpoint(saved, description=robot, control_rate_hz=100.0)
 
 
 def test_hand_edited_spec_is_refused(saved):
@@ -129,7 +135,7 @@ def test_hand_edited_spec_is_refused(saved):
     meta["spec"]["obs_mean"][0] = 5.0
     (saved / ckpt.METADATA_FILE).write_text(json.dumps(meta))
     with pytest.raises(ckpt.CheckpointError, match="spec_fingerprint"):
-        ckpt.load_checkpoint(saved)
+        load_checkpoint(saved)
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
@@ -143,7 +149,7 @@ def test_tampered_or_truncated_weights_are_refused_by_checksum(saved, name, dama
         data = data[: len(data) // 2]
     path.write_bytes(bytes(data))
     with pytest.raises(ckpt.CheckpointError, match=f"checksum: .*{name}"):
-        ckpt.load_checkpoint(saved)
+        load_checkpoint(saved)
 
 
 def test_pickle_weights_are_never_loaded(saved):
@@ -152,17 +158,17 @@ def test_pickle_weights_are_never_loaded(saved):
     meta["files"] = {"actor.pt": ckpt.sha256_file(saved / "actor.pt")}
     (saved / ckpt.METADATA_FILE).write_text(json.dumps(meta))
     with pytest.raises(ckpt.CheckpointError):
-        ckpt.load_checkpoint(saved)
+        load_checkpoint(saved)
     with pytest.raises(ckpt.CheckpointError, match=r"not a \.safetensors file"):
-        ckpt.verified_tensors(saved / "actor.pt", None, "actor")
+        verified_tensors(saved / "actor.pt", None, "actor")
 
 
 def test_missing_and_foreign_directories_say_what_is_wrong(tmp_path):
     with pytest.raises(ckpt.CheckpointError, match="not a directory"):
-        ckpt.load_checkpoint(tmp_path / "nope")
+        load_checkpoint(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ckpt.CheckpointError, match=r"no policy\.json"):
-        ckpt.load_checkpoint(tmp_path / "empty")
+        load_checkpoint(tmp_path / "empty")
 
 
 def test_conversion_delta_mode_round_trips_and_clips(robot):
@@ -179,7 +185,7 @@ def test_conversion_delta_mode_round_trips_and_clips(robot):
 
 
 def test_deployed_policy_acts_in_controller_order_from_an_observation_dict(saved, robot):
-    policy = deploy_base(ckpt.load_checkpoint(saved), forward_kinematics=lambda q: q[:3])
+    policy = deploy_base(load_checkpoint(saved), forward_kinematics=lambda q: q[:3])
     obs = {
         "joint_position": np.asarray(robot.home_position, dtype=float),
         "joint_velocity": np.zeros(7),

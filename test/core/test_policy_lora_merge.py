@@ -20,10 +20,11 @@ from safetensors.numpy import load_file, save_file
 from simreal_ros.learner import lora
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy import lora_merge
-from simreal_ros.policy.evaluate import PolicySource, build_policy
 from simreal_ros.policy.inference import deploy_adapter, deploy_base
-from simreal_ros.policy.model import ACTOR_LORA_TARGETS
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.training.evaluate import PolicySource, build_policy
+from simreal_ros.training.model import ACTOR_LORA_TARGETS
+from simreal_ros.training.torch_checkpoint import load_checkpoint, make_untrained_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 ROBOT = load_robot_description()
@@ -38,7 +39,7 @@ def peft_merged_state(model) -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def shipped():
-    return ckpt.load_checkpoint(SHIPPED, with_critic=False)
+    return load_checkpoint(SHIPPED, with_critic=False)
 
 
 @pytest.mark.parametrize(
@@ -120,8 +121,8 @@ def test_node_and_off_ros_evaluation_run_bit_identical_policies(tmp_path, shippe
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
     directory = tmp_path_factory.mktemp("small") / "base"
-    ckpt.make_untrained_checkpoint(directory, ROBOT, hidden=(32, 32))
-    return ckpt.load_checkpoint(directory, with_critic=False)
+    make_untrained_checkpoint(directory, ROBOT, hidden=(32, 32))
+    return load_checkpoint(directory, with_critic=False)
 
 
 def merge(base, adapter: Path, **kwargs):

@@ -13,8 +13,13 @@ from policy_fixtures import observation, save_adapter, trained_peft_actor
 
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.inference import deploy_adapter, deploy_base
-from simreal_ros.policy.model import Actor, Architecture
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.training.model import Actor, Architecture
+from simreal_ros.training.torch_checkpoint import (
+    as_torch_checkpoint,
+    load_checkpoint,
+    make_untrained_checkpoint,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 ROBOT = load_robot_description()
@@ -22,7 +27,7 @@ ROBOT = load_robot_description()
 
 @pytest.fixture
 def saved(tmp_path):
-    return ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, control_rate_hz=20.0)
+    return make_untrained_checkpoint(tmp_path / "base", ROBOT, control_rate_hz=20.0)
 
 
 @pytest.mark.parametrize("hidden", [(64, 64), (32,), (16, 24, 8)])
@@ -36,7 +41,7 @@ def test_actor_shapes_are_the_torch_actors_state_dict(hidden):
 def test_numpy_load_acts_exactly_like_the_torch_load(task):
     directory = ckpt.shipped_checkpoint(task)
     numpy_base = ckpt.load_numpy_checkpoint(directory, description=ROBOT)
-    torch_base = ckpt.load_checkpoint(directory, description=ROBOT, with_critic=False)
+    torch_base = load_checkpoint(directory, description=ROBOT, with_critic=False)
     assert (numpy_base.version, numpy_base.spec) == (torch_base.version, torch_base.spec)
     a, b = deploy_base(numpy_base), deploy_base(torch_base)
     rng = np.random.default_rng(0)
@@ -44,8 +49,8 @@ def test_numpy_load_acts_exactly_like_the_torch_load(task):
         obs = observation(rng)
         np.testing.assert_array_equal(a.act(obs), b.act(obs))
     # The torch model built later for a merge holds the same weights.
-    rebuilt = numpy_base.torch_checkpoint()
-    assert rebuilt is numpy_base.torch_checkpoint()
+    rebuilt = as_torch_checkpoint(numpy_base)
+    assert rebuilt is as_torch_checkpoint(numpy_base)
     for name, tensor in torch_base.model.actor.state_dict().items():
         assert torch.equal(rebuilt.model.actor.state_dict()[name], tensor), name
 
@@ -56,7 +61,7 @@ def test_numpy_load_refuses_what_the_torch_load_refuses(saved):
     meta = json.loads((saved / ckpt.METADATA_FILE).read_text())
     meta["architecture"]["actor_hidden"] = [32, 64]
     (saved / ckpt.METADATA_FILE).write_text(json.dumps(meta))
-    for load in (ckpt.load_checkpoint, ckpt.load_numpy_checkpoint):
+    for load in (load_checkpoint, ckpt.load_numpy_checkpoint):
         with pytest.raises(ckpt.CheckpointError, match=r"architecture: actor\.safetensors tensor"):
             load(saved)
     meta["architecture"]["activation"] = "tanh"
@@ -79,7 +84,7 @@ def test_numpy_load_checks_the_checksum_before_parsing(saved):
 
 
 def test_an_adapter_merges_into_a_numpy_base_as_into_a_torch_base(saved, tmp_path):
-    base = ckpt.load_checkpoint(saved, with_critic=False)
+    base = load_checkpoint(saved, with_critic=False)
     save_adapter(trained_peft_actor(base, seed=5, r=2, lora_alpha=4), base, tmp_path / "a1")
     from_numpy = deploy_adapter(ckpt.load_numpy_checkpoint(saved), tmp_path / "a1", "a1")
     from_torch = deploy_adapter(base, tmp_path / "a1", "a1")

@@ -8,8 +8,9 @@ import pytest
 
 from simreal_ros.cli.main import main
 from simreal_ros.policy import checkpoint as ckpt
-from simreal_ros.policy.evaluate import PolicySource, evaluate_policy
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.training.evaluate import PolicySource, evaluate_policy
+from simreal_ros.training.torch_checkpoint import load_checkpoint
 
 TINY = [
     "--demo-episodes", "3", "--dagger-iterations", "1", "--dagger-episodes", "2",
@@ -26,7 +27,7 @@ def tiny_run(tmp_path_factory):
 
 
 def test_pretrain_writes_a_checkpoint_that_loads_against_the_robot(tiny_run):
-    loaded = ckpt.load_checkpoint(tiny_run, description=load_robot_description())
+    loaded = load_checkpoint(tiny_run, description=load_robot_description())
     training = loaded.metadata["training"]
     assert training["seed"] == 5 and training["phase"] == "done"
     assert training["sac_steps"] == 60
@@ -51,7 +52,7 @@ def test_resume_continues_where_the_run_stopped(tiny_run, capsys):
     assert after["episodes"] > before["episodes"]
     assert after["next_seed"] > before["next_seed"]  # no episode seed reused
     assert after["wall_time_s"] > before["wall_time_s"]
-    loaded = ckpt.load_checkpoint(tiny_run)
+    loaded = load_checkpoint(tiny_run)
     assert loaded.metadata["training"]["sac_steps"] == 100
     # Settings that shape the network must match to resume.
     bad = [a if a != "16" else "32" for a in args]
@@ -79,5 +80,5 @@ def test_eval_command_prints_the_interval_and_records_it(tiny_run, capsys):
     assert "Wilson 95% CI" in printed and "stand-in" in printed
     evaluation = ckpt.read_metadata(tiny_run)["evaluation"]["real_twin/shifted"]
     assert evaluation["episodes"] == 2 and evaluation["seeds"] == [0, 1]
-    ckpt.load_checkpoint(tiny_run)  # recording touched no weights or checksums
+    load_checkpoint(tiny_run)  # recording touched no weights or checksums
     assert main(["eval", "--checkpoint", str(tiny_run / "nope"), "--episodes", "1"]) == 2

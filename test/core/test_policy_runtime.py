@@ -7,6 +7,7 @@ import pytest
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.runtime import ControlTicks, PolicyVersions, diagnostic_report
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.training.torch_checkpoint import make_untrained_checkpoint
 
 ROBOT = load_robot_description()
 
@@ -28,7 +29,7 @@ def test_versions_refuse_a_rollback_until_configured_with_a_store(tmp_path):
     try:
         with pytest.raises(ckpt.CheckpointError, match="configure the node"):
             versions.rollback("")
-        base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, version="base-v1")
+        base_dir = make_untrained_checkpoint(tmp_path / "base", ROBOT, version="base-v1")
         # A rate the checkpoint was not made for is refused and changes nothing.
         with pytest.raises(ValueError, match="control_rate_hz"):
             versions.configure(base_dir, 100.0, "")
@@ -50,7 +51,7 @@ def test_health_is_a_warning_after_a_refusal_or_a_missed_tick(tmp_path):
     versions = PolicyVersions(ROBOT, warn=print)
     try:
         versions.configure(
-            ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, version="b"), None, ""
+            make_untrained_checkpoint(tmp_path / "base", ROBOT, version="b"), None, ""
         )
         numbers = {"missed_ticks": 0, "skipped_stale_observation": 0, "inference_p50_us": 1.25}
         healthy, message, values = diagnostic_report("active", versions, numbers)

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from simreal_ros.policy import checkpoint as ckpt
-from simreal_ros.policy.evaluate import evaluate_policy
 from simreal_ros.policy.spec import SpecConverter
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.training.evaluate import evaluate_policy
+from simreal_ros.training.torch_checkpoint import load_checkpoint
 
 TASKS = ("push", "reach")
 
@@ -17,7 +18,7 @@ TASKS = ("push", "reach")
 @pytest.mark.parametrize("task", TASKS)
 def test_shipped_checkpoint_fits_the_robot_and_records_its_numbers(task):
     directory = ckpt.shipped_checkpoint(task)
-    loaded = ckpt.load_checkpoint(directory, load_robot_description(), control_rate_hz=20.0)
+    loaded = load_checkpoint(directory, load_robot_description(), control_rate_hz=20.0)
     assert loaded.spec.task == task and loaded.version == f"{task}-base"
     size = sum(p.stat().st_size for p in directory.iterdir())
     assert size < 2_000_000, f"{directory} is {size} bytes"
@@ -38,7 +39,7 @@ def test_push_v_sim_prefers_the_cube_at_the_goal():
     far from it (the property SGFT's shaping relies on)."""
     from simreal_ros.sim.gym_env import ArmTaskEnv
 
-    loaded = ckpt.load_checkpoint(ckpt.shipped_checkpoint("push"))
+    loaded = load_checkpoint(ckpt.shipped_checkpoint("push"))
     converter = SpecConverter(loaded.spec)
     env = ArmTaskEnv(task="push", profile="nominal")
     better = 0

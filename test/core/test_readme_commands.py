@@ -104,7 +104,8 @@ def scratch(tmp_path):
     two recorded episodes (a reach on the stand-in labelled real, which succeeds, and a
     sim one), written by the learner's sim bag writer in the graph's bag format."""
     from simreal_ros.learner.sim_episodes import record_rollout
-    from simreal_ros.policy.checkpoint import load_checkpoint, shipped_checkpoint
+    from simreal_ros.policy.checkpoint import shipped_checkpoint
+    from simreal_ros.training.torch_checkpoint import load_checkpoint
 
     for name in (
         ".venv",

@@ -13,6 +13,7 @@ from simreal_ros.robot.kinematics import ToolKinematics
 from simreal_ros.safety.workspace import Workspace
 from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
 from simreal_ros.sim.physics import ArmPhysics
+from simreal_ros.training.torch_checkpoint import load_checkpoint
 
 
 @pytest.fixture(params=SHIPPED_ROBOTS)
@@ -73,7 +74,7 @@ def test_the_shipped_push_checkpoint_loads_on_its_own_arm(robot):
     description = load_robot_description(robot)
     path = ckpt.shipped_checkpoint("push", description)
     assert (path / "policy.json").is_file(), f"the shipped push checkpoint of {robot} is missing"
-    loaded = ckpt.load_checkpoint(path, description, control_rate_hz=20.0)
+    loaded = load_checkpoint(path, description, control_rate_hz=20.0)
     assert loaded.spec.joint_names == description.joint_names
 
 
@@ -84,7 +85,7 @@ def test_a_checkpoint_for_one_arm_is_refused_on_the_other(trained_on, loaded_on)
     path = ckpt.shipped_checkpoint("push", load_robot_description(trained_on))
     other = load_robot_description(loaded_on)
     with pytest.raises(ValueError, match="joint_names") as caught:
-        ckpt.load_checkpoint(path, other, control_rate_hz=20.0)
+        load_checkpoint(path, other, control_rate_hz=20.0)
     message = str(caught.value)
     assert loaded_on in message and "different robot" in message
     assert f"{other.num_joints} " in message  # names the joint count it expected
@@ -96,4 +97,4 @@ def test_a_checkpoint_is_refused_on_the_same_joints_with_other_limits(arm):
         arm, position_upper=np.asarray(arm.position_upper) - 0.01, name=f"{arm.name}_narrow"
     )
     with pytest.raises(ValueError, match="other joint limits"):
-        ckpt.load_checkpoint(path, narrower, control_rate_hz=20.0)
+        load_checkpoint(path, narrower, control_rate_hz=20.0)

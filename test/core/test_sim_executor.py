@@ -34,7 +34,7 @@ ITEM_SECONDS = 2.0  # long enough to kill a worker mid-item
 
 def _records(executor):
     """A few stand-in episodes of the shipped reach policy, through the evaluation code."""
-    from simreal_ros.policy.evaluate import evaluate_policy
+    from simreal_ros.training.evaluate import evaluate_policy
 
     result = evaluate_policy(
         str(REACH), profile="real_twin", condition="train", seeds=SEEDS, executor=executor

@@ -16,7 +16,7 @@ from simreal_ros.episodes import messages
 from simreal_ros.episodes.bag_writer import EpisodeRecording, TopicSpec
 from simreal_ros.episodes.metadata import EpisodeMetadata
 from simreal_ros.learner.sim_episodes import record_rollout
-from simreal_ros.policy.checkpoint import load_checkpoint, shipped_checkpoint
+from simreal_ros.policy.checkpoint import shipped_checkpoint
 from simreal_ros.robot.description import load_robot_description
 from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
 from simreal_ros.sim.physics import ArmPhysics
@@ -29,6 +29,7 @@ from simreal_ros.sysid import (
     read_replay_episodes,
 )
 from simreal_ros.sysid.simulate import ReplaySimulator, noise_estimate
+from simreal_ros.training.torch_checkpoint import load_checkpoint
 
 torch.set_num_threads(1)
 ROBOT = load_robot_description()

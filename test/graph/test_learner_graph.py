@@ -34,15 +34,15 @@ SIM_TIME = ["-p", "use_sim_time:=true"]
 
 
 def tiny_checkpoint(directory):
-    from simreal_ros.policy import checkpoint as ckpt
-    from simreal_ros.policy.model import ActorCritic, Architecture
     from simreal_ros.policy.spec import default_spec
     from simreal_ros.robot.description import load_robot_description
+    from simreal_ros.training.model import ActorCritic, Architecture
+    from simreal_ros.training.torch_checkpoint import save_checkpoint
 
     spec = default_spec(load_robot_description(), "push")
     torch.manual_seed(0)
     model = ActorCritic(Architecture(spec.obs_dim, spec.act_dim, (32, 32), (32, 32)))
-    ckpt.save_checkpoint(directory, model, spec, version="graph-base", gamma=0.95, training={})
+    save_checkpoint(directory, model, spec, version="graph-base", gamma=0.95, training={})
     return directory
 
 

@@ -16,9 +16,10 @@ from simreal_ros.learner.sim_episodes import record_rollout
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.learner import LearnerNode
 from simreal_ros.policy import checkpoint as ckpt
-from simreal_ros.policy.model import ActorCritic, Architecture
 from simreal_ros.policy.spec import default_spec
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.training.model import ActorCritic, Architecture
+from simreal_ros.training.torch_checkpoint import load_checkpoint, save_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +29,8 @@ def base_and_bags(tmp_path_factory):
     torch.manual_seed(0)
     model = ActorCritic(Architecture(spec.obs_dim, spec.act_dim, (32, 32), (32, 32)))
     root = tmp_path_factory.mktemp("learner")
-    ckpt.save_checkpoint(root / "push", model, spec, version="base", gamma=0.95, training={})
-    base = ckpt.load_checkpoint(root / "push")
+    save_checkpoint(root / "push", model, spec, version="base", gamma=0.95, training={})
+    base = load_checkpoint(root / "push")
     bags = [
         record_rollout(root / "episodes" / f"ep{i}", base, seed=i, episode_seconds=1.0)
         for i in range(2)

@@ -20,6 +20,7 @@ from simreal_ros.nodes.learner import LearnerNode
 from simreal_ros.nodes.policy import PolicyNode
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.training.torch_checkpoint import make_untrained_checkpoint
 
 ROBOT = load_robot_description()
 PANDA = load_robot_description("panda")
@@ -27,7 +28,7 @@ PANDA = load_robot_description("panda")
 
 def commit_foreign_adapter(tmp_path, store: AdapterStore) -> None:
     """An adapter trained on a Panda base, as the learner of a Panda graph commits it."""
-    panda_base = ckpt.make_untrained_checkpoint(tmp_path / "panda", PANDA, task="push")
+    panda_base = make_untrained_checkpoint(tmp_path / "panda", PANDA, task="push")
     theirs = ckpt.read_metadata(panda_base)
     with store.staging("v0001") as staging:
         save_file(
@@ -56,7 +57,7 @@ def make_policy(rclpy_context, executor, **params) -> PolicyNode:
 def test_policy_runs_the_base_and_names_both_sides_of_a_foreign_adapter(
     rclpy_context, executor, tmp_path
 ):
-    base = ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, task="push")
+    base = make_untrained_checkpoint(tmp_path / "base", ROBOT, task="push")
     store = AdapterStore(tmp_path / "flat")  # a root without {robot}/{base}: shared by hand
     commit_foreign_adapter(tmp_path, store)
     node = make_policy(
@@ -92,7 +93,7 @@ def test_policy_runs_the_base_and_names_both_sides_of_a_foreign_adapter(
 
 
 def test_policy_reads_its_own_robot_and_base_store(rclpy_context, executor, tmp_path):
-    base = ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, task="push")
+    base = make_untrained_checkpoint(tmp_path / "base", ROBOT, task="push")
     template = str(tmp_path / "adapters" / "{robot}" / "{base}")
     commit_foreign_adapter(tmp_path, AdapterStore(tmp_path / "adapters" / "panda" / "x"))
     node = make_policy(rclpy_context, executor, checkpoint=str(base), adapter_store=template)
@@ -108,7 +109,7 @@ def test_policy_reads_its_own_robot_and_base_store(rclpy_context, executor, tmp_
 
 
 def test_learner_refuses_a_foreign_running_version_and_stays_up(rclpy_context, tmp_path):
-    base = ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, task="push")
+    base = make_untrained_checkpoint(tmp_path / "base", ROBOT, task="push")
     store = AdapterStore(tmp_path / "flat")
     commit_foreign_adapter(tmp_path, store)
     overrides = [

@@ -23,6 +23,7 @@ from simreal_ros.nodes.policy import PolicyNode
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.inference import deploy_base
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.training.torch_checkpoint import load_checkpoint, make_untrained_checkpoint
 
 ROBOT = load_robot_description()
 OBJECT = np.array([0.55, 0.05, 0.025])
@@ -97,7 +98,7 @@ def make_policy(rclpy_context, executor, **params) -> PolicyNode:
 
 def make_adapter(base_dir, adapter_dir, version):
     """What the learner does: peft LoRA on the actor, (here random) training, save_pretrained."""
-    base = ckpt.load_checkpoint(base_dir)
+    base = load_checkpoint(base_dir)
     torch.manual_seed(7)
     peft_actor = get_peft_model(
         copy.deepcopy(base.model.actor),
@@ -125,7 +126,7 @@ def commit_adapter(base_dir, store: AdapterStore, version, promoted=True, activa
 def test_lifecycle_transitions_and_actions_match_the_core_policy(
     rclpy_context, executor, tmp_path
 ):
-    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, version="base-v1")
+    base_dir = make_untrained_checkpoint(tmp_path / "base", ROBOT, version="base-v1")
     world = World(rclpy_context, executor)
     node = make_policy(rclpy_context, executor, checkpoint=str(base_dir))
     assert node.active_version == ""
@@ -143,7 +144,7 @@ def test_lifecycle_transitions_and_actions_match_the_core_policy(
     assert action.policy_version == "base-v1"
     assert list(action.joint_names) == list(ROBOT.joint_names)
     # Same numbers as the core policy on the same observation, despite shuffled joint_states.
-    expected = deploy_base(ckpt.load_checkpoint(base_dir)).act(world.observation())
+    expected = deploy_base(load_checkpoint(base_dir)).act(world.observation())
     np.testing.assert_allclose(action.values, expected, atol=1e-9)
     sequences = [a.sequence for a in world.actions]
     assert sequences == sorted(set(sequences))
@@ -161,7 +162,7 @@ def test_lifecycle_transitions_and_actions_match_the_core_policy(
 
 
 def test_configure_refuses_a_checkpoint_with_another_rate(rclpy_context, executor, tmp_path):
-    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, control_rate_hz=20.0)
+    base_dir = make_untrained_checkpoint(tmp_path / "base", ROBOT, control_rate_hz=20.0)
     node = make_policy(rclpy_context, executor, checkpoint=str(base_dir), control_rate_hz=100.0)
     assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
     assert "control_rate_hz" in node.versions.last_error
@@ -213,7 +214,7 @@ class SimClock:
 
 
 def test_hot_swap_at_100_hz_misses_no_tick_and_rollback_returns(rclpy_context, executor, tmp_path):
-    base_dir = ckpt.make_untrained_checkpoint(
+    base_dir = make_untrained_checkpoint(
         tmp_path / "base", ROBOT, control_rate_hz=100.0, version="base-v1"
     )
     # a2 is kept in the store (merged at configure); a1 is committed later and arrives by
@@ -315,7 +316,7 @@ def rollback(node: PolicyNode, version: str) -> Rollback.Response:
 def test_rollback_moves_the_store_and_the_running_version_together(
     rclpy_context, executor, tmp_path
 ):
-    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, version="base-v1")
+    base_dir = make_untrained_checkpoint(tmp_path / "base", ROBOT, version="base-v1")
     store = AdapterStore(tmp_path / "store")
     commit_adapter(base_dir, store, "v0001")
     commit_adapter(base_dir, store, "v0002")
@@ -377,7 +378,7 @@ def test_rollback_moves_the_store_and_the_running_version_together(
 
 
 def test_rollback_without_a_store_is_refused(rclpy_context, executor, tmp_path):
-    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, version="base-v1")
+    base_dir = make_untrained_checkpoint(tmp_path / "base", ROBOT, version="base-v1")
     node = make_policy(rclpy_context, executor, checkpoint=str(base_dir))
     response = rollback(node, "")
     assert not response.success and "configure" in response.message
@@ -390,10 +391,10 @@ def test_rollback_without_a_store_is_refused(rclpy_context, executor, tmp_path):
 def test_exploration_is_a_run_time_switch_capped_by_its_std(rclpy_context, executor, tmp_path):
     """explore on: actions scatter around the deterministic one, no further than the std
     cap allows; off again: exactly the deterministic action. Collection episodes use it."""
-    base_dir = ckpt.make_untrained_checkpoint(tmp_path / "base", ROBOT, version="base-v1")
+    base_dir = make_untrained_checkpoint(tmp_path / "base", ROBOT, version="base-v1")
     world = World(rclpy_context, executor)
     node = make_policy(rclpy_context, executor, checkpoint=str(base_dir), autostart=True)
-    expected = deploy_base(ckpt.load_checkpoint(base_dir)).act(world.observation())
+    expected = deploy_base(load_checkpoint(base_dir)).act(world.observation())
     assert spin_until(executor, lambda: len(world.actions) >= 3, 10.0)
     np.testing.assert_allclose(world.actions[-1].values, expected, atol=1e-9)
     cap = 0.05

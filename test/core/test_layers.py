@@ -1,0 +1,61 @@
+"""The layers hold: the deployable policy stands apart from training and the simulator."""
+
+import ast
+import pkgutil
+from pathlib import Path
+
+from fresh_interpreter import run_python
+
+ROOT = Path(__file__).resolve().parents[2]
+POLICY = ROOT / "simreal_ros" / "policy"
+# What only training and evaluation need: torch (and what loads torch), the simulator.
+TRAINING_ONLY = ("torch", "peft", "safetensors.torch", "simreal_ros.sim", "simreal_ros.training")
+
+
+def deployable_modules() -> list[str]:
+    names = ["simreal_ros.policy"]
+    for info in pkgutil.walk_packages([str(POLICY)], prefix="simreal_ros.policy."):
+        names.append(info.name)
+    return names
+
+
+def _is_training_only(name: str) -> bool:
+    return any(name == prefix or name.startswith(prefix + ".") for prefix in TRAINING_ONLY)
+
+
+def test_the_deployable_policy_modules_are_found():
+    modules = deployable_modules()
+    assert {"simreal_ros.policy.inference", "simreal_ros.policy.checkpoint"} <= set(modules)
+
+
+def test_importing_a_deployable_policy_module_imports_neither_torch_nor_the_simulator():
+    # One fresh interpreter per module: an earlier import can hide nothing from a later one.
+    for module in deployable_modules():
+        script = (
+            "import importlib, sys\n"
+            f"importlib.import_module({module!r})\n"
+            "bad = sorted(m for m in sys.modules\n"
+            "             if m in ('torch', 'simreal_ros.sim')\n"
+            "             or m.startswith(('simreal_ros.sim.', 'simreal_ros.training')))\n"
+            "print(' '.join(bad))\n"
+        )
+        loaded = run_python(script).strip()
+        assert loaded == "", f"importing {module} imported {loaded}"
+
+
+def test_no_deployable_policy_source_imports_training_code_even_inside_a_function():
+    # The import-time check cannot see an import that runs only when a function is called.
+    offenders = []
+    for path in sorted(POLICY.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [
+                f"{path.relative_to(ROOT)}:{node.lineno} {name}"
+                for name in names
+                if _is_training_only(name)
+            ]
+    assert offenders == [], "the deployable policy imports training code:\n" + "\n".join(offenders)
