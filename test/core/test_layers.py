@@ -59,3 +59,58 @@ def test_no_deployable_policy_source_imports_training_code_even_inside_a_functio
                 if _is_training_only(name)
             ]
     assert offenders == [], "the deployable policy imports training code:\n" + "\n".join(offenders)
+
+
+# The process's arm (``load_robot_description()`` with no argument) is read only where the
+# process is composed: the CLI, the nodes, and the description module itself. Everything
+# else is given its robot. These call sites still read it and are to be threaded from their
+# callers (issue 25); the list may only shrink.
+COMPOSITION_ROOTS = ("cli", "nodes")
+NOT_YET_THREADED = {
+    "simreal_ros/adapters/store.py": 1,
+    "simreal_ros/diagnosis/episodes.py": 2,
+    "simreal_ros/diagnosis/induced_failures.py": 2,
+    "simreal_ros/diagnosis/replay_check.py": 1,
+    "simreal_ros/diagnosis/run.py": 1,
+    "simreal_ros/diagnosis/scenarios.py": 1,
+    "simreal_ros/learner/adaptation.py": 1,
+    "simreal_ros/learner/premise.py": 1,
+    "simreal_ros/loop/diagnose_round.py": 1,
+    "simreal_ros/policy/spec.py": 1,
+    "simreal_ros/sim/expert.py": 1,
+    "simreal_ros/sim/physics.py": 1,
+    "simreal_ros/sysid/run.py": 1,
+    "simreal_ros/training/pretrain.py": 1,
+}
+
+
+def _ambient_arm_reads() -> dict[str, int]:
+    reads: dict[str, int] = {}
+    package = ROOT / "simreal_ros"
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package)
+        if relative.parts[0] in COMPOSITION_ROOTS or relative.as_posix() == "robot/description.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and not node.args
+                and not node.keywords
+                and getattr(node.func, "id", getattr(node.func, "attr", None))
+                == "load_robot_description"
+            ):
+                name = path.relative_to(ROOT).as_posix()
+                reads[name] = reads.get(name, 0) + 1
+    return reads
+
+
+def test_the_arm_is_read_from_the_process_only_at_the_composition_roots():
+    reads = _ambient_arm_reads()
+    new = {f: n for f, n in reads.items() if n > NOT_YET_THREADED.get(f, 0)}
+    assert new == {}, (
+        "load_robot_description() without an argument outside cli/ and nodes/: pass the "
+        f"robot (or what is needed of it) from the caller instead: {new}"
+    )
+    # A call site threaded since: shrink NOT_YET_THREADED so it cannot come back.
+    stale = {f: n for f, n in NOT_YET_THREADED.items() if reads.get(f, 0) < n}
+    assert stale == {}, f"NOT_YET_THREADED lists more reads than there are: {stale}"
