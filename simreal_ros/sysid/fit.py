@@ -636,23 +636,25 @@ def _local_model(objective, estimate, fit, settings) -> _LocalModel:
     return _LocalModel(h, sides, pairs, losses, center, grad, hess)
 
 
-def _newton_subset(full_h: np.ndarray, candidates: list[int]) -> list[int]:
+def _newton_subset(full_h: np.ndarray, candidates: list[int], h: np.ndarray) -> list[int]:
     """The parameters among ``candidates`` (positive curvature) whose Hessian is positive
     definite: the one moving most along a direction without a minimum is dropped first."""
     kept = [i for i in candidates if full_h[i, i] > 0]
     while kept:
-        direction = _flat_direction(full_h, kept)
+        direction = _flat_direction(full_h, kept, h)
         if direction is None:
             break
         kept.pop(int(np.argmax(np.abs(direction))))
     return kept
 
 
-def _flat_direction(full_h: np.ndarray, kept: list[int]) -> np.ndarray | None:
-    """The direction without a minimum among ``kept`` (None when there is none), in
-    coordinates scaled by each parameter's own curvature, so a latency in steps and a
-    factor in log space compare."""
-    scale = 1.0 / np.sqrt(np.abs(np.diag(full_h)[kept]))
+def _flat_direction(full_h: np.ndarray, kept: list[int], h: np.ndarray) -> np.ndarray | None:
+    """The direction without a minimum among ``kept`` (None when there is none), in probe
+    units (``h``: ×1.25, 2 steps), so a latency in steps and a factor in log space compare
+    at the resolution asked of each, and the parameter that moves most along it is the one
+    the data constrain least. (Scaling by each one's own curvature instead would make a
+    well-fixed parameter coupled to two loose ones look the loosest.)"""
+    scale = h[kept]
     values, vectors = np.linalg.eigh(full_h[np.ix_(kept, kept)] * np.outer(scale, scale))
     return vectors[:, 0] if values[0] <= 0 else None
 
@@ -665,7 +667,7 @@ def _polish(objective, estimate, fit, settings, iterations: int = 3) -> list[flo
     for _ in range(iterations):
         model = _local_model(objective, estimate, fit, settings)
         full_h, full_g = model.hess.mean(axis=0), model.grad.mean(axis=0)
-        kept = _newton_subset(full_h, list(range(len(estimate))))
+        kept = _newton_subset(full_h, list(range(len(estimate))), model.h)
         if not kept:
             break
         step = -np.linalg.solve(full_h[np.ix_(kept, kept)], full_g[kept])
@@ -777,7 +779,7 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel):
     # Jointly: while the kept parameters' Hessian has a direction without a minimum, the
     # parameter that moves most along it is left without a value.
     while kept:
-        direction = _flat_direction(full_h, kept)
+        direction = _flat_direction(full_h, kept, h)
         if direction is None:
             break
         worst = kept[int(np.argmax(np.abs(direction)))]

@@ -5,6 +5,7 @@ usable as a profile, and bad bags refused with nothing written."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -292,3 +293,20 @@ def test_a_value_that_follows_a_dropped_parameter_is_not_given():
     assert partners_of_dropped(weak, [1, 2, 3], h, limits) == {}
     # Nothing dropped: nothing to follow.
     assert partners_of_dropped(full_h, [0, 1, 2, 3], h, limits) == {}
+
+
+def test_along_a_flat_direction_the_least_constrained_parameter_is_dropped():
+    from simreal_ros.sysid.fit import _flat_direction, _newton_subset
+
+    # Gain, damping, latency (probes: log 1.25, log 1.25, 2 steps). In probe units the error
+    # has no minimum along (0.1, 1, 0.2): the damping moves ten probes per probe of the
+    # gain. The gain is fixed tightly and coupled to both others (the hub whose own-curvature
+    # scaling made it look the loosest), so it must be the damping that goes.
+    h = np.array([math.log(1.25), math.log(1.25), 2.0])
+    flat = np.array([0.1, 1.0, 0.2]) / np.linalg.norm([0.1, 1.0, 0.2])
+    rest = np.linalg.qr(np.column_stack([flat, [1.0, 0, 0], [0, 0, 1.0]]))[0][:, 1:]
+    in_probes = -0.01 * np.outer(flat, flat) + rest @ np.diag([40.0, 5.0]) @ rest.T
+    full_h = in_probes / np.outer(h, h)
+    direction = _flat_direction(full_h, [0, 1, 2], h)
+    assert direction is not None and int(np.argmax(np.abs(direction))) == 1
+    assert _newton_subset(full_h, [0, 1, 2], h) == [0, 2]
