@@ -9,12 +9,10 @@ Transitions
     deactivate  stop the timer (nothing is published)
     cleanup     drop subscriptions and free the model
 
-The node never imports torch or peft: the base is read with safetensors' numpy backend and
-adapters are merged in numpy, so neither start-up nor the first hot swap pays seconds of
-imports holding the GIL (bench/policy_startup.py --swap counts the ticks a swap misses).
-Hot swap, the version cache and ~/rollback through the store are policy/runtime.py's; a
-refused load or rollback keeps the running policy and says why in the log and on
-/diagnostics.
+The node never imports torch or peft (numpy weights, numpy LoRA merge), so neither start-up
+nor a hot swap holds the GIL for seconds of imports. Hot swap, the version cache and
+~/rollback are policy/runtime.py's; a refused load or rollback keeps the running policy and
+says why in the log and on /diagnostics.
 """
 
 from __future__ import annotations
@@ -40,7 +38,6 @@ from simreal_ros.nodes.params import declare_config, declare_robot
 from simreal_ros.nodes.runtime import run_node
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.config import PolicyNodeConfig
-from simreal_ros.policy.inference import DeployedPolicy
 from simreal_ros.policy.runtime import ControlTicks, PolicyVersions, diagnostic_report
 from simreal_ros.robot.joint_order import JointOrder
 from simreal_ros.srv import Rollback
@@ -56,17 +53,14 @@ class PolicyNode(AutostartLifecycleNode):
         self.robot = declare_robot(self)
         # The base, the adapter store and the merged versions (policy/runtime.py).
         self.versions = PolicyVersions(self.robot, warn=self.get_logger().warning)
-        self._pending: Future | None = None
         # Newest observations (deserialized at the tick, once; reordered to controller order).
-        self._joints = NewestMessage(JointState)
-        self._object = NewestMessage(PoseStamped)
-        self._status = NewestMessage(TaskStatus)
+        self._forget_observations()
         self._joint_order = JointOrder(self.robot.joint_names)
         self._timer = None
         self.ticks = ControlTicks()
         self._subscriptions_ = []
         self._action_pub = None
-        self._rollback_group = MutuallyExclusiveCallbackGroup()
+        self._action = PolicyAction(joint_names=list(self.robot.joint_names))
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.STATUS)
         # Steady clock: diagnostics keep flowing while sim time is paused (lockstep).
         self._diag_timer = self.create_timer(
@@ -74,9 +68,8 @@ class PolicyNode(AutostartLifecycleNode):
             self._publish_diagnostics,
             clock=Clock(clock_type=ClockType.STEADY_TIME),
         )
-        self._rollback_srv = self.create_service(
-            Rollback, "~/rollback", self._on_rollback, callback_group=self._rollback_group
-        )
+        group = MutuallyExclusiveCallbackGroup()  # a rollback waits on the loader thread
+        self.create_service(Rollback, "~/rollback", self._on_rollback, callback_group=group)
         self.autostart(self.config.autostart)
 
     def _apply_config(self, config: PolicyNodeConfig) -> None:
@@ -105,45 +98,29 @@ class PolicyNode(AutostartLifecycleNode):
             self.get_logger().error(self.versions.last_error)
         checkpoint = self.versions.checkpoint
         self.ticks.period_ns = round(1e9 / checkpoint.spec.control_rate_hz)
-        self._action_pub = self.create_lifecycle_publisher(
-            PolicyAction, "/policy/action", qos.COMMAND
+        action = (PolicyAction, "/policy/action", qos.COMMAND)
+        self._action_pub = self.create_lifecycle_publisher(*action)
+        newest = (
+            (JointState, "/joint_states", self._joints, qos.SENSOR_DATA),
+            (PoseStamped, "/object/pose", self._object, qos.SENSOR_DATA),
+            (TaskStatus, "/task/status", self._status, qos.STATUS),
         )
-        self._subscriptions_ = [
-            self.create_subscription(
-                JointState, "/joint_states", self._joints, qos.SENSOR_DATA, raw=True
-            ),
-            self.create_subscription(
-                PoseStamped, "/object/pose", self._object, qos.SENSOR_DATA, raw=True
-            ),
-            self.create_subscription(
-                TaskStatus, "/task/status", self._status, qos.STATUS, raw=True
-            ),
-            self.create_subscription(
-                PolicyUpdate, "/learner/policy_update", self._on_policy_update, qos.LATCHED
-            ),
-        ]
-        self.get_logger().info(
-            f"configured: running {self.version_source} "
-            f"({checkpoint.spec.task}, {checkpoint.spec.control_rate_hz:g} Hz, "
-            f"{checkpoint.spec.action_mode} actions; adapter store "
-            f"{self.versions.store.root if self.versions.store else 'none'})"
-        )
+        self._subscriptions_ = [self.create_subscription(*topic, raw=True) for topic in newest]
+        updates = (PolicyUpdate, "/learner/policy_update", self._on_policy_update, qos.LATCHED)
+        self._subscriptions_.append(self.create_subscription(*updates))
+        self.get_logger().info(f"configured: running {self.versions.summary()}")
         return super().on_configure(state)
 
     def on_activate(self, state: State) -> TransitionCallbackReturn:
         period_ns = self.ticks.period_ns
         if self.versions.checkpoint is None or period_ns <= 0:
-            self.versions.last_error = (
-                "activate refused: the node is not configured (no checkpoint)."
-            )
-            self.get_logger().error(self.versions.last_error)
+            self.versions.last_error = "activate refused: not configured (no checkpoint)."
+            self._say(False, self.versions.last_error)
             return TransitionCallbackReturn.FAILURE
         self.ticks.start(self.get_clock().now().nanoseconds)
         self._timer = self.create_timer(period_ns / 1e9, self._on_tick)
-        self.get_logger().info(
-            f"active: publishing /policy/action at {1e9 / period_ns:g} Hz, running "
-            f"{self.version_source}"
-        )
+        what = f"publishing /policy/action at {1e9 / period_ns:g} Hz"
+        self.get_logger().info(f"active: {what}, running {self.versions.source}")
         return super().on_activate(state)  # enables the lifecycle publisher
 
     def _halt(self) -> None:
@@ -159,7 +136,11 @@ class PolicyNode(AutostartLifecycleNode):
         if self._action_pub is not None:
             self.destroy_lifecycle_publisher(self._action_pub)
             self._action_pub = None
+        self._action = PolicyAction(joint_names=list(self.robot.joint_names))
         self.versions.release()
+        self._forget_observations()
+
+    def _forget_observations(self) -> None:
         self._joints = NewestMessage(JointState)
         self._object = NewestMessage(PoseStamped)
         self._status = NewestMessage(TaskStatus)
@@ -172,14 +153,13 @@ class PolicyNode(AutostartLifecycleNode):
 
     def _joint_arrays(self, msg: JointState) -> tuple[np.ndarray, np.ndarray] | None:
         arrays = joint_arrays(self._joint_order, msg)
-        if arrays is None:
-            _index, missing = self._joint_order.index(msg.name)
-            if missing:
-                self.get_logger().error(
-                    f"/joint_states lacks joint(s) {missing}; the policy needs all of "
-                    f"{list(self.robot.joint_names)}. Ignoring these messages.",
-                    throttle_duration_sec=5.0,
-                )
+        missing = [] if arrays is not None else self._joint_order.index(msg.name)[1]
+        if missing:
+            self.get_logger().error(
+                f"/joint_states lacks joint(s) {missing}; the policy needs all of "
+                f"{list(self.robot.joint_names)}. Ignoring these messages.",
+                throttle_duration_sec=5.0,
+            )
         return arrays
 
     def _on_tick(self) -> None:
@@ -191,11 +171,9 @@ class PolicyNode(AutostartLifecycleNode):
         joint_msg, object_msg = self._joints.read(), self._object.read()
         status_msg = self._status.read()
         joints = None if joint_msg is None else self._joint_arrays(joint_msg)
-        if joints is None or object_msg is None or status_msg is None:
-            ticks.skipped_waiting += 1
-            return
-        if time.monotonic() - self._joints.received > self.config.max_observation_age:
-            ticks.skipped_stale += 1
+        have_all = joints is not None and object_msg is not None and status_msg is not None
+        age_s = time.monotonic() - self._joints.received
+        if not ticks.observations_ready(have_all, age_s, self.config.max_observation_age):
             return
         observation = observation_from_messages(joints, object_msg, status_msg.goal)
         start = time.perf_counter()
@@ -208,12 +186,9 @@ class PolicyNode(AutostartLifecycleNode):
             self.get_logger().error(f"no action this tick: {error}", throttle_duration_sec=2.0)
             return
         ticks.inference_us.append((time.perf_counter() - start) * 1e6)
-        msg = PolicyAction()
-        msg.header.stamp = joint_msg.header.stamp
-        msg.policy_version = policy.version
-        msg.sequence = sequence
-        msg.joint_names = list(self.robot.joint_names)
-        msg.values = target.tolist()
+        msg = self._action  # one message, refilled: publish() serializes it at once
+        msg.header.stamp, msg.policy_version = joint_msg.header.stamp, policy.version
+        msg.sequence, msg.values = sequence, target.tolist()
         self._action_pub.publish(msg)
 
     # --- versions: hot swap and rollback -----------------------------------------------
@@ -222,53 +197,26 @@ class PolicyNode(AutostartLifecycleNode):
         if not msg.promoted:
             self.get_logger().info(f"candidate {msg.version} not promoted: {msg.reason}")
             return
-        if self.active_version == msg.version:
+        if self.versions.active_version == msg.version:
             return  # a latched update we already run
         self.get_logger().info(f"loading promoted adapter {msg.version} from {msg.adapter_path}")
-        self._pending = self.versions.announce(msg.version, msg.adapter_path, msg.checksum)
-        self._pending.add_done_callback(self._finish_swap)
+        loading = self.versions.announce(msg.version, msg.adapter_path, msg.checksum)
+        loading.add_done_callback(self._finish_swap)
 
     def _finish_swap(self, future: Future) -> None:
-        try:
-            deployed = future.result()
-        except Exception as error:  # keep running the current policy, say why
-            self.versions.last_error = (
-                f"update refused, still running {self.active_version}: {error}"
-            )
-            self.get_logger().error(self.versions.last_error)
-            return
-        self._activate_version(deployed)
+        self._say(*self.versions.finish_swap(future))
 
-    def _activate_version(self, deployed: DeployedPolicy) -> None:
-        if self.versions.activate(deployed):
-            self.get_logger().info(f"now running {deployed.version} ({self.version_source})")
-
-    @property
-    def version_source(self) -> str:
-        """What runs and where it came from: the base checkpoint or an adapter's path."""
-        return self.versions.source
-
-    @property
-    def active_version(self) -> str:
-        return self.versions.active_version
+    def _say(self, done: bool, message: str) -> None:
+        # rclpy refuses two severities from one call site: two calls.
+        if done:
+            self.get_logger().info(message)
+        else:
+            self.get_logger().error(message)
 
     def _on_rollback(self, request: Rollback.Request, response: Rollback.Response):
-        current = self.active_version
-        response.active_version, response.success = current, False
-        try:
-            _, version = self.versions.rollback(request.version)
-        except Exception as error:  # keep running the current policy, say why
-            wanted = request.version or "the version before"
-            self.versions.last_error = (
-                f"rollback to {wanted} refused, still running {current}: {error}"
-            )
-            self.get_logger().error(self.versions.last_error)
-            response.message = self.versions.last_error
-            return response
-        self.get_logger().info(f"now running {version} ({self.version_source})")
-        response.success = True
-        response.message = f"rolled back from {current} to {version}"
-        response.active_version = version
+        response.success, response.message = self.versions.rollback_request(request.version)
+        self._say(response.success, response.message)
+        response.active_version = self.versions.active_version
         return response
 
     # --- diagnostics -------------------------------------------------------------------
@@ -287,15 +235,10 @@ class PolicyNode(AutostartLifecycleNode):
         configured = self.versions.checkpoint is not None
         state = "active" if self._timer else ("configured" if configured else "unconfigured")
         healthy, message, values = diagnostic_report(state, self.versions, self.statistics())
+        level = OK if healthy else WARN
+        name = "policy: inference"
         self._diag_pub.publish(
-            diagnostic_array(
-                self,
-                "policy: inference",
-                self.robot.name,
-                OK if healthy else WARN,
-                message,
-                values,
-            )
+            diagnostic_array(self, name, self.robot.name, level, message, values)
         )
 
 

@@ -274,8 +274,11 @@ class TrialRunnerNode(Node):
                 "(it holds the arm until engaged)"
             )
             return
-        log = self.get_logger().info if answer.success else self.get_logger().warning
-        log(f"safety: {answer.message}")
+        # rclpy refuses two severities from one call site: two calls.
+        if answer.success:
+            self.get_logger().info(f"safety: {answer.message}")
+        else:
+            self.get_logger().warning(f"safety: {answer.message}")
 
     def wait_for_end(self, episode_id: str, timeout_s: float) -> TaskEnd:
         deadline = time.monotonic() + timeout_s

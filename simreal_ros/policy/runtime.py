@@ -147,6 +147,30 @@ class PolicyVersions:
         self.last_error = ""
         return True
 
+    def finish_swap(self, future: Future) -> tuple[bool, str]:
+        """Activate what an ``announce`` future loaded: (done, what to log). A refusal keeps
+        the running version and says why (also in ``last_error``)."""
+        try:
+            deployed = future.result()
+        except Exception as error:  # keep running the current policy, say why
+            self.last_error = f"update refused, still running {self.active_version}: {error}"
+            return False, self.last_error
+        if not self.activate(deployed):
+            return False, f"{deployed.version} loaded after the node was cleaned up; not run"
+        return True, f"now running {deployed.version} ({self.source})"
+
+    def rollback_request(self, requested: str) -> tuple[bool, str]:
+        """~/rollback: (done, message). A refusal keeps the running version and the store
+        as they were and says why (also in ``last_error``)."""
+        current = self.active_version
+        try:
+            _, version = self.rollback(requested)
+        except Exception as error:  # keep running the current policy, say why
+            wanted = requested or "the version before"
+            self.last_error = f"rollback to {wanted} refused, still running {current}: {error}"
+            return False, self.last_error
+        return True, f"rolled back from {current} to {version}; now running {self.source}"
+
     def rollback(self, requested: str) -> tuple[str, str]:
         """Follow the store's history: ``requested`` (empty: the version before; the base's
         name or ``base``: the base). Returns (from, to); raises with the reason, leaving
@@ -229,6 +253,17 @@ class PolicyVersions:
         running = self.running
         return running.version if running is not None else ""
 
+    def summary(self) -> str:
+        """What runs, with the base's conventions and the store (for the node's log)."""
+        spec = self.checkpoint.spec if self.checkpoint is not None else None
+        if spec is None:
+            return self.source
+        store = self.store.root if self.store else "none"
+        return (
+            f"{self.source} ({spec.task}, {spec.control_rate_hz:g} Hz, {spec.action_mode} "
+            f"actions; adapter store {store})"
+        )
+
     @property
     def source(self) -> str:
         """What runs and where it came from: the base checkpoint or an adapter's path."""
@@ -268,6 +303,17 @@ class ControlTicks:
         self.last_sequence = sequence
         self.ticks += 1
         return int(sequence)
+
+    def observations_ready(self, have_all: bool, age_s: float, max_age_s: float) -> bool:
+        """Whether this tick may act: every observation seen once, the joints fresh
+        (counted as skipped otherwise)."""
+        if not have_all:
+            self.skipped_waiting += 1
+            return False
+        if age_s > max_age_s:
+            self.skipped_stale += 1
+            return False
+        return True
 
     def statistics(self) -> dict[str, float]:
         samples = list(self.inference_us)

@@ -21,6 +21,11 @@ def test_ticks_count_the_grid_slots_they_miss():
     # A late timer callback never repeats a sequence number.
     assert ticks.next_sequence(1_000_000_000 + 4 * 50_000_000) == 5
     assert ticks.statistics()["missed_ticks"] == 2
+    # A tick acts only on a full, fresh observation; the others are counted by cause.
+    assert not ticks.observations_ready(False, 0.0, 0.5)
+    assert not ticks.observations_ready(True, 0.6, 0.5)
+    assert ticks.observations_ready(True, 0.1, 0.5)
+    assert (ticks.skipped_waiting, ticks.skipped_stale) == (1, 1)
 
 
 def test_versions_refuse_a_rollback_until_configured_with_a_store(tmp_path):
@@ -40,6 +45,13 @@ def test_versions_refuse_a_rollback_until_configured_with_a_store(tmp_path):
         assert versions.source == f"base base-v1 from {base_dir}"
         with pytest.raises(ckpt.CheckpointError, match="adapter_store"):
             versions.rollback("")
+        # As ~/rollback answers: refused, the reason kept, the running version unchanged.
+        done, message = versions.rollback_request("")
+        assert not done and "still running base-v1" in message
+        assert versions.last_error == message
+        # A swap whose load failed keeps the running version and says why.
+        done, message = versions.finish_swap(versions.announce("a1", str(tmp_path), "0" * 64))
+        assert not done and message.startswith("update refused, still running base-v1")
         with pytest.raises(ckpt.CheckpointError, match="never announced"):
             versions.load("v0001")
         assert versions.active_version == "base-v1" and not warnings

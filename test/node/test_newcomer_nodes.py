@@ -65,8 +65,8 @@ def test_policy_runs_the_base_and_names_both_sides_of_a_foreign_adapter(
     )
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
-        assert node.active_version == "untrained"
-        assert node.version_source == f"base untrained from {base}"
+        assert node.versions.active_version == "untrained"
+        assert node.versions.source == f"base untrained from {base}"
         error = node.versions.last_error
         assert "v0001" in error and "robot 'panda', 8 joints" in error, error
         assert f"this graph runs robot '{ROBOT.name}', 7 joints" in error, error
@@ -102,7 +102,7 @@ def test_policy_reads_its_own_robot_and_base_store(rclpy_context, executor, tmp_
         assert node.versions.store.root == scoped_store_root(template, ROBOT.name, base)
         # The Panda's adapter is in another store: not offered.
         assert node.versions.last_error == ""
-        assert node.active_version == "untrained"
+        assert node.versions.active_version == "untrained"
     finally:
         executor.remove_node(node)
         node.destroy_node()

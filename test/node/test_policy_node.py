@@ -129,9 +129,9 @@ def test_lifecycle_transitions_and_actions_match_the_core_policy(
     base_dir = make_untrained_checkpoint(tmp_path / "base", ROBOT, version="base-v1")
     world = World(rclpy_context, executor)
     node = make_policy(rclpy_context, executor, checkpoint=str(base_dir))
-    assert node.active_version == ""
+    assert node.versions.active_version == ""
     assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
-    assert node.active_version == "base-v1"
+    assert node.versions.active_version == "base-v1"
     # Configured but inactive: nothing is published, and the lifecycle publisher is off.
     assert isinstance(node._action_pub, LifecyclePublisher)
     assert not node._action_pub.is_activated
@@ -157,7 +157,7 @@ def test_lifecycle_transitions_and_actions_match_the_core_policy(
     assert len(world.actions) == count, "published while inactive"
     publisher = node._action_pub
     assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
-    assert node.active_version == "" and node.versions.checkpoint is None
+    assert node.versions.active_version == "" and node.versions.checkpoint is None
     assert node._action_pub is None and publisher not in node._managed_entities
 
 
@@ -166,7 +166,7 @@ def test_configure_refuses_a_checkpoint_with_another_rate(rclpy_context, executo
     node = make_policy(rclpy_context, executor, checkpoint=str(base_dir), control_rate_hz=100.0)
     assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
     assert "control_rate_hz" in node.versions.last_error
-    assert node.active_version == ""
+    assert node.versions.active_version == ""
 
 
 class SimClock:
@@ -232,7 +232,7 @@ def test_hot_swap_at_100_hz_misses_no_tick_and_rollback_returns(rclpy_context, e
         adapter_store=str(tmp_path / "store"),
         diagnostics_period=0.2,
     )
-    assert node.active_version == "base-v1"
+    assert node.versions.active_version == "base-v1"
     assert wait_for_subscribers(executor, clock.publisher)
     # Observations first (they arrive on their own, in wall time), then tick.
     assert spin_until(
@@ -276,7 +276,7 @@ def test_hot_swap_at_100_hz_misses_no_tick_and_rollback_returns(rclpy_context, e
         )
     )
     assert spin_until(executor, lambda: "checksum" in node.versions.last_error, 10.0)
-    assert node.active_version == "a1"
+    assert node.versions.active_version == "a1"
     assert spin_until(
         executor,
         lambda: any("checksum" in s.message for d in world.diagnostics for s in d.status),
@@ -299,13 +299,13 @@ def test_hot_swap_at_100_hz_misses_no_tick_and_rollback_returns(rclpy_context, e
     assert world.actions[-1].policy_version == "base-v1"
     response = call("a1")
     assert response.success, response.message
-    assert node.active_version == "a1" and store.current() == "a1"
+    assert node.versions.active_version == "a1" and store.current() == "a1"
     # a2 is kept in the store, but the checksum it was announced with still does not hold.
     response = call("a2")
     assert not response.success and "checksum" in response.message
     response = call("nope")
     assert not response.success and "nope" in response.message
-    assert node.active_version == "a1" and store.current() == "a1"
+    assert node.versions.active_version == "a1" and store.current() == "a1"
 
 
 def rollback(node: PolicyNode, version: str) -> Rollback.Response:
@@ -331,7 +331,7 @@ def test_rollback_moves_the_store_and_the_running_version_together(
     assert set(node.versions.cache) == {"base-v1", "v0001", "v0002"}
 
     def together(version: str) -> None:
-        assert node.active_version == version
+        assert node.versions.active_version == version
         assert store.current() == (None if version == "base-v1" else version)
 
     assert rollback(node, "v0002").success
@@ -385,7 +385,7 @@ def test_rollback_without_a_store_is_refused(rclpy_context, executor, tmp_path):
     assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
     response = rollback(node, "")
     assert not response.success and "adapter_store" in response.message
-    assert node.active_version == "base-v1"
+    assert node.versions.active_version == "base-v1"
 
 
 def test_exploration_is_a_run_time_switch_capped_by_its_std(rclpy_context, executor, tmp_path):
