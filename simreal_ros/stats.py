@@ -161,6 +161,56 @@ def restricted_mean_time(times, censored, horizon: float) -> float:
     return float(area + previous_s * (horizon - previous_time))
 
 
+def restricted_mean_rows(rows, horizon: float) -> float:
+    """``restricted_mean_time`` of [time, censored (0/1)] rows: one array per unit, so a
+    bootstrap resamples a unit's time and censoring together."""
+    rows = np.asarray(rows, np.float64).reshape(-1, 2)
+    return restricted_mean_time(rows[:, 0], rows[:, 1] > 0.5, horizon)
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    """numerator / denominator; inf over 0 (NaN for 0 / 0), so a bootstrap keeps the end."""
+    if denominator > 0:
+        return numerator / denominator
+    return float("inf") if numerator > 0 else float("nan")
+
+
+def censored_ratio_verdict(
+    ratio_ci, numerator_censored: int, denominator_censored: int, target: float,
+    names: tuple[str, str] = ("numerator", "denominator"),
+) -> tuple[str, str]:  # fmt: skip
+    """(verdict, note) for "a ratio of restricted mean times >= ``target`` at its CI's
+    lower bound".
+
+    A censored unit's true time lies beyond the horizon, so its side's restricted mean
+    understates its mean: the numerator censored makes the ratio a lower bound, the
+    denominator censored an upper bound, both censored no bound at all.
+    """
+    low, high = ratio_ci
+    top, bottom = names
+    if np.isnan(low) or np.isnan(high):
+        return "not measured", "no ratio (neither arm needed any episodes)"
+    if numerator_censored and denominator_censored:
+        return "not measured (censored)", "both arms censored: the ratio is no bound either way"
+    if denominator_censored:
+        note = f"{bottom} censored: the ratio is an upper bound"
+        return ("not met" if high < target else "not measured (censored)"), note
+    if numerator_censored:
+        note = f"{top} censored: the ratio is a lower bound"
+        return ("met" if low >= target else "not measured (censored)"), note
+    note = "no seed censored: the ratio is measured"
+    return ("met" if low >= target else "not met"), note
+
+
+def censored_time_below_verdict(time_ci, censored: int, limit: float) -> str:
+    """Verdict for "the restricted mean time is below ``limit``" from its CI; censored
+    units make the restricted mean a lower bound on the time needed."""
+    low, high = time_ci
+    if not censored:
+        return "met" if high < limit else "not met"
+    return "not met" if low >= limit else "not measured (censored)"
+
+
 def normalised_auc(episodes, success_rates, budget: float) -> float:
     """Area under a success-vs-episodes step function over [0, budget], divided by it.
 
