@@ -1,11 +1,14 @@
 """The value side of a learner session, fixed when it starts: V_sim (SGFT's frozen sim
 value), the critic the actor-critic methods train, the reward scale and failure value every
-method trains on, and EWC's Fisher estimate on the sim data."""
+method trains on, and EWC's Fisher estimate on the sim data. Also the fit that gives a base
+whose critics pretraining never trained a V_sim (``fit_sim_critic``)."""
 
 from __future__ import annotations
 
 import copy
 import logging
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -51,11 +54,16 @@ def check_gamma(configured: float, pretraining: float) -> float:
     return pretraining
 
 
+def critics_trained(training: dict[str, Any]) -> bool:
+    """False when pretraining took no SAC step and no fit trained the critics since
+    (``training`` is a checkpoint's training metadata): they are still random."""
+    return not (training.get("sac_steps") == 0 and not training.get("critic_steps"))
+
+
 def check_critic_trained(checkpoint, config: LearnerConfig) -> str:
     """V_sim (and an RL warm start) need critics that pretraining actually trained: a
     warning when they were not and this method would use them, else empty."""
-    training = (checkpoint.metadata or {}).get("training", {}) or {}
-    untrained = training.get("sac_steps") == 0 and not training.get("critic_steps")
+    untrained = not critics_trained((checkpoint.metadata or {}).get("training", {}) or {})
     needs_critic = method_traits(config.method).shaped or config.resolved_critic_init != "fresh"
     if untrained and needs_critic:
         warning = (
@@ -190,3 +198,108 @@ class Critics:
             for p in critic.parameters():
                 p.requires_grad_(True)
         return ColumnCritic(critic, self.reward_scale).train()
+
+
+def fit_sim_critic(
+    checkpoint_dir: str,
+    out_dir: str | Path,
+    *,
+    task: str = "push",
+    episodes: int = 40,
+    held_out: int = 10,
+    updates: int = 2000,
+    seed: int = 12345,
+    episode_seconds: float = 6.0,
+    progress=print,
+) -> dict[str, Any]:
+    """Fit the base's twin critics to its own value IN SIM (randomized profile, the
+    pretraining profile; never a stand-in for the arm) and save base actor + fitted critics.
+
+    For a base checkpoint whose critics were never trained (DAgger stage, 0 SAC steps),
+    which would make V_sim random noise. Targets: discounted return-to-go of the base
+    actor's (noisy) rollouts, bootstrapped with the critic itself at time-limit truncations
+    (recomputed every 200 updates), zero after true terminations.
+    """
+    from simreal_ros.learner.data import collect_sim_transitions
+    from simreal_ros.training.torch_checkpoint import load_checkpoint, save_checkpoint
+
+    torch.manual_seed(seed)
+    checkpoint = load_checkpoint(checkpoint_dir)
+    gamma = float(checkpoint.gamma)
+    data = collect_sim_transitions(
+        checkpoint, task, episodes + held_out, seed=seed, profile="randomized",
+        episode_seconds=episode_seconds,
+    )  # fmt: skip
+    held_ids = [f"sim-{seed}-{e}" for e in range(episodes, episodes + held_out)]
+    held = np.isin(data.episode_ids, held_ids)
+    critic = checkpoint.model.critic
+    critic.train()
+    for p in critic.parameters():
+        p.requires_grad_(True)
+    optimizer = torch.optim.Adam(critic.parameters(), lr=3e-4)
+    obs = torch.as_tensor(data.obs)
+    actions = torch.as_tensor(data.actions)
+    train_rows = np.flatnonzero(~held)
+    rng = np.random.default_rng(seed)
+
+    def targets() -> np.ndarray:
+        with torch.no_grad():
+            next_obs = torch.as_tensor(data.next_obs)
+            next_v = torch.minimum(*critic(next_obs, checkpoint.model.actor(next_obs)))
+        next_v = next_v.reshape(-1).numpy()
+        out = np.zeros(len(data), np.float64)
+        running = 0.0
+        for i in reversed(range(len(data))):
+            if data.terminals[i]:
+                running = float(data.rewards[i])
+            elif data.truncateds[i]:
+                running = float(data.rewards[i]) + gamma * float(next_v[i])
+            else:
+                running = float(data.rewards[i]) + gamma * running
+            out[i] = running
+        return out.astype(np.float32)
+
+    target = torch.as_tensor(targets())
+    for update in range(updates):
+        if update and update % 200 == 0:
+            target = torch.as_tensor(targets())
+        index = torch.as_tensor(rng.choice(train_rows, 256))
+        q1, q2 = critic(obs[index], actions[index])
+        loss = ((q1.reshape(-1) - target[index]) ** 2).mean() + (
+            (q2.reshape(-1) - target[index]) ** 2
+        ).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    critic.eval()
+    target = targets()
+    v = FrozenSimValue(checkpoint.model.actor, critic, actor_mean, twin_q)(data.obs)
+    corr = float(np.corrcoef(v[held], target[held])[0, 1])
+    report = {
+        "fitted_from": str(checkpoint_dir),
+        "profile": "randomized",
+        "episodes": episodes,
+        "updates": updates,
+        "held_out_corr_v_vs_return": corr,
+        "held_out_v_mean": float(v[held].mean()),
+        "held_out_return_mean": float(target[held].mean()),
+    }
+    save_checkpoint(
+        out_dir,
+        checkpoint.model,
+        checkpoint.spec,
+        version=f"{checkpoint.version}+vsim",
+        gamma=gamma,
+        # critic_steps tells critics_trained (and so the learner) these critics are trained.
+        training={
+            **checkpoint.metadata.get("training", {}),
+            "critic_steps": updates,
+            "v_sim_fit": report,
+        },
+        parent_version=checkpoint.version,
+    )
+    progress(
+        f"fitted V_sim in sim (randomized): held-out corr(V_sim, return) {corr:.2f}, "
+        f"mean V {report['held_out_v_mean']:.2f} vs return {report['held_out_return_mean']:.2f}"
+    )
+    return report
