@@ -1,5 +1,7 @@
-"""bench/sample_efficiency.py as a module for its tests (it is a script under bench/, not a
-package): ``from core.bench_loader import sample_efficiency``."""
+"""bench/sample_efficiency.py as a module, for the tests of what the script itself holds:
+its matrix of arms and its CLI (it is a script under bench/, not a package):
+``from core.bench_loader import sample_efficiency``. The rounds, the statistics and the
+summary it runs are core modules; tests import those directly."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Smoke run of bench/sample_efficiency.py on the real stack (MuJoCo stand-in, peft LoRA,
-the learner's session, the policy package's evaluation) with tiny numbers, its V_sim fit and
-its --learner overrides. The statistics and the summary, without simulation, are in
+"""Smoke run of bench/sample_efficiency.py's arms through the stand-in rounds
+(learner.stand_in_rounds) on the real stack (MuJoCo stand-in, peft LoRA, the learner's
+session, the policy evaluation) with tiny numbers; the V_sim fit (learner.critics) and the
+rounds' --learner overrides. The statistics and the summary, without simulation, are in
 test_stats_bench.py."""
 
 from __future__ import annotations
@@ -14,10 +15,20 @@ import pytest
 import torch
 from core.bench_loader import sample_efficiency as bench
 
-from simreal_ros.policy import checkpoint as ckpt
-from simreal_ros.policy.model import ActorCritic, Architecture
+from simreal_ros.learner.critics import critics_trained, fit_sim_critic
+from simreal_ros.learner.stand_in_rounds import (
+    PER_JOB_FIELDS,
+    RoundsConfig,
+    arm_config,
+    learner_config,
+    run_experiment,
+)
+from simreal_ros.learner.stand_in_summary import format_table
+from simreal_ros.policy.checkpoint import read_metadata
 from simreal_ros.policy.spec import default_spec
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.training import torch_checkpoint as ckpt
+from simreal_ros.training.model import ActorCritic, Architecture
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +52,7 @@ def base_dir(tmp_path_factory):
 def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
     methods = tuple(bench.METHODS)  # all 8 arms
     assert len(methods) == 8
-    cfg = bench.BenchConfig(
+    cfg = RoundsConfig(
         checkpoint=str(base_dir),
         condition="train",
         seeds=1,
@@ -52,7 +63,9 @@ def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
         eval_episodes=2,
         bc_demos=1,
         sim_episodes=1,
-        episode_seconds=0.5,
+        # 1 s, not less: sysid identifies from these episodes, and two 0.5 s episodes give
+        # the identification no profile, so sysid would skip its round untrained.
+        episode_seconds=1.0,
         workers=1,
         fit_v_sim="off",
         # Without this the learner would run update_to_data x new real transitions updates.
@@ -60,7 +73,10 @@ def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
         bootstrap_resamples=200,
     )
     lines: list[str] = []
-    result = bench.run(cfg, work_dir=str(tmp_path / "work"), progress=lines.append)
+    experiment = bench.EXPERIMENT
+    result = run_experiment(
+        cfg, experiment, work_dir=str(tmp_path / "work"), progress=lines.append
+    )
     assert result["config"]["checkpoint"] == str(base_dir)  # fit_v_sim off: the base itself
     assert result["v_sim_fit"] is None
     assert "stand-in" in result["stand_in"]
@@ -91,7 +107,7 @@ def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
         last = job["rounds"][-1]
         demos = 1 if method == "bc_lora" else 0  # expert demos count as stand-in data
         assert last["episodes"] == 2 + demos and last["demo_episodes"] == demos
-        # Episodes end by success, cube loss or the 0.5 s limit.
+        # Episodes end by success, cube loss or the 1 s limit.
         assert 0 < last["steps"] <= last["episodes"] * steps_per_episode
         assert last["minutes"] == pytest.approx(last["steps"] / rate / 60.0)
         if not job["reached"]:
@@ -123,11 +139,11 @@ def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
     configs = {}
     for method in (m for m in methods if bench.METHODS[m] is not None):
         recorded = jobs[method]["learner_config"]
-        expected = bench.arm_config(cfg, method, seed=0, store_root=recorded["store_root"])
+        expected = arm_config(cfg, experiment, method, seed=0, store_root=recorded["store_root"])
         assert recorded == dataclasses.asdict(expected), method
         assert recorded["update_to_data"] == 0 and recorded["updates_per_round"] == 4
         configs[method] = recorded
-    per_job = set(bench.PER_JOB_FIELDS)
+    per_job = set(PER_JOB_FIELDS)
     for a, b in itertools.combinations(configs, 2):
         own = set(bench.METHODS[a]) | set(bench.METHODS[b]) | per_job
         differing = {k for k in configs[a] if k not in own and configs[a][k] != configs[b][k]}
@@ -149,7 +165,7 @@ def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
         )
         assert set(comparison["verdicts"]) == {"ratio_3x", "minutes_under_5", "no_early_dip"}
     assert summary["primary"] == "sgft_h1"
-    table = bench.format_table(cfg, summary)
+    table = format_table(cfg, experiment, summary)
     assert "STAND-IN (simulated; not a physical arm)" in table
     for arm in bench.SGFT_ARMS:
         assert f"--- {bench.LABELS[arm]} vs RL-FT" in table
@@ -161,9 +177,9 @@ def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
 
 
 def test_fit_sim_critic_changes_only_the_critic(base_dir, tmp_path):
-    assert not bench.critic_was_trained(str(base_dir))
+    assert not critics_trained(read_metadata(base_dir)["training"])
     out = tmp_path / "fitted"
-    report = bench.fit_sim_critic(
+    report = fit_sim_critic(
         str(base_dir),
         out,
         episodes=2,
@@ -186,35 +202,32 @@ def test_fit_sim_critic_changes_only_the_critic(base_dir, tmp_path):
     assert changed, "the critic was not fitted"
     assert fitted.metadata["training"]["v_sim_fit"]["profile"] == "randomized"
     assert fitted.metadata["training"]["critic_steps"] == 30  # the learner sees a trained critic
+    assert critics_trained(fitted.metadata["training"])
 
 
 def test_learner_overrides_go_through_the_learner_schema():
-    cfg = bench.BenchConfig(
+    cfg = RoundsConfig(
         checkpoint="x", learner_overrides=(("learning_rate", "3e-5"), ("ewc", "true"))
     )
-    config = bench.learner_config(cfg, method="sgft", horizon=3)
+    config = learner_config(cfg, method="sgft", horizon=3)
     assert config.learning_rate == pytest.approx(3e-5) and config.ewc is True
     assert config.method == "sgft" and config.horizon == 3
     with pytest.raises(ValueError, match="no field 'bogus'"):
-        bench.learner_config(
-            bench.BenchConfig(checkpoint="x", learner_overrides=(("bogus", "1"),))
-        )
+        learner_config(RoundsConfig(checkpoint="x", learner_overrides=(("bogus", "1"),)))
     with pytest.raises(ValueError):  # out of the schema's range
-        bench.learner_config(
-            bench.BenchConfig(checkpoint="x", learner_overrides=(("learning_rate", "5"),))
-        )
+        learner_config(RoundsConfig(checkpoint="x", learner_overrides=(("learning_rate", "5"),)))
 
 
-def test_the_bench_carries_learner_settings_in_the_learners_own_schema():
+def test_the_rounds_carry_learner_settings_in_the_learners_own_schema():
     from simreal_ros.learner.config import LearnerConfig
 
     learner = {f.name: f for f in dataclasses.fields(LearnerConfig)}
-    for field in dataclasses.fields(bench.BenchConfig):
+    for field in dataclasses.fields(RoundsConfig):
         if field.name in learner and field.name not in ("task", "checkpoint", "seed"):
             meta = dict(field.metadata)
             assert meta.pop("shared_with", None) == "LearnerConfig", field.name
             assert meta == dict(learner[field.name].metadata), field.name
     with pytest.raises(ValueError, match="updates_per_round = 0 is below its minimum"):
-        bench.BenchConfig(checkpoint="x", updates_per_round=0)
-    config = bench.arm_config(bench.BenchConfig(checkpoint="x", sim_episodes=3), "rl_ft")
+        RoundsConfig(checkpoint="x", updates_per_round=0)
+    config = arm_config(RoundsConfig(checkpoint="x", sim_episodes=3), bench.EXPERIMENT, "rl_ft")
     assert config.sim_episodes == 3 and config.updates_per_round == 300

@@ -1,6 +1,7 @@
 """The few-seed statistics in simreal_ros.stats (bootstrap, Kaplan-Meier restricted mean,
-normalised AUC) against hand-computed cases, and bench/sample_efficiency.py's arms,
-stopping rule and summary, without running any simulation."""
+normalised AUC, censored ratio verdicts) against hand-computed cases; the stand-in rounds'
+stopping rule and summary (learner.stand_in_rounds, learner.stand_in_summary); and
+bench/sample_efficiency.py's arms and CLI, without running any simulation."""
 
 from __future__ import annotations
 
@@ -12,12 +13,29 @@ import numpy as np
 import pytest
 from core.bench_loader import sample_efficiency as bench
 
+from simreal_ros.learner.stand_in_rounds import (
+    Experiment,
+    RoundsConfig,
+    arm_config,
+    finish_job,
+)
+from simreal_ros.learner.stand_in_summary import format_table, settings_check, summarise
 from simreal_ros.stats import (
     bootstrap_ci,
+    censored_ratio_verdict,
+    censored_time_below_verdict,
     kaplan_meier,
     normalised_auc,
     paired_bootstrap_ci,
+    restricted_mean_rows,
     restricted_mean_time,
+)
+
+# The three arms the summary tests need (the bench's full matrix is tested against the
+# bench itself below).
+ARMS = Experiment(
+    {"zero_shot": None, "rl_ft": {"method": "rl"}, "sgft_h1": {"method": "sgft", "horizon": 1}},
+    {"zero_shot": "zero-shot", "rl_ft": "RL-FT (SAC)", "sgft_h1": "SGFT H=1"},
 )
 
 
@@ -37,6 +55,8 @@ def test_restricted_mean_with_censoring_hand_computed():
     assert event_times.tolist() == [2.0, 6.0]
     assert survival == pytest.approx([2 / 3, 0.0])
     assert restricted_mean_time(times, censored, 8.0) == pytest.approx(14 / 3)
+    rows = np.column_stack([times, censored])  # what a bootstrap over seeds resamples
+    assert restricted_mean_rows(rows, 8.0) == pytest.approx(14 / 3)
     # The plain mean treating the censored time as an event would be 4: KM is higher.
     assert restricted_mean_time(times, censored, 8.0) > np.mean(times)
 
@@ -108,14 +128,16 @@ def test_bootstrap_interval_keeps_an_infinite_end():
     assert math.isfinite(low) and high == math.inf
 
 
-# ---------------------------------------------------------------- the bench
+# ---------------------------------------------------------------- the bench's arms
 def test_arms_differ_only_in_their_own_rows():
-    cfg = bench.BenchConfig(checkpoint="ckpt", learner_overrides=(("learning_rate", "1e-4"),))
+    cfg = RoundsConfig(checkpoint="ckpt", learner_overrides=(("learning_rate", "1e-4"),))
+    experiment = bench.EXPERIMENT
     trained = [m for m, row in bench.METHODS.items() if row is not None]
     groups = (bench.PRIMARY_METHODS, bench.ABLATION_METHODS, bench.SYSID_METHODS)
     assert set().union(*groups) == set(bench.METHODS)
     configs = {
-        m: dataclasses.asdict(bench.arm_config(cfg, m, seed=3, store_root="s")) for m in trained
+        m: dataclasses.asdict(arm_config(cfg, experiment, m, seed=3, store_root="s"))
+        for m in trained
     }
     for method, config in configs.items():
         for key, value in bench.METHODS[method].items():
@@ -128,19 +150,20 @@ def test_arms_differ_only_in_their_own_rows():
         right = {k: v for k, v in configs[b].items() if k not in own}
         assert left == right, (a, b)
     jobs = [{"method": m, "seed": 0, "learner_config": c} for m, c in configs.items()]
-    assert bench.settings_check(jobs)["shared_settings_equal"]
+    assert settings_check(jobs, experiment)["shared_settings_equal"]
     jobs[0]["learner_config"] = {**jobs[0]["learner_config"], "anchor_weight": 0.0}
-    assert bench.settings_check(jobs)["differing_fields"] == ["anchor_weight"]
-    assert bench.arm_config(cfg, "rl_ft").resolved_critic_init == "checkpoint"
-    assert bench.arm_config(cfg, "sgft_hinf").horizon_or_none is None
+    assert settings_check(jobs, experiment)["differing_fields"] == ["anchor_weight"]
+    assert arm_config(cfg, experiment, "rl_ft").resolved_critic_init == "checkpoint"
+    assert arm_config(cfg, experiment, "sgft_hinf").horizon_or_none is None
     with pytest.raises(ValueError, match="set by the arms"):
-        bench.arm_config(
-            dataclasses.replace(cfg, learner_overrides=(("horizon", "2"),)), "sgft_h1"
+        arm_config(
+            dataclasses.replace(cfg, learner_overrides=(("horizon", "2"),)), experiment, "sgft_h1"
         )
+    assert bench.SGFT_ARMS == ("sgft_h1", "sgft_h1_simadv", "sgft_h3", "sgft_hinf")
 
 
 def test_seeds_are_paired_across_methods_and_fixed_for_evaluation():
-    cfg = bench.BenchConfig(checkpoint="ckpt")
+    cfg = RoundsConfig(checkpoint="ckpt")
     assert cfg.condition == "train" and cfg.profile == "real_twin" and cfg.bc_demos == 0
     assert cfg.evaluation_seeds == list(range(900_000, 900_030))
     assert cfg.eval_episodes >= 30 and cfg.seeds >= 5
@@ -151,6 +174,9 @@ def test_seeds_are_paired_across_methods_and_fixed_for_evaluation():
     quick, _ = bench.parse_args(["--quick"])
     assert quick.seeds >= 5 and quick.eval_episodes >= 30
     assert quick.methods == bench.PRIMARY_METHODS
+
+
+# ---------------------------------------------------------------- stand-in rounds' summary
 
 
 def _job(cfg, method, seed, successes, per_round=5, skipped=()):
@@ -169,18 +195,19 @@ def _job(cfg, method, seed, successes, per_round=5, skipped=()):
                 "metrics": {"value_exploit_flag": 1.0} if i == 1 else {},
             }
         )
-    return bench._finish({"method": method, "seed": seed, "rounds": rounds}, cfg, 0.0)
+    job = {"method": method, "seed": seed, "rounds": rounds}
+    return finish_job(job, cfg, ARMS.trains(method), 0.0)
 
 
 def test_target_must_hold_on_two_consecutive_evaluations():
-    cfg = bench.BenchConfig(checkpoint="x", episodes_per_round=5, max_rounds=4, eval_episodes=10)
+    cfg = RoundsConfig(checkpoint="x", episodes_per_round=5, max_rounds=4, eval_episodes=10)
     job = _job(cfg, "rl_ft", 0, [0.2, 0.8, 0.6, 0.9, 0.8])
     assert job["reached"] and job["episodes_to_target"] == 15  # the first of the two
     assert job["auc"] == pytest.approx((0.2 * 5 + 0.8 * 5 + 0.6 * 5 + 0.9 * 5) / 20)
     once = _job(cfg, "rl_ft", 0, [0.2, 0.4, 0.5, 0.6, 0.9])  # at target only at the end
     assert not once["reached"] and once["episodes_to_target"] == 20
     # A skipped round repeats the last evaluation; it is no confirmation.
-    skip = _job(cfg, "bc_lora", 0, [0.2, 0.9, 0.9, 0.1, 0.1], skipped=(2,))
+    skip = _job(cfg, "rl_ft", 0, [0.2, 0.9, 0.9, 0.1, 0.1], skipped=(2,))
     assert not skip["reached"]
     assert job["early_dip"]["dip"] == pytest.approx(0.6 - 0.2)
     dip = _job(cfg, "rl_ft", 0, [0.9, 0.0, 0.1])
@@ -190,7 +217,7 @@ def test_target_must_hold_on_two_consecutive_evaluations():
 
 
 def test_summary_ratio_auc_and_verdicts():
-    cfg = bench.BenchConfig(
+    cfg = RoundsConfig(
         checkpoint="x",
         methods=("zero_shot", "rl_ft", "sgft_h1"),
         episodes_per_round=5,
@@ -205,7 +232,7 @@ def test_summary_ratio_auc_and_verdicts():
         rl = [0.3, 0.4, 0.5, 0.9, 0.9] if seed < 3 else [0.3, 0.4, 0.5, 0.6, 0.7]
         jobs.append(_job(cfg, "rl_ft", seed, rl))
         jobs.append(_job(cfg, "sgft_h1", seed, [0.3, 0.9, 0.9]))  # holds from 5
-    summary = bench.summarise(cfg, jobs, {"success": 0.3})
+    summary = summarise(cfg, ARMS, jobs, {"success": 0.3})
     rl_row = summary["methods"]["rl_ft"]
     assert rl_row["censored"] == 2
     # KM: 3 of 5 reach at 15, 2 censored at 20: 15 + 5 * 0.4 = 17.
@@ -231,7 +258,7 @@ def test_summary_ratio_auc_and_verdicts():
     assert comparison["verdicts"]["minutes_under_5"] == "met"
     assert summary["primary"] == "sgft_h1"
     assert summary["methods"]["sgft_h1"]["value_exploit_flags"] == 5
-    table = bench.format_table(cfg, summary)
+    table = format_table(cfg, ARMS, summary)
     assert "STAND-IN" in table and "SGFT H=1 - RL-FT AUC: +" in table
     assert "RL-FT/SGFT H=1 episodes to 80% held twice: 3.40" in table
     rows = {
@@ -243,7 +270,9 @@ def test_summary_ratio_auc_and_verdicts():
 
 
 def test_ratio_verdicts_say_when_censoring_makes_a_bound():
-    verdict = bench._ratio_verdict
+    def verdict(ci, rl_censored, sgft_censored):
+        return censored_ratio_verdict(ci, rl_censored, sgft_censored, 3.0, ("RL-FT", "SGFT"))
+
     assert verdict((3.5, 6.0), 0, 0)[0] == "met"
     assert verdict((2.0, 6.0), 0, 0)[0] == "not met"
     assert verdict((2.0, 6.0), 2, 0) == (
@@ -251,12 +280,16 @@ def test_ratio_verdicts_say_when_censoring_makes_a_bound():
         "RL-FT censored: the ratio is a lower bound",
     )
     assert verdict((3.2, 6.0), 2, 0)[0] == "met"  # a lower bound already clears 3x
-    assert verdict((1.0, 2.5), 0, 1)[0] == "not met"  # an upper bound below 3x
+    assert verdict((1.0, 2.5), 0, 1) == ("not met", "SGFT censored: the ratio is an upper bound")
     assert verdict((1.0, 4.0), 0, 1)[0] == "not measured (censored)"
     assert verdict((1.0, 4.0), 1, 1)[0] == "not measured (censored)"
+    assert verdict((math.nan, math.nan), 0, 0)[0] == "not measured"
+
     # Minutes: censored seeds make the restricted mean a lower bound on the minutes needed.
-    minutes = bench._minutes_verdict
-    assert minutes({"ci95": [0.5, 4.9]}, 0) == "met"
-    assert minutes({"ci95": [3.0, 5.5]}, 0) == "not met"
-    assert minutes({"ci95": [5.0, 7.0]}, 1) == "not met"  # even the bound is past 5
-    assert minutes({"ci95": [0.5, 2.0]}, 1) == "not measured (censored)"
+    def minutes(ci, censored):
+        return censored_time_below_verdict(ci, censored, 5.0)
+
+    assert minutes([0.5, 4.9], 0) == "met"
+    assert minutes([3.0, 5.5], 0) == "not met"
+    assert minutes([5.0, 7.0], 1) == "not met"  # even the bound is past 5
+    assert minutes([0.5, 2.0], 1) == "not measured (censored)"
