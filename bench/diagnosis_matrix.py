@@ -35,6 +35,7 @@ def run_case(case: BugCase, folder: Path, episodes: int, replay_episodes: int) -
         episodes=episodes,
         seed=0,
         replay_episodes=replay_episodes,
+        robot=load_robot_description(),
     )
     replay = result.evidence["replay"]
     numbers = replay.get("numbers", {})

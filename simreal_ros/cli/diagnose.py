@@ -70,6 +70,7 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from simreal_ros.cli.eval import check_checkpoint_for_robot
     from simreal_ros.diagnosis.run import diagnose
+    from simreal_ros.robot.description import load_robot_description
     from simreal_ros.training.evaluate import PolicySource
 
     check_checkpoint_for_robot(args.checkpoint)
@@ -86,6 +87,7 @@ def run(args) -> int:
             thresholds=thresholds,
             replay_episodes=args.replay_episodes,
             executor=executor,
+            robot=load_robot_description(),  # --robot
         )
     if args.json:  # first: the evidence is kept even if printing fails (closed pipe)
         with open(args.json, "w", encoding="utf-8") as stream:

@@ -51,6 +51,7 @@ def run(args) -> int:
     from simreal_ros.loop.orchestrator import LoopOrchestrator
     from simreal_ros.loop.state import RunDirectory
     from simreal_ros.nodes.loop_graph import ros_loop_graph
+    from simreal_ros.robot.description import load_robot_description
 
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(LoopConfig)}
     config = from_mapping(LoopConfig, values)
@@ -59,7 +60,9 @@ def run(args) -> int:
     run_dir = RunDirectory(args.runs_dir, run_id)
     print(f"[simreal loop] run {run_dir.path} (the arm is the real_twin stand-in, simulated)")
     with executor_from_args(args) as executor:
-        orchestrator = LoopOrchestrator(config, run_dir, executor=executor)
+        orchestrator = LoopOrchestrator(
+            config, run_dir, executor=executor, robot=load_robot_description()
+        )
         summary = orchestrator.execute(
             lambda method: ros_loop_graph(config, run_dir, method, orchestrator.say)
         )

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.robot.observation import RAW_FIELDS
 
 
@@ -129,15 +130,17 @@ def record_demonstrations(
     control_rate_hz: float = 20.0,
     successful_only: bool = True,
     expert=None,
+    *,
+    robot: RobotDescription,
 ) -> list[RecordedEpisode]:
-    """Scripted-expert episodes in ``profile`` (the successful ones by default)."""
+    """Scripted-expert episodes of ``robot`` in ``profile`` (the successful ones by
+    default)."""
     from simreal_ros.diagnosis.scenarios import make_demonstrator, make_environment
-    from simreal_ros.robot.description import load_robot_description
     from simreal_ros.robot.kinematics import ToolKinematics
 
-    env = make_environment(task, profile, condition, control_rate_hz)
-    expert = expert or make_demonstrator(task, control_rate_hz)
-    fk = ToolKinematics.for_robot(load_robot_description())
+    env = make_environment(task, profile, condition, control_rate_hz, robot=robot)
+    expert = expert or make_demonstrator(task, control_rate_hz, robot=robot)
+    fk = ToolKinematics.for_robot(robot)
     out = []
     for seed in seeds:
         episode = record_episode(env, expert, seed, condition, fk, task=task, source="expert")
@@ -151,18 +154,20 @@ def episodes_from_bags(
     joint_names: Sequence[str],
     task: str = "",
     successful_only: bool = True,
+    *,
+    robot: RobotDescription,
 ) -> list[RecordedEpisode]:
-    """Episodes from recorded bags (rosbag2/MCAP), one ``RecordedEpisode`` per bag.
+    """Episodes of ``robot`` from recorded bags (rosbag2/MCAP), one ``RecordedEpisode`` per
+    bag (``joint_names``: the order the bags' joint states are read in).
 
     Uses ``simreal_ros.episodes.dataset`` for reading and aligning: observation t is the
     state the action t was computed from; the last state is ``next_obs`` of the last step.
     """
     from simreal_ros.episodes.dataset import EpisodeFilter, find_bags, read_episode
     from simreal_ros.episodes.dataset import read_episode_metadata as read_bag_metadata
-    from simreal_ros.robot.description import load_robot_description
     from simreal_ros.robot.kinematics import ToolKinematics
 
-    fk = ToolKinematics.for_robot(load_robot_description())
+    fk = ToolKinematics.for_robot(robot)
     where = EpisodeFilter(outcomes=("success",) if successful_only else ())
     out = []
     for bag in find_bags(paths):

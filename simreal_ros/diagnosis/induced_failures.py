@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from simreal_ros.policy.spec import DEFAULT_OBSERVATION_FIELDS, SpecConverter, default_spec
+from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.training.model import ActorCritic, Architecture
 from simreal_ros.training.torch_checkpoint import load_checkpoint, save_checkpoint
 
@@ -181,14 +182,17 @@ def train_bc_checkpoint(
     seed: int = 0,
     version: str = "bc",
     observation_fields: Sequence[str] = DEFAULT_OBSERVATION_FIELDS,
+    *,
+    robot: RobotDescription,
 ) -> Path:
-    """Plain MSE behaviour cloning of ``episodes``' commands; writes a checkpoint."""
-    from simreal_ros.robot.description import load_robot_description
+    """Plain MSE behaviour cloning of ``episodes``' commands (of ``robot``); writes a
+    checkpoint."""
+    from simreal_ros.robot.kinematics import ToolKinematics
 
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    spec = default_spec(load_robot_description(), task, observation_fields=observation_fields)
-    converter = SpecConverter(spec)
+    spec = default_spec(robot, task, observation_fields=observation_fields)
+    converter = SpecConverter(spec, ToolKinematics.for_robot(robot))
     raw, labels = demonstration_arrays(episodes, converter)
     spec = spec.with_statistics(raw.mean(0), raw.std(0))
     converter = SpecConverter(spec, converter.forward_kinematics)
@@ -246,6 +250,8 @@ def perturbed_demonstrations(
     profile: str = "nominal",
     condition: str = "train",
     seed: int = 0,
+    *,
+    robot: RobotDescription,
     **expert_options,
 ):
     """Expert episodes executed with joint noise (rad), labelled with the clean expert
@@ -254,13 +260,12 @@ def perturbed_demonstrations(
     ``expert_options`` go to the scenario's expert (e.g. ``side=1`` for reach_around)."""
     from simreal_ros.diagnosis.episodes import record_episode
     from simreal_ros.diagnosis.scenarios import make_demonstrator, make_environment
-    from simreal_ros.robot.description import load_robot_description
     from simreal_ros.robot.kinematics import ToolKinematics
 
-    env = make_environment(task, profile, condition)
-    expert = make_demonstrator(task, **expert_options)
+    env = make_environment(task, profile, condition, robot=robot)
+    expert = make_demonstrator(task, robot=robot, **expert_options)
     actor = _NoisyExecution(expert, noise, np.random.default_rng(seed))
-    fk = ToolKinematics.for_robot(load_robot_description())
+    fk = ToolKinematics.for_robot(robot)
     out = []
     for episode_seed in seeds:
         episode = record_episode(

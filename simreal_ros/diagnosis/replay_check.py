@@ -1,6 +1,6 @@
 """The open-loop replay check: does the policy's action convention match the arm's?
 
-``replay_check(policy, episodes, profile) -> ReplayResult``
+``replay_check(policy, episodes, profile, robot=arm) -> ReplayResult``
 
 For each successful recorded episode (``RecordedEpisode``; from bags or fresh scripted
 demonstrations):
@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from simreal_ros.diagnosis.episodes import RecordedEpisode, tool_positions_of
+from simreal_ros.robot.description_record import RobotDescription
 
 EXPLAINED_JOINT_R2 = 0.5  # a joint's own fit below this says nothing about conventions
 MIN_SHARE_OF_MOTION = 0.05  # a joint whose steps vary less than this share of the largest
@@ -404,12 +405,13 @@ def replay_check(
     task: str | None = None,
     control_rate_hz: float | None = None,
     closed_loop: bool = True,
+    *,
+    robot: RobotDescription,
 ) -> ReplayResult:
-    """Teacher-force ``policy`` (``act(observation) -> command``) on ``episodes`` and replay
-    its commands open-loop in sim (see the module docstring). Returns the raw numbers;
-    ``simreal_ros.diagnosis.classify`` judges them against thresholds."""
+    """Teacher-force ``policy`` (``act(observation) -> command``) on ``episodes`` of
+    ``robot`` and replay its commands open-loop in sim (see the module docstring). Returns
+    the raw numbers; ``simreal_ros.diagnosis.classify`` judges them against thresholds."""
     from simreal_ros.diagnosis.scenarios import make_environment
-    from simreal_ros.robot.description import load_robot_description
     from simreal_ros.robot.kinematics import ToolKinematics
 
     episodes = [e for e in episodes if e.length > 0]
@@ -418,12 +420,13 @@ def replay_check(
             "the replay check needs at least one recorded episode with steps; record "
             "successful episodes (or let it use fresh scripted demonstrations)."
         )
-    robot = load_robot_description()
     fk = ToolKinematics.for_robot(robot)
     if control_rate_hz is None:  # a DeployedPolicy knows its rate; anything else: 20 Hz
         spec = getattr(getattr(policy, "converter", None), "spec", None)
         control_rate_hz = spec.control_rate_hz if spec is not None else 20.0
-    env = make_environment(task or episodes[0].task, profile, "train", float(control_rate_hz))
+    env = make_environment(
+        task or episodes[0].task, profile, "train", float(control_rate_hz), robot=robot
+    )
     recorded_steps, policy_steps, results = [], [], []
     for episode in episodes:
         commands = np.array([policy.act(o) for o in episode.observations])

@@ -1,6 +1,6 @@
 """Run the three evaluation sets for a policy and classify its failure mode.
 
-``diagnose(source, task, profile, episodes, seed, workers, bags=None) -> Diagnosis``
+``diagnose(source, task, profile, episodes, seed, workers, bags=None, robot=arm) -> Diagnosis``
 
 1. training conditions: ``episodes`` closed-loop episodes (seeds ``seed``..), success and
    per-episode action statistics;
@@ -35,6 +35,8 @@ from simreal_ros.diagnosis.episodes import RecordedEpisode
 from simreal_ros.diagnosis.replay_check import ReplayResult, replay_check
 from simreal_ros.diagnosis.scenarios import check_task
 from simreal_ros.executor import SimExecutor, make_executor, split_evenly
+from simreal_ros.robot.description import robot_reference
+from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.sim.profiles import check_profile, is_stand_in
 from simreal_ros.training.evaluate import PolicySource, build_policy
 
@@ -53,20 +55,24 @@ class EpisodeOutcome:
 
 
 def _episodes(
-    source: PolicySource, task: str, profile: str, condition: str, seeds: Sequence[int]
+    source: PolicySource,
+    task: str,
+    profile: str,
+    condition: str,
+    seeds: Sequence[int],
+    robot: RobotDescription,
 ) -> list[EpisodeOutcome]:
     import torch
 
     torch.set_num_threads(1)
     from simreal_ros.diagnosis.episodes import record_episode
     from simreal_ros.diagnosis.scenarios import make_environment
-    from simreal_ros.robot.description import load_robot_description
     from simreal_ros.robot.kinematics import ToolKinematics
 
     policy = build_policy(source)
     rate = policy.converter.spec.control_rate_hz
-    env = make_environment(task, profile, condition, rate)
-    fk = ToolKinematics.for_robot(load_robot_description())
+    env = make_environment(task, profile, condition, rate, robot=robot)
+    fk = ToolKinematics.for_robot(robot)
     out = []
     for seed in seeds:
         episode = record_episode(env, policy, seed, condition, fk, task=task)
@@ -98,7 +104,8 @@ def _replay(
     profile: str,
     seeds: Sequence[int],
     bags: str | None,
-    recorded: Sequence[RecordedEpisode] | None = None,
+    recorded: Sequence[RecordedEpisode] | None,
+    robot: RobotDescription,
 ) -> tuple[ReplayResult | None, str]:
     """The replay check and where its episodes came from."""
     import torch
@@ -114,16 +121,18 @@ def _replay(
         episodes = [e for e in recorded if e.success]
         origin = f"{len(recorded)} given episodes"
     elif bags:
-        episodes = episodes_from_bags(bags, spec.joint_names, task=task)
+        episodes = episodes_from_bags(bags, spec.joint_names, task=task, robot=robot)
         origin = f"bags in {bags}"
     if not episodes:
         # Nothing usable given (e.g. a round without a success): scripted demonstrations.
-        episodes = record_demonstrations(task, profile, "train", seeds, spec.control_rate_hz)
+        episodes = record_demonstrations(
+            task, profile, "train", seeds, spec.control_rate_hz, robot=robot
+        )
         note = f" (no successful episode in {origin})" if origin else ""
         origin = f"{len(seeds)} scripted demonstrations{note}"
     if not episodes:
         return None, origin + ", none successful"  # nothing to replay
-    return replay_check(policy, episodes, profile, task=task), origin
+    return replay_check(policy, episodes, profile, task=task, robot=robot), origin
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,15 +144,19 @@ class DiagnosisJob:
     profile: str
     condition: str | None
     seeds: tuple[int, ...]
+    robot: str  # the arm, as another process finds it (``robot_reference``)
     bags: str | None = None
     recorded: tuple[RecordedEpisode, ...] | None = None
 
 
 def run_job(job: DiagnosisJob):
     """The executor's item function: episode outcomes, or (replay, its source)."""
+    from simreal_ros.robot.description import load_robot_description
+
+    robot = load_robot_description(job.robot)
     if job.condition is None:
-        return _replay(job.source, job.task, job.profile, job.seeds, job.bags, job.recorded)
-    return _episodes(job.source, job.task, job.profile, job.condition, job.seeds)
+        return _replay(job.source, job.task, job.profile, job.seeds, job.bags, job.recorded, robot)
+    return _episodes(job.source, job.task, job.profile, job.condition, job.seeds, robot)
 
 
 def diagnose(
@@ -158,8 +171,11 @@ def diagnose(
     replay_episodes: int = 8,
     recorded: Sequence[RecordedEpisode] | None = None,
     executor: SimExecutor | None = None,
+    *,
+    robot: RobotDescription,
 ) -> Diagnosis:
-    """The three evaluation sets and their classification (see the module docstring).
+    """The three evaluation sets of ``robot`` and their classification (see the module
+    docstring).
 
     ``recorded``: episodes to replay (``RecordedEpisode``, e.g. demonstrations of the
     policy's own training slice) instead of ``bags`` or fresh demonstrations.
@@ -178,6 +194,7 @@ def diagnose(
         range(seed + REPLAY_SEED_OFFSET, seed + REPLAY_SEED_OFFSET + replay_episodes)
     )
     bags_arg = str(bags) if bags else None
+    arm = robot_reference(robot.source)
     start = time.perf_counter()
     own = executor is None
     if own:
@@ -186,11 +203,11 @@ def diagnose(
         # The replay, then each condition's seeds in one chunk per worker.
         jobs = [
             DiagnosisJob(
-                source, task, profile, None, tuple(replay_seeds), bags_arg,
+                source, task, profile, None, tuple(replay_seeds), arm, bags_arg,
                 tuple(recorded) if recorded else None,
             )
         ] + [
-            DiagnosisJob(source, task, profile, condition, tuple(chunk))
+            DiagnosisJob(source, task, profile, condition, tuple(chunk), arm)
             for condition in ("train", "shifted")
             for chunk in split_evenly(seeds, executor.workers)
         ]  # fmt: skip

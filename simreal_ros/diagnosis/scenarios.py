@@ -1,6 +1,6 @@
 """Environments and demonstrators for diagnosis, including a scenario the sim core lacks.
 
-``make_environment(task, profile, condition)`` returns a ``TaskEnvironment`` (the sim
+``make_environment(task, profile, condition, robot=robot)`` returns a ``TaskEnvironment`` (the sim
 core's reset/step interface) for the sim core's tasks (``push``, ``reach``) and for:
 
 ``reach_around``: bring the tool to a goal on the far side of a pillar.
@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 
 from simreal_ros.atomic_files import write_text_atomic
-from simreal_ros.robot.description import load_robot_description
 from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
 from simreal_ros.sim.tasks import CONDITIONS, TASKS, ReachTask
@@ -52,14 +51,13 @@ def check_task(task: str) -> str:
     return task
 
 
-@functools.lru_cache(maxsize=1)
-def pillar_robot() -> RobotDescription:
-    """The packaged arm with the pillar added (model cached under the temp directory)."""
+@functools.lru_cache(maxsize=4)  # descriptions compare by identity, cached per file
+def pillar_robot(robot: RobotDescription) -> RobotDescription:
+    """``robot`` with the pillar added (model cached under the temp directory)."""
     import mujoco
 
     from simreal_ros.robot.model import robot_spec
 
-    robot = load_robot_description()
     spec = robot_spec(robot)
     spec.worldbody.add_geom(
         name="pillar",
@@ -136,14 +134,14 @@ class ReachAroundExpert:
 
     def __init__(
         self,
-        robot: RobotDescription | None = None,
+        robot: RobotDescription,
         control_rate_hz: float = 20.0,
         side: float | None = None,
     ):
-        """``side``: always this detour (-1 near, +1 far); None: the episode's coin flip."""
+        """``robot``: the arm (its ``pillar_robot``); ``side``: always this detour (-1 near,
+        +1 far); None: the episode's coin flip."""
         from simreal_ros.robot.kinematics import ToolKinematics
 
-        robot = robot or pillar_robot()
         self.kinematics = ToolKinematics.for_robot(robot, arm_only=True)
         self.arm = list(robot.arm_indices)
         self.home = np.asarray(robot.home_position, dtype=float)
@@ -193,10 +191,10 @@ class ReachAroundExpert:
 class _CoreExpert:
     """The sim core's scripted experts behind the same ``reset(env)``/``act`` interface."""
 
-    def __init__(self, task: str, control_rate_hz: float) -> None:
+    def __init__(self, task: str, control_rate_hz: float, robot: RobotDescription) -> None:
         from simreal_ros.sim.expert import make_expert
 
-        self.expert = make_expert(task, control_rate_hz=control_rate_hz)
+        self.expert = make_expert(task, robot, control_rate_hz)
 
     def reset(self, env: TaskEnvironment | None = None) -> None:
         self.expert.reset()
@@ -205,16 +203,19 @@ class _CoreExpert:
         return self.expert.act(observation)
 
 
-def make_demonstrator(task: str, control_rate_hz: float = 20.0, **options):
-    """A scripted demonstrator with ``reset(env)`` (after each env reset) and ``act(obs)``.
+def make_demonstrator(
+    task: str, control_rate_hz: float = 20.0, *, robot: RobotDescription, **options
+):
+    """A scripted demonstrator of ``robot`` with ``reset(env)`` (after each env reset) and
+    ``act(obs)``.
 
     ``options`` go to the scenario's expert (``side=`` for reach_around)."""
     check_task(task)
     if task == "reach_around":
-        return ReachAroundExpert(control_rate_hz=control_rate_hz, **options)
+        return ReachAroundExpert(pillar_robot(robot), control_rate_hz=control_rate_hz, **options)
     if options:
         raise ValueError(f"the {task} expert takes no options ({', '.join(options)}).")
-    return _CoreExpert(task, control_rate_hz)
+    return _CoreExpert(task, control_rate_hz, robot)
 
 
 def make_environment(
@@ -223,8 +224,11 @@ def make_environment(
     condition: str = "train",
     control_rate_hz: float = 20.0,
     episode_seconds: float = 6.0,
+    *,
+    robot: RobotDescription,
 ) -> TaskEnvironment:
-    """A task environment (reset(seed, condition) / step(command)) for any task name."""
+    """A task environment of ``robot`` (reset(seed, condition) / step(command)) for any task
+    name."""
     check_task(task)
     core_task = task if task in TASKS else "reach"
     config = EnvironmentConfig(
@@ -237,7 +241,7 @@ def make_environment(
     if task == "reach_around":
         from simreal_ros.sim.physics import ArmPhysics
 
-        env = TaskEnvironment(config, physics=ArmPhysics(pillar_robot()))
+        env = TaskEnvironment(config, physics=ArmPhysics(pillar_robot(robot)))
         env.task = ReachAroundTask()
         return env
-    return TaskEnvironment(config)
+    return TaskEnvironment(config, robot=robot)

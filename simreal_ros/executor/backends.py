@@ -90,13 +90,9 @@ class WorkerContext:
 
     @classmethod
     def of_caller(cls) -> WorkerContext:
-        from simreal_ros.robot.description import ARMS_DIR, SHIPPED_ROBOTS, selected_robot_path
+        from simreal_ros.robot.description import robot_reference, selected_robot_path
 
-        path = selected_robot_path()
-        for name in SHIPPED_ROBOTS:
-            if path.resolve() == (ARMS_DIR / name / path.name).resolve():
-                return cls(robot=name)
-        return cls(robot=str(path))
+        return cls(robot=robot_reference(selected_robot_path()))
 
     def apply(self) -> None:
         import torch

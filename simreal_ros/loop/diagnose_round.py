@@ -23,6 +23,7 @@ from simreal_ros.diagnosis.episodes import episodes_from_bags, record_demonstrat
 from simreal_ros.diagnosis.replay_check import replay_check
 from simreal_ros.episodes.metadata import CONDITIONS
 from simreal_ros.loop.state import ConditionScore
+from simreal_ros.robot.description_record import RobotDescription
 
 REPLAY_EPISODES = 3
 SIM_EPISODES = 20
@@ -37,19 +38,26 @@ def diagnose_round(
     replay_seeds: Sequence[int],
     sim_profile: str = "randomized",
     sim_episodes: int = SIM_EPISODES,
+    *,
+    robot: RobotDescription,
 ) -> dict[str, Any]:
     """``evaluation``: the round's evaluation episodes (condition, success, bag_path);
     ``policy``: the running policy (``act(observation) -> command``), as deployed;
     ``replay_seeds``: the starts of the replay check's scripted demonstrations (the loop
-    gives ``REPLAY_EPISODES``)."""
-    from simreal_ros.robot.description import load_robot_description
-
-    joint_names = load_robot_description().joint_names
+    gives ``REPLAY_EPISODES``); ``robot``: the arm."""
     bags = [Path(e["bag_path"]) for e in evaluation if e.get("bag_path")]
-    recorded = episodes_from_bags(bags, joint_names, task=task, successful_only=False)
+    recorded = episodes_from_bags(
+        bags, robot.joint_names, task=task, successful_only=False, robot=robot
+    )
     rate = policy.converter.spec.control_rate_hz
-    demonstrations = record_demonstrations(task, profile, "train", list(replay_seeds), rate)
-    replay = replay_check(policy, demonstrations, profile, task=task) if demonstrations else None
+    demonstrations = record_demonstrations(
+        task, profile, "train", list(replay_seeds), rate, robot=robot
+    )
+    replay = (
+        replay_check(policy, demonstrations, profile, task=task, robot=robot)
+        if demonstrations
+        else None
+    )
     failing = [
         action_statistics(
             e.commands, e.joint_positions, e.tool_positions, e.goal, 1.0 / rate,

@@ -46,6 +46,7 @@ from simreal_ros.loop.state import (
     latest_identification,
     running_update,
 )
+from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.trials.runner import EpisodeResult, TrialGraph, run_trials
 
 
@@ -145,13 +146,17 @@ def diagnose_version(
     rows: list[dict[str, Any]],
     scores: list[ConditionScore],
     replay_seeds: list[int],
+    robot: RobotDescription,
 ) -> dict[str, Any]:
-    """Diagnose ``update``'s version (empty: the base) from recorded episode rows."""
+    """Diagnose ``update``'s version (empty: the base) from recorded episode rows of
+    ``robot``."""
     from simreal_ros.loop.diagnose_round import diagnose_round
     from simreal_ros.training.evaluate import build_policy
 
     policy = build_policy(policy_source(checkpoint, update))
-    return diagnose_round(rows, scores, policy, config.task, config.stand_in_profile, replay_seeds)
+    return diagnose_round(
+        rows, scores, policy, config.task, config.stand_in_profile, replay_seeds, robot=robot
+    )
 
 
 def policy_source(checkpoint: str, update: LearnerDecision | None):
@@ -171,9 +176,16 @@ class LoopOrchestrator:
     """Runs the rounds of a run directory, resuming after its last completed round."""
 
     def __init__(
-        self, config: LoopConfig, run: RunDirectory, log=sys.stdout, executor=None
+        self,
+        config: LoopConfig,
+        run: RunDirectory,
+        log=sys.stdout,
+        executor=None,
+        *,
+        robot: RobotDescription,
     ) -> None:
         self.config = config
+        self.robot = robot  # the arm the graph drives (``--robot``)
         self.run = run
         self.log = log
         # The loop's sim work runs on this ``simreal_ros.executor`` executor (None: local
@@ -520,7 +532,7 @@ class LoopOrchestrator:
         replay_seeds = seeds.diagnosis(REPLAY_EPISODES, candidate=candidate)
         try:
             return diagnose_version(
-                self.config, self.checkpoint, update, rows, scores, replay_seeds
+                self.config, self.checkpoint, update, rows, scores, replay_seeds, self.robot
             )
         except (ValueError, RuntimeError) as error:
             # Diagnosis informs the next collection; its failure must not end the run.

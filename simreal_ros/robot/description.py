@@ -258,3 +258,14 @@ def load_robot_description(robot: str | Path | None = None) -> RobotDescription:
     if robot is None or str(robot) == "":
         return _load(selected_robot_path())
     return _load(resolve_robot_path(robot))
+
+
+def robot_reference(path: str | Path) -> str:
+    """How another process finds the arm of ``path`` (a robot.yaml or its directory): a
+    shipped arm by name (so a cluster node with its own checkout finds it), else the path.
+    ``load_robot_description(robot_reference(robot.source))`` is ``robot`` again."""
+    path = resolve_robot_path(Path(path))
+    for name in SHIPPED_ROBOTS:
+        if path.resolve() == (ARMS_DIR / name / DESCRIPTION_FILE).resolve():
+            return name
+    return str(path)

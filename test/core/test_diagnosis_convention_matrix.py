@@ -49,7 +49,7 @@ def _diagnose(case: BugCase, tmp_path):
     torch.set_num_threads(1)
     checkpoint = case.build(tmp_path / "bug")
     return diagnose(str(checkpoint), profile=case.profile, episodes=8, seed=0,
-                    replay_episodes=8)  # fmt: skip
+                    replay_episodes=8, robot=load_robot_description())  # fmt: skip
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: getattr(c, "name", None))

@@ -10,6 +10,7 @@ import torch
 from simreal_ros.loop.diagnose_round import diagnose_round
 from simreal_ros.loop.state import ConditionScore
 from simreal_ros.policy.checkpoint import shipped_checkpoint
+from simreal_ros.robot.description import load_robot_description
 from simreal_ros.training.evaluate import PolicySource, build_policy, evaluate_policy
 
 
@@ -26,7 +27,8 @@ def test_the_stand_in_gap_is_not_a_convention_mismatch(first_seed):
     assert scores[0].successes <= 5  # the stand-in breaks the policy (the premise)
     policy = build_policy(PolicySource(checkpoint))
     out = diagnose_round(
-        [], scores, policy, "push", "real_twin", list(range(first_seed + 500, first_seed + 503))
-    )
+        [], scores, policy, "push", "real_twin", list(range(first_seed + 500, first_seed + 503)),
+        robot=load_robot_description("simreal_arm"),
+    )  # fmt: skip
     assert out["label"] != "action_convention_mismatch", out["summary"]
     assert out["label"] == "dynamics_gap", out["summary"]

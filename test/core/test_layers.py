@@ -68,14 +68,8 @@ def test_no_deployable_policy_source_imports_training_code_even_inside_a_functio
 COMPOSITION_ROOTS = ("cli", "nodes")
 NOT_YET_THREADED = {
     "simreal_ros/adapters/store.py": 1,
-    "simreal_ros/diagnosis/episodes.py": 2,
-    "simreal_ros/diagnosis/induced_failures.py": 2,
-    "simreal_ros/diagnosis/replay_check.py": 1,
-    "simreal_ros/diagnosis/run.py": 1,
-    "simreal_ros/diagnosis/scenarios.py": 1,
     "simreal_ros/learner/adaptation.py": 1,
     "simreal_ros/learner/premise.py": 1,
-    "simreal_ros/loop/diagnose_round.py": 1,
     "simreal_ros/policy/spec.py": 1,
     "simreal_ros/sim/expert.py": 1,
     "simreal_ros/sim/physics.py": 1,

@@ -14,6 +14,7 @@ from simreal_ros.loop.config import LoopConfig
 from simreal_ros.loop.orchestrator import LoopOrchestrator
 from simreal_ros.loop.plan import RoundSeeds
 from simreal_ros.loop.state import LearnerDecision, RunDirectory
+from simreal_ros.robot.description import load_robot_description
 from simreal_ros.trials.runner import TaskEnd
 
 BASE = "base"
@@ -128,7 +129,7 @@ def diagnoses(monkeypatch):
     """The diagnosis (MuJoCo, the policy's weights) replaced by a record of its calls."""
     calls = Diagnoses()
 
-    def diagnose(config, checkpoint, update, rows, scores, replay_seeds):
+    def diagnose(config, checkpoint, update, rows, scores, replay_seeds, robot):
         version = update.version if update is not None else BASE
         calls.append({"version": version, "replay_seeds": replay_seeds})
         return {"label": calls.label, "summary": "fake"}
@@ -149,7 +150,8 @@ def run_loop(tmp_path, graph: FakeLoopGraph, **settings):
         opened.append(method)
         yield graph
 
-    summary = LoopOrchestrator(config, run, log=log).execute(open_graph)
+    robot = load_robot_description("simreal_arm")
+    summary = LoopOrchestrator(config, run, log=log, robot=robot).execute(open_graph)
     return summary, run, log.getvalue(), opened
 
 
