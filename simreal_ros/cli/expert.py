@@ -32,13 +32,14 @@ def run(args) -> int:
     from simreal_ros.robot.description import load_robot_description
     from simreal_ros.sim.expert import measure_success, stand_in_tuning
 
+    robot = load_robot_description()  # --robot
     tuning = None
     if args.stand_in_tuning:
-        robot = load_robot_description()
         tuning = stand_in_tuning(robot, default_spec(robot, args.task))
     result = measure_success(
-        args.task, args.condition, args.profile, args.episodes, args.first_seed, tuning
-    )
+        args.task, args.condition, args.profile, args.episodes, args.first_seed, tuning,
+        robot=robot,
+    )  # fmt: skip
     low, high = result["ci95"]
     print(
         f"expert {result['task']}/{result['condition']}/{result['profile']}: "

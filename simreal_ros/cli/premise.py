@@ -35,6 +35,7 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from simreal_ros.learner.premise import PremiseConfig, check_premise, format_premise
     from simreal_ros.policy.checkpoint import shipped_checkpoint
+    from simreal_ros.robot.description import load_robot_description
 
     config = PremiseConfig(
         task=args.task,
@@ -44,7 +45,7 @@ def run(args) -> int:
         workers=args.workers,
     )
     checkpoint = args.checkpoint or str(shipped_checkpoint(args.task))
-    result = check_premise(checkpoint, config)
+    result = check_premise(checkpoint, config, robot=load_robot_description())  # --robot
     print(format_premise(result))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as stream:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from simreal_ros.config_schema import setting, validate
+from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.stats import rank_correlation
 
 
@@ -107,8 +108,10 @@ def value_rank(checkpoint, task: str, profile: str, episodes: int, seed: int) ->
     return rank_correlation(values, returns_to_go(data, gamma, failure_value))
 
 
-def check_premise(checkpoint_dir, config: PremiseConfig | None = None) -> PremiseResult:
-    from simreal_ros.robot.description import load_robot_description
+def check_premise(
+    checkpoint_dir, config: PremiseConfig | None = None, *, robot: RobotDescription
+) -> PremiseResult:
+    """The premise checks of ``checkpoint_dir`` on ``robot`` (the arm it was trained for)."""
     from simreal_ros.sim.expert import measure_success, stand_in_tuning
     from simreal_ros.training.evaluate import evaluate_policy
     from simreal_ros.training.torch_checkpoint import load_checkpoint
@@ -125,9 +128,9 @@ def check_premise(checkpoint_dir, config: PremiseConfig | None = None) -> Premis
     nominal = evaluation("nominal")
     stand_in = evaluation(cfg.stand_in)
     checkpoint = load_checkpoint(str(checkpoint_dir))
-    tuning = stand_in_tuning(load_robot_description(), checkpoint.spec)
+    tuning = stand_in_tuning(robot, checkpoint.spec)
     feasible = measure_success(
-        cfg.task, cfg.condition, cfg.stand_in, cfg.episodes, cfg.first_seed, tuning
+        cfg.task, cfg.condition, cfg.stand_in, cfg.episodes, cfg.first_seed, tuning, robot=robot
     )
     feasible = {k: v for k, v in feasible.items() if k != "failed_seeds"}
     rank_sim = value_rank(

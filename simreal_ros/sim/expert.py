@@ -183,13 +183,16 @@ def measure_success(
     episodes: int = 100,
     first_seed: int = 0,
     tuning: ExpertTuning | None = None,
+    *,
+    robot: RobotDescription,
 ) -> dict:
-    """Expert success rate over seeds first_seed.. with a 95% Wilson interval."""
+    """``robot``'s expert success rate over seeds first_seed.. with a 95% Wilson
+    interval."""
     from simreal_ros.sim.gym_env import ArmTaskEnv
     from simreal_ros.sim.rollout import rollout
 
-    env = ArmTaskEnv(task=task, profile=profile, condition=condition)
-    expert = make_expert(task, tuning=tuning)
+    env = ArmTaskEnv(task=task, profile=profile, condition=condition, robot=robot)
+    expert = make_expert(task, robot, tuning=tuning)
     start = time.perf_counter()
     results = [
         rollout(env, expert, seed, condition) for seed in range(first_seed, first_seed + episodes)

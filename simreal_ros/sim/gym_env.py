@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.robot.observation import RAW_FIELDS, field_size
 from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
 
@@ -45,6 +46,7 @@ class ArmTaskEnv(gym.Env):
         camera: str = "front",
         safety_filter: bool = False,
         state_rate_hz: float | None = None,
+        robot: RobotDescription | None = None,
     ) -> None:
         super().__init__()
         core = TaskEnvironment(
@@ -57,7 +59,8 @@ class ArmTaskEnv(gym.Env):
                 reward=reward,
                 terminate_on_success=terminate_on_success,
                 safety_filter=safety_filter,
-            )
+            ),
+            robot=robot,
         )
         self._attach(core, render_mode, camera, state_rate_hz)
 

@@ -69,7 +69,6 @@ COMPOSITION_ROOTS = ("cli", "nodes")
 NOT_YET_THREADED = {
     "simreal_ros/adapters/store.py": 1,
     "simreal_ros/learner/adaptation.py": 1,
-    "simreal_ros/learner/premise.py": 1,
     "simreal_ros/policy/spec.py": 1,
     "simreal_ros/sim/expert.py": 1,
     "simreal_ros/sim/physics.py": 1,

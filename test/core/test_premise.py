@@ -14,6 +14,7 @@ from simreal_ros.learner.premise import (
 )
 from simreal_ros.learner.replay import Transitions
 from simreal_ros.policy.checkpoint import shipped_checkpoint
+from simreal_ros.robot.description import load_robot_description
 from simreal_ros.stats import rank_correlation
 
 torch.set_num_threads(1)
@@ -67,7 +68,7 @@ def test_the_stand_in_still_breaks_the_shipped_policy():
     if the stand-in stops being a gap, or nominal stops working; thresholds leave room for
     a few episodes that differ between CPUs."""
     config = PremiseConfig(episodes=20, value_episodes=3, workers=1)
-    result = check_premise(shipped_checkpoint("push"), config)
+    result = check_premise(shipped_checkpoint("push"), config, robot=load_robot_description())
     text = format_premise(result)
     assert result.stand_in["success_rate"] <= 0.5, (
         "zero-shot on the real_twin stand-in no longer fails: the stand-in has lost its "
