@@ -58,6 +58,7 @@ def run(args) -> int:
     import torch
     from tqdm import tqdm
 
+    from simreal_ros.robot.description import load_robot_description
     from simreal_ros.training.pretrain import STATE_DIR, PretrainConfig, Pretrainer
 
     torch.set_num_threads(max(1, min(int(args.threads), 2)))
@@ -88,7 +89,12 @@ def run(args) -> int:
         bc_weight=args.bc_weight,
     )
     command = "simreal " + shlex.join(sys.argv[1:]) if "pretrain" in sys.argv[1:] else ""
-    trainer = Pretrainer(config, out, command=command or f"simreal pretrain --task {args.task}")
+    trainer = Pretrainer(
+        config,
+        out,
+        command=command or f"simreal pretrain --task {args.task}",
+        robot=load_robot_description(),  # --robot
+    )
     if args.resume:
         trainer.resume()
     with tqdm(

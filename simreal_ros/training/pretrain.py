@@ -37,7 +37,7 @@ from torch import nn
 
 from simreal_ros.config_schema import setting, validate
 from simreal_ros.policy.spec import SpecConverter, default_spec
-from simreal_ros.robot.description import load_robot_description
+from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.training.model import ActorCritic, Architecture
 from simreal_ros.training.torch_checkpoint import save_checkpoint
 
@@ -148,14 +148,23 @@ class Progress:
 
 
 class Pretrainer:
-    def __init__(self, config: PretrainConfig, out: str | Path, command: str = "") -> None:
+    def __init__(
+        self,
+        config: PretrainConfig,
+        out: str | Path,
+        command: str = "",
+        *,
+        robot: RobotDescription,
+    ) -> None:
+        """Trains a policy for ``robot`` (the arm the checkpoint is for)."""
+        from simreal_ros.robot.kinematics import ToolKinematics
         from simreal_ros.sim.expert import make_expert
         from simreal_ros.sim.gym_env import ArmTaskEnv
 
         self.config = config
         self.out = Path(out)
         self.command = command
-        self.robot = load_robot_description()
+        self.robot = robot
         torch.manual_seed(config.seed)
         self.rng = np.random.default_rng(config.seed)
         self.env = ArmTaskEnv(
@@ -163,10 +172,12 @@ class Pretrainer:
             profile=config.profile,
             condition="train",
             control_rate_hz=config.control_rate_hz,
+            robot=robot,
         )
         self.expert = make_expert(config.task, self.robot, config.control_rate_hz)
         self.spec = default_spec(self.robot, config.task, config.control_rate_hz)
-        self.converter = SpecConverter(self.spec)
+        kinematics = ToolKinematics.for_robot(robot) if self.spec.needs_kinematics else None
+        self.converter = SpecConverter(self.spec, kinematics)
         hidden = (config.hidden, config.hidden)
         self.arch = Architecture(self.spec.obs_dim, self.spec.act_dim, hidden, hidden)
         self.model = ActorCritic(self.arch)

@@ -73,7 +73,6 @@ NOT_YET_THREADED = {
     "simreal_ros/sim/expert.py": 1,
     "simreal_ros/sim/physics.py": 1,
     "simreal_ros/sysid/run.py": 1,
-    "simreal_ros/training/pretrain.py": 1,
 }
 
 
