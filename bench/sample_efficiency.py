@@ -67,7 +67,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO))
 
-from simreal_ros.learner.stand_in_rounds import Experiment, RoundsConfig, run_experiment  # noqa: E402
+from simreal_ros.learner.stand_in_experiment import Experiment, RoundsConfig  # noqa: E402
+from simreal_ros.learner.stand_in_rounds import run_experiment  # noqa: E402
 from simreal_ros.learner.stand_in_summary import format_table, plot_curves  # noqa: E402
 
 # Arm name -> the LearnerConfig fields it sets (None: no training). Nothing else may differ

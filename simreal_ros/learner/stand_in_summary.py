@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from simreal_ros.learner.stand_in_rounds import PER_JOB_FIELDS, Experiment, RoundsConfig
+from simreal_ros.learner.stand_in_experiment import PER_JOB_FIELDS, Experiment, RoundsConfig
 from simreal_ros.stats import (
     bootstrap_ci,
     censored_ratio_verdict,

@@ -16,13 +16,8 @@ import torch
 from core.bench_loader import sample_efficiency as bench
 
 from simreal_ros.learner.critics import critics_trained, fit_sim_critic
-from simreal_ros.learner.stand_in_rounds import (
-    PER_JOB_FIELDS,
-    RoundsConfig,
-    arm_config,
-    learner_config,
-    run_experiment,
-)
+from simreal_ros.learner.stand_in_experiment import PER_JOB_FIELDS, RoundsConfig
+from simreal_ros.learner.stand_in_rounds import arm_config, learner_config, run_experiment
 from simreal_ros.learner.stand_in_summary import format_table
 from simreal_ros.policy.checkpoint import read_metadata
 from simreal_ros.policy.spec import default_spec

@@ -13,12 +13,8 @@ import numpy as np
 import pytest
 from core.bench_loader import sample_efficiency as bench
 
-from simreal_ros.learner.stand_in_rounds import (
-    Experiment,
-    RoundsConfig,
-    arm_config,
-    finish_job,
-)
+from simreal_ros.learner.stand_in_experiment import Experiment, RoundsConfig
+from simreal_ros.learner.stand_in_rounds import arm_config, finish_job
 from simreal_ros.learner.stand_in_summary import format_table, settings_check, summarise
 from simreal_ros.stats import (
     bootstrap_ci,
