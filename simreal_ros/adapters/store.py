@@ -32,7 +32,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,23 +54,21 @@ DEFAULT_STORE_ROOT = "~/.simreal/adapters/{robot}/{base}"
 BASE = "base"  # the name of the base checkpoint (no adapter) in rollbacks
 
 
-def base_key(checkpoint_dir: str | Path) -> str:
-    """A base checkpoint's name in a store path: its version and conventions' fingerprint
-    (two bases that share a version name but not their conventions get two stores)."""
-    from simreal_ros.policy.checkpoint import read_metadata
-
-    metadata = read_metadata(checkpoint_dir)
+def base_key(metadata: Mapping[str, Any]) -> str:
+    """A base checkpoint's name in a store path, from its metadata (``policy.json``): its
+    version and conventions' fingerprint (two bases that share a version name but not their
+    conventions get two stores)."""
     version = re.sub(r"[^A-Za-z0-9._-]", "_", str(metadata.get("version", "base")))
     return f"{version}-{str(metadata.get('spec_fingerprint', ''))[:10]}"
 
 
-def scoped_store_root(root: str | Path, robot_name: str, checkpoint_dir: str | Path) -> Path:
+def scoped_store_root(root: str | Path, robot_name: str, base_metadata: Mapping[str, Any]) -> Path:
     """``root`` with ``{robot}`` and ``{base}`` filled in (a root without them unchanged)."""
     text = str(root)
     if "{robot}" in text:
         text = text.replace("{robot}", re.sub(r"[^A-Za-z0-9._-]", "_", robot_name))
     if "{base}" in text:
-        text = text.replace("{base}", base_key(checkpoint_dir))
+        text = text.replace("{base}", base_key(base_metadata))
     return Path(text).expanduser()
 
 

@@ -88,11 +88,12 @@ def build_config(args: argparse.Namespace):
 def scoped_store(config):
     """The learner's store for this robot and base (the one `simreal up` runs from)."""
     from simreal_ros.adapters.store import scoped_store_root
-    from simreal_ros.policy.checkpoint import shipped_checkpoint
+    from simreal_ros.policy.checkpoint import read_metadata, shipped_checkpoint
     from simreal_ros.robot.description import load_robot_description
 
     checkpoint = config.checkpoint_dir or shipped_checkpoint(config.task)
-    return scoped_store_root(config.store_root, load_robot_description().name, checkpoint)
+    robot_name = load_robot_description().name
+    return scoped_store_root(config.store_root, robot_name, read_metadata(checkpoint))
 
 
 def _say(text: str) -> None:

@@ -24,13 +24,14 @@ def _add_store_options(parser) -> None:
 def open_store(args):
     """The store these arguments name, for this robot and base."""
     from simreal_ros.adapters.store import AdapterStore, scoped_store_root
-    from simreal_ros.policy.checkpoint import shipped_checkpoint
+    from simreal_ros.policy.checkpoint import read_metadata, shipped_checkpoint
     from simreal_ros.robot.description import load_robot_description
 
     root = args.store
     if "{" in root:
         checkpoint = args.checkpoint or shipped_checkpoint(args.task)
-        root = scoped_store_root(root, load_robot_description().name, checkpoint)
+        base = read_metadata(checkpoint)
+        root = scoped_store_root(root, load_robot_description().name, base)
     return AdapterStore(root)
 
 

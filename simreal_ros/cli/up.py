@@ -132,7 +132,7 @@ def running_policy(given: dict[str, Any], task: str, checkpoint: str) -> str:
     store_setting = given.get("adapter_store", "")
     if not store_setting:
         return f"{base} (no adapter store)"
-    store = AdapterStore(scoped_store_root(store_setting, robot.name, directory))
+    store = AdapterStore(scoped_store_root(store_setting, robot.name, metadata))
     current = store.current()
     if current is None:
         return f"{base}; adapters from {store.root}"

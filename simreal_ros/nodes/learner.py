@@ -113,12 +113,14 @@ class LearnerNode(Node):
         import dataclasses
 
         from simreal_ros.adapters.store import scoped_store_root
+        from simreal_ros.policy.checkpoint import read_metadata
 
         template = self._store_template or config.store_root
         if "{" not in template:
             return config
         try:
-            root = scoped_store_root(template, self.robot.name, self._checkpoint_dir())
+            base = read_metadata(self._checkpoint_dir())
+            root = scoped_store_root(template, self.robot.name, base)
         except (OSError, ValueError) as error:  # the session's start says it again
             self.get_logger().error(f"no adapter store for this base: {error}")
             return config

@@ -70,7 +70,9 @@ class PolicyVersions:
         )
         base = deploy_base(checkpoint, kinematics)
         root = (
-            scoped_store_root(adapter_store, self.robot.name, directory) if adapter_store else None
+            scoped_store_root(adapter_store, self.robot.name, checkpoint.metadata)
+            if adapter_store
+            else None
         )
         self.checkpoint, self.checkpoint_path = checkpoint, directory
         with self._lock:

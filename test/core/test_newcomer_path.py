@@ -157,6 +157,7 @@ def test_store_roots_differ_by_robot_and_base(tmp_path):
         tmp_path / "b", ROBOT, version="push-base", control_rate_hz=10.0
     )
     template = str(tmp_path / "adapters" / "{robot}" / "{base}")
+    push, other = ckpt.read_metadata(push), ckpt.read_metadata(other)
     a = scoped_store_root(template, ROBOT.name, push)
     assert a == tmp_path / "adapters" / ROBOT.name / base_key(push)
     assert a != scoped_store_root(template, "desk_arm", push)
@@ -205,7 +206,7 @@ def test_up_names_the_running_version_and_where_it_came_from(tmp_path):
     template = str(tmp_path / "adapters" / "{robot}" / "{base}")
     given = {"adapter_store": template}
     assert running_policy(given, "push", str(base)).startswith(f"base untrained from {base}")
-    store = AdapterStore(scoped_store_root(template, ROBOT.name, base))
+    store = AdapterStore(scoped_store_root(template, ROBOT.name, ckpt.read_metadata(base)))
     meta = ckpt.read_metadata(base)
     _commit(store, "v0001", {"spec_fingerprint": meta["spec_fingerprint"]}, "ok")
     text = running_policy(given, "push", str(base))

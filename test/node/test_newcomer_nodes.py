@@ -99,7 +99,9 @@ def test_policy_reads_its_own_robot_and_base_store(rclpy_context, executor, tmp_
     node = make_policy(rclpy_context, executor, checkpoint=str(base), adapter_store=template)
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
-        assert node.versions.store.root == scoped_store_root(template, ROBOT.name, base)
+        assert node.versions.store.root == scoped_store_root(
+            template, ROBOT.name, ckpt.read_metadata(base)
+        )
         # The Panda's adapter is in another store: not offered.
         assert node.versions.last_error == ""
         assert node.versions.active_version == "untrained"
