@@ -555,13 +555,14 @@ def _is_contact(pattern: str) -> bool:
 
 def _coupled(objective, i: int, j: int) -> bool:
     """Pairs checked jointly: the contact parameters among themselves (mass against
-    friction), a gain against the latency, a gain against the same joints' damping."""
+    friction), a gain or the hand's mass against the latency (each makes the arm lag its
+    commands), a gain against the same joints' damping."""
     a, b = objective.parameters[i].pattern, objective.parameters[j].pattern
     if _is_contact(a) and _is_contact(b):
         return True
     kinds = {a.split(".")[0], b.split(".")[0]}
     if LATENCY in (a, b):
-        return "gain" in kinds
+        return "gain" in kinds or "mass.tool" in (a, b)
     if "mass.tool" in (a, b):  # the hand's mass loads every joint, against gain and damping
         return bool(kinds & {"gain", "damping"})
     if kinds == {"gain", "damping"}:
@@ -745,8 +746,20 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel):
     for i, p in enumerate(params):
         rise = 0.5 * full_h[i, i] * h[i] ** 2
         t = full_h[i, i] / max(hess[:, i, i].std() / math.sqrt(segments), 1e-300)
-        if t > 2.0 and rise >= settings.min_relative_increase * base:
+        # Each side must raise the error: a side that does not (the cube's friction under
+        # the table's, where MuJoCo takes the larger) bounds the value but does not fix it.
+        sides = [float(np.mean(losses[1 + 2 * i + k] - center)) for k in (0, 1)]
+        two_sided = model.sides[i][0] < 0  # the latency at its floor is probed one way
+        bounded_only = two_sided and min(sides) < settings.min_relative_increase * base
+        if t > 2.0 and rise >= settings.min_relative_increase * base and not bounded_only:
             curved.append(i)
+        elif t > 2.0 and bounded_only:
+            low = sides[0] < sides[1]
+            reasons[i].append(
+                f"the error rises when it moves {'up' if low else 'down'} but not "
+                f"{'down' if low else 'up'} (by {min(sides) / max(base, 1e-12):+.1%}): the "
+                f"data bound it from {'above' if low else 'below'}, they do not fix it"
+            )
         else:
             probe = (
                 f"±{settings.probe_steps} steps"
