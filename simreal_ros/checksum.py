@@ -1,6 +1,7 @@
 """SHA-256 of policy files: checkpoint weights, adapter store manifests, PolicyUpdate.checksum.
 
-Its own module so the adapter store can checksum without importing torch.
+On the ground floor: the checkpoint format and the adapter store (below the policy) both
+checksum, and neither imports the other for it.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from simreal_ros.atomic_files import fsync_directory, write_json_atomic
-from simreal_ros.policy.checksum import sha256_file
+from simreal_ros.checksum import sha256_file
 
 MANIFEST = "MANIFEST.json"
 SCREENING = "screening.json"

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from simreal_ros import resources
-from simreal_ros.policy.checksum import sha256_file
+from simreal_ros.checksum import sha256_file
 from simreal_ros.policy.spec import PolicySpec, validate_against_robot
 
 FORMAT = "simreal_ros.policy/1"

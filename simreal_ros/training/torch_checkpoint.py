@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from simreal_ros.checksum import sha256_file
 from simreal_ros.policy.checkpoint import (
     ACTOR_FILE,
     CRITIC_FILE,
@@ -33,7 +34,6 @@ from simreal_ros.policy.checkpoint import (
     validated_header,
     verified_safetensors,
 )
-from simreal_ros.policy.checksum import sha256_file
 from simreal_ros.policy.spec import PolicySpec, default_spec
 from simreal_ros.training.model import ActorCritic, Architecture
 
