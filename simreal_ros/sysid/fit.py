@@ -717,6 +717,22 @@ def partners_of_dropped(
     return found
 
 
+def one_sided_bound(increases: Sequence[float], base: float, min_relative: float) -> str:
+    """Why a value is only bounded, or "" when both probes (down, up) raise the error by
+    ``min_relative`` of ``base``. A side that does not (the cube's friction under the
+    table's, where MuJoCo takes the larger of a contact's two) bounds the value without
+    fixing it."""
+    down, up = increases
+    if min(down, up) >= min_relative * base:
+        return ""
+    low = down < up
+    return (
+        f"the error rises when it moves {'up' if low else 'down'} but not "
+        f"{'down' if low else 'up'} (by {min(down, up) / max(base, 1e-12):+.1%}): the data "
+        f"bound it from {'above' if low else 'below'}, they do not fix it"
+    )
+
+
 def _identifiability(objective, estimate, restarts, fit, settings, travel):
     """Per parameter: identifiable or not (with the reason), its posterior spread, and the
     correlations of the coupled pairs.
@@ -746,20 +762,13 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel):
     for i, p in enumerate(params):
         rise = 0.5 * full_h[i, i] * h[i] ** 2
         t = full_h[i, i] / max(hess[:, i, i].std() / math.sqrt(segments), 1e-300)
-        # Each side must raise the error: a side that does not (the cube's friction under
-        # the table's, where MuJoCo takes the larger) bounds the value but does not fix it.
         sides = [float(np.mean(losses[1 + 2 * i + k] - center)) for k in (0, 1)]
         two_sided = model.sides[i][0] < 0  # the latency at its floor is probed one way
-        bounded_only = two_sided and min(sides) < settings.min_relative_increase * base
-        if t > 2.0 and rise >= settings.min_relative_increase * base and not bounded_only:
+        bound = one_sided_bound(sides, base, settings.min_relative_increase) if two_sided else ""
+        if t > 2.0 and rise >= settings.min_relative_increase * base and not bound:
             curved.append(i)
-        elif t > 2.0 and bounded_only:
-            low = sides[0] < sides[1]
-            reasons[i].append(
-                f"the error rises when it moves {'up' if low else 'down'} but not "
-                f"{'down' if low else 'up'} (by {min(sides) / max(base, 1e-12):+.1%}): the "
-                f"data bound it from {'above' if low else 'below'}, they do not fix it"
-            )
+        elif t > 2.0 and bound:
+            reasons[i].append(bound)
         else:
             probe = (
                 f"±{settings.probe_steps} steps"

@@ -310,3 +310,14 @@ def test_along_a_flat_direction_the_least_constrained_parameter_is_dropped():
     direction = _flat_direction(full_h, [0, 1, 2], h)
     assert direction is not None and int(np.argmax(np.abs(direction))) == 1
     assert _newton_subset(full_h, [0, 1, 2], h) == [0, 2]
+
+
+def test_a_value_the_error_bounds_from_one_side_only_is_not_given():
+    from simreal_ros.sysid.fit import one_sided_bound
+
+    # Error 1.0 at the estimate; probes ×0.8 and ×1.25 raise it by these amounts.
+    assert one_sided_bound([0.05, 0.08], 1.0, 0.01) == ""
+    # The cube's friction under the table's: lowering it changes nothing (max rule).
+    reason = one_sided_bound([0.0005, 0.3], 1.0, 0.01)
+    assert "bound it from above" in reason and "+0.1%" in reason
+    assert "from below" in one_sided_bound([0.3, -0.002], 1.0, 0.01)
