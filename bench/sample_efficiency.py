@@ -70,6 +70,7 @@ if str(REPO) not in sys.path:  # run as a script from anywhere
 from simreal_ros.learner.stand_in_experiment import Experiment, RoundsConfig  # noqa: E402
 from simreal_ros.learner.stand_in_rounds import run_experiment  # noqa: E402
 from simreal_ros.learner.stand_in_summary import format_table, plot_curves  # noqa: E402
+from simreal_ros.robot.description import load_robot_description, robot_reference  # noqa: E402
 
 # Arm name -> the LearnerConfig fields it sets (None: no training). Nothing else may differ
 # between arms, so a difference in outcome belongs to these fields alone.
@@ -192,6 +193,7 @@ def parse_args(argv=None) -> tuple[RoundsConfig, argparse.Namespace]:
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     cfg = RoundsConfig(
         checkpoint=args.checkpoint,
+        robot=robot_reference(load_robot_description().source),
         task=args.task,
         condition=args.condition,
         profile=args.profile,

@@ -32,6 +32,7 @@ from pathlib import Path
 import mujoco
 import yaml
 
+from simreal_ros.robot.description import load_robot_description
 from simreal_ros.sim.physics import ArmPhysics
 from simreal_ros.sysid import FitSettings, identify_bags
 from simreal_ros.sysid.fit import LATENCY
@@ -104,7 +105,7 @@ def run_case(name, body, seconds, episodes, root: Path, bags: Path | None, profi
     started = time.monotonic()
     result, _ = identify_bags(
         bags, root / f"{name}-out", "push", None, 2, FitSettings(),
-        progress=lambda text: print(f"[{name}] {text}"),
+        robot=load_robot_description(), progress=lambda text: print(f"[{name}] {text}"),
     )  # fmt: skip
     seconds_taken = time.monotonic() - started
     raw = raw_steps_per_second(min(result.replayed_steps, 3_000_000))

@@ -192,10 +192,14 @@ class AdapterStore:
         metadata: dict[str, Any],
         screening: dict[str, Any] | None = None,
         after_each_file: Callable[[str], None] | None = None,
+        *,
+        robot,
     ) -> StoredVersion:
         """Finish a staged version (metadata, screening, manifest) and rename it into place.
 
-        ``after_each_file`` is a test hook called after each file is written.
+        ``robot``: the arm it belongs to (a ``RobotDescription``), recorded unless
+        ``metadata`` names one; ``after_each_file`` is a test hook called after each file
+        is written.
         """
         self._check_version_name(version)
         staging = Path(staging)
@@ -205,9 +209,6 @@ class AdapterStore:
             raise StoreError(f"staged version {version} has no adapter_model.safetensors.")
         metadata = {**metadata, "version": version}
         if "robot" not in metadata:  # which arm it belongs to, for a refusal to name
-            from simreal_ros.robot.description import load_robot_description
-
-            robot = load_robot_description()
             metadata.update(robot=robot.name, joint_names=list(robot.joint_names))
         for name, data in ((METADATA, metadata), (SCREENING, screening or {})):
             write_json_atomic(staging / name, data, sort_keys=True)

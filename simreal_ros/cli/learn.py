@@ -107,12 +107,13 @@ def _learn(args: argparse.Namespace) -> int:
     from simreal_ros.learner.data import load_episodes
     from simreal_ros.learner.online import OnlineLearner
     from simreal_ros.learner.promotion import policy_evaluator
+    from simreal_ros.robot.description import load_robot_description
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     started = time.monotonic()
     config = build_config(args)
     _say(f"store {config.store_root}; loading the base and episodes ...")
-    learner = OnlineLearner(config)
+    learner = OnlineLearner(config, robot=load_robot_description())
     session = learner._default_session()
     real, manifest = load_episodes(args.episodes, session.checkpoint, session.converter)
     if real is None:

@@ -101,7 +101,8 @@ def run(args) -> int:
     try:
         result, profile = identify_bags(
             args.bags, args.out, args.task or None, parameters, args.holdout, settings,
-            robot, args.max_episodes, progress=lambda text: print(f"[sysid] {text}"),
+            robot=robot, max_episodes=args.max_episodes,
+            progress=lambda text: print(f"[sysid] {text}"),
         )  # fmt: skip
     except (SysidInputError, ValueError) as error:  # bad bags, or a bad --segment-ticks
         print(f"simreal sysid: error: {error}", file=sys.stderr)

@@ -47,6 +47,8 @@ import torch
 import yaml
 
 from simreal_ros.learner import lora
+from simreal_ros.robot.description import robot_reference
+from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.sim.profiles import DynamicsProfile, load_profile
 
 log = logging.getLogger("simreal_ros.learner")
@@ -173,7 +175,7 @@ class EpisodeJob:
     tuning: tuple[float, float, tuple[float, ...]]  # lead, speed, max joint step
     actor_state: dict[str, np.ndarray] | None = None
     teacher_probability: float = 0.0
-    robot: str | None = None
+    robot: str = ""  # the arm, as ``robot_reference`` names it (required; a worker loads it)
     safety_filter: bool = False  # behind the safety filter, as the graph runs the policy
 
 
@@ -192,31 +194,35 @@ _WORKER_CACHE: dict[str, Any] = {}
 
 def run_episode(job: EpisodeJob) -> EpisodeData:
     """One ``EpisodeJob`` (a picklable top-level function for ``run_map``)."""
-    from simreal_ros.robot.description import select_robot
+    from simreal_ros.robot.description import load_robot_description, select_robot
     from simreal_ros.sim.expert import ExpertTuning, make_expert
     from simreal_ros.sim.gym_env import ArmTaskEnv
     from simreal_ros.sim.rollout import rollout
     from simreal_ros.training.evaluate import PolicySource, build_policy
 
-    if job.robot is not None:
-        select_robot(job.robot)
+    if not job.robot:
+        raise ValueError("an EpisodeJob names its arm (robot_reference of its robot.yaml).")
+    select_robot(job.robot)  # the policy's conventions are checked against this arm
+    robot = load_robot_description(job.robot)
     model_profile(job.profile)
     policy = build_policy(
         PolicySource(job.checkpoint_dir, actor_state=job.actor_state, version="student")
     )
     converter = policy.converter
-    key = f"{job.task}|{job.profile}|{converter.spec.control_rate_hz}|{job.safety_filter}"
+    rate = converter.spec.control_rate_hz
+    key = f"{job.robot}|{job.task}|{job.profile}|{rate}|{job.safety_filter}"
     env = _WORKER_CACHE.get(key)
     if env is None:
         env = ArmTaskEnv(
             task=job.task, profile=job.profile, control_rate_hz=converter.spec.control_rate_hz,
-            safety_filter=job.safety_filter,
+            safety_filter=job.safety_filter, robot=robot,
         )  # fmt: skip
         _WORKER_CACHE.clear()
         _WORKER_CACHE[key] = env
     lead, speed, step = job.tuning
     teacher = make_expert(
         job.task,
+        robot,
         tuning=ExpertTuning(command_lead=lead, speed_scale=speed, max_joint_step=tuple(step)),
         control_rate_hz=converter.spec.control_rate_hz,
     )
@@ -290,22 +296,22 @@ def search_teacher(
     checkpoint,
     profile: str,
     settings: AdaptationSettings,
+    robot: RobotDescription,
     executor: Any = None,
 ) -> dict[str, Any]:
-    """The teacher's best grid point in ``profile``; ties go to the smaller lead and speed
-    (the gentler teacher). Returns the chosen tuning and every point's success."""
-    from simreal_ros.robot.description import load_robot_description, selected_robot_path
+    """``robot``'s teacher's best grid point in ``profile``; ties go to the smaller lead
+    and speed (the gentler teacher). Returns the chosen tuning and every point's success."""
     from simreal_ros.sim.expert import policy_joint_step
 
     model_profile(profile)
-    robot = str(selected_robot_path())
-    grid = teacher_grid(policy_joint_step(load_robot_description(), checkpoint.spec))
+    grid = teacher_grid(policy_joint_step(robot, checkpoint.spec))
+    reference = robot_reference(robot.source)
     count = settings.teacher_episodes
     first = settings.seed * 1_000_003 + 300_000
     conditions = conditions_for(count, settings.shifted_share)
     jobs = [
         EpisodeJob(checkpoint_dir, str(profile), checkpoint.spec.task, first + i, conditions[i],
-                   point, robot=robot, safety_filter=settings.safety_filter)
+                   point, robot=reference, safety_filter=settings.safety_filter)
         for point in grid
         for i in range(count)
     ]  # fmt: skip
@@ -333,15 +339,14 @@ def dagger(
     profile: str,
     tuning: tuple[float, float, tuple[float, ...]],
     settings: AdaptationSettings,
+    robot: RobotDescription,
     executor: Any = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """DAgger on ``actor_peft``'s LoRA weights (in place) toward the teacher ``tuning`` in
-    ``profile``, from its current weights; the per-round history."""
-    from simreal_ros.robot.description import selected_robot_path
-
+    """DAgger on ``actor_peft``'s LoRA weights (in place) toward ``robot``'s teacher
+    ``tuning`` in ``profile``, from its current weights; the per-round history."""
     model_profile(profile)
-    robot = str(selected_robot_path())
+    reference = robot_reference(robot.source)
     actor = lora.inner(actor_peft)
     params = [p for p in actor_peft.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=settings.learning_rate)
@@ -357,7 +362,7 @@ def dagger(
         seeds = range(first + it * settings.episodes, first + (it + 1) * settings.episodes)
         jobs = [
             EpisodeJob(checkpoint_dir, str(profile), checkpoint.spec.task, s, conditions[i],
-                       tuning, state, mix, robot, settings.safety_filter)
+                       tuning, state, mix, reference, settings.safety_filter)
             for i, s in enumerate(seeds)
         ]  # fmt: skip
         results = run_map(run_episode, jobs, settings.workers, executor, f"dagger {it + 1}")
@@ -412,6 +417,7 @@ def adapt(
     identified: str | Path,
     out_dir: str | Path,
     settings: AdaptationSettings,
+    robot: RobotDescription,
     executor: Any = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
@@ -422,7 +428,7 @@ def adapt(
     if executor is None:  # one pool for the whole stage
         with make_executor("local", settings.workers) as local:
             return adapt(actor_peft, checkpoint_dir, checkpoint, identified, out_dir,
-                         settings, local, progress)  # fmt: skip
+                         settings, robot, local, progress)  # fmt: skip
     say = progress or (lambda text: log.info(text))
     started = time.time()
     parent = lora.merged(actor_peft)
@@ -430,7 +436,7 @@ def adapt(
         identified, out_dir, settings.log_spread_floor, settings.latency_spread_floor
     )
     say(f"adaptation: training in {profile} (around {identified})")
-    search = search_teacher(checkpoint_dir, checkpoint, str(profile), settings, executor)
+    search = search_teacher(checkpoint_dir, checkpoint, str(profile), settings, robot, executor)
     lead, speed, _ = search["tuning"]
     say(
         f"adaptation: teacher retuned in the identified sim: lead {lead}, speed {speed} "
@@ -439,7 +445,7 @@ def adapt(
     )
     result = dagger(
         actor_peft, checkpoint_dir, checkpoint, str(profile), search["tuning"], settings,
-        executor, say,
+        robot, executor, say,
     )  # fmt: skip
     moved = distance_from_parent(actor_peft, parent, result["obs"])
     last = result["history"][-1] if result["history"] else {}

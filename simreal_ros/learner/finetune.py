@@ -105,7 +105,10 @@ class RoundTrainer:
     """Trains the running adapter one round at a time; keeps what carries over between
     rounds (the actor-critic tuner, EWC, the dynamics model, method sysid's episodes)."""
 
-    def __init__(self, config: LearnerConfig, checkpoint, actor_peft, critics: Critics) -> None:
+    def __init__(
+        self, config: LearnerConfig, checkpoint, actor_peft, critics: Critics, robot
+    ) -> None:
+        self.robot = robot  # the arm the rounds train for (a RobotDescription)
         self.checkpoint = checkpoint
         self.actor_peft = actor_peft
         self.critics = critics
@@ -247,7 +250,7 @@ class RoundTrainer:
                 "/forward_position_controller/commands (the learner identifies from them) "
                 "or set identified_profile to a `simreal sysid` profile.yaml."
             )
-        env = ArmTaskEnv(task=cfg.task, profile=profile)
+        env = ArmTaskEnv(task=cfg.task, profile=profile, robot=self.robot)
         act = policy_actions(lora.inner(self.actor_peft), None, cfg.exploration_std_max)
         first = cfg.seed * 1_000_003 + 500_000 + round_ * cfg.sysid_sim_episodes
         seeds = range(first, first + cfg.sysid_sim_episodes)
@@ -298,6 +301,6 @@ class RoundTrainer:
         )
         result = adapt(
             self.actor_peft, checkpoint_dir, self.checkpoint, profile, out_dir, settings,
-            executor, progress,
+            self.robot, executor, progress,
         )  # fmt: skip
         return result["metrics"]

@@ -17,7 +17,8 @@ log = logging.getLogger("simreal_ros.learner")
 class IdentifiedDynamics:
     """The identified profile (a profile YAML; empty: none yet) and how it was obtained."""
 
-    def __init__(self, profile: str = "") -> None:
+    def __init__(self, robot, profile: str = "") -> None:
+        self.robot = robot  # the arm whose bags are identified from (a RobotDescription)
         self.profile = profile
         self.identification: dict[str, Any] = {}
 
@@ -55,7 +56,12 @@ class IdentifiedDynamics:
             if len(chosen) < 2:
                 raise SysidInputError(f"{len(chosen)} real bags; identification needs 2.")
             result, profile = identify_bags(
-                chosen, out, cfg.task, holdout=1 if len(chosen) >= 4 else 0, settings=settings
+                chosen,
+                out,
+                cfg.task,
+                holdout=1 if len(chosen) >= 4 else 0,
+                settings=settings,
+                robot=self.robot,
             )
         except (SysidInputError, ValueError) as error:
             fallback = self.screening_profile(cfg)

@@ -64,8 +64,11 @@ class OnlineLearner:
         on_result: Callable[[RoundResult], None] | None = None,
         evaluator: Evaluator | None = None,
         session_factory: Callable[[], LearnerSession] | None = None,
+        *,
+        robot,
     ) -> None:
         self.config = config
+        self.robot = robot  # the arm the rounds train for (a RobotDescription)
         self.on_result = on_result
         self.evaluator = evaluator or policy_evaluator(config, self._screening_profile)
         self._session_factory = session_factory or self._default_session
@@ -176,7 +179,7 @@ class OnlineLearner:
                 cfg.seed,
                 exploration_std_max=cfg.exploration_std_max,
             )
-        return LearnerSession(cfg, checkpoint=checkpoint, sim_data=sim)
+        return LearnerSession(cfg, checkpoint=checkpoint, sim_data=sim, robot=self.robot)
 
     def _due(self) -> bool:
         cfg = self.config

@@ -78,9 +78,10 @@ class Promotion:
     them; a candidate that is not promoted leaves the weights as the running version's."""
 
     def __init__(
-        self, store: AdapterStore, checkpoint, actor_peft, running_version: str | None
+        self, store: AdapterStore, checkpoint, actor_peft, running_version: str | None, robot
     ) -> None:
         self.store = store
+        self.robot = robot  # the arm the versions belong to (a RobotDescription)
         self.checkpoint = checkpoint
         self.checkpoint_dir = Path(checkpoint.path) if checkpoint.path else None
         self.actor_peft = actor_peft
@@ -126,7 +127,11 @@ class Promotion:
     def commit(self, candidate: Candidate, decision: GateDecision) -> StoredVersion:
         """Store the candidate with its decision; activate it if promoted, else drop it."""
         stored = self.store.commit(
-            candidate.adapter_dir, candidate.version, candidate.metadata, decision.to_dict()
+            candidate.adapter_dir,
+            candidate.version,
+            candidate.metadata,
+            decision.to_dict(),
+            robot=self.robot,
         )
         if decision.promoted:
             self.store.activate(candidate.version, "promoted")

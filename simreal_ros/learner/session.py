@@ -2,7 +2,7 @@
 
 Entry points (the node, the CLI and notebooks call these; no rclpy here):
 
-    session = LearnerSession(config)                 # base checkpoint, store, sim data
+    session = LearnerSession(config, robot=robot)    # base checkpoint, store, sim data
     candidate = session.finetune(real_transitions)   # one round of BC / RL / SGFT
     decision = session.screen(candidate, evaluator)  # sim gate on the same seeds
     stored = session.commit(candidate, decision)     # atomic store write; activate if promoted
@@ -46,6 +46,7 @@ from simreal_ros.learner.promotion import (
     policy_evaluator,
 )
 from simreal_ros.learner.replay import Transitions
+from simreal_ros.robot.description_record import RobotDescription
 
 log = logging.getLogger("simreal_ros.learner")
 
@@ -72,19 +73,24 @@ class LearnerSession:
         checkpoint=None,
         sim_data: Transitions | None = None,
         store: AdapterStore | None = None,
+        *,
+        robot: RobotDescription,
     ) -> None:
         from simreal_ros.policy.checkpoint import shipped_checkpoint
         from simreal_ros.policy.spec import SpecConverter
+        from simreal_ros.robot.kinematics import ToolKinematics
         from simreal_ros.training.torch_checkpoint import load_checkpoint
 
         self.config = config
+        self.robot = robot
         torch.manual_seed(config.seed)
         if checkpoint is None:
             path = config.checkpoint_dir or str(shipped_checkpoint(config.task))
             checkpoint = load_checkpoint(path)
         self.checkpoint = checkpoint
         gamma = check_gamma(config.gamma, float(checkpoint.gamma))
-        self.converter = SpecConverter(checkpoint.spec)  # the actor's coordinates
+        kinematics = ToolKinematics.for_robot(robot) if checkpoint.spec.needs_kinematics else None
+        self.converter = SpecConverter(checkpoint.spec, kinematics)  # the actor's coordinates
         self.store = store or AdapterStore(config.store_root)
         self.store.clean_staging()
         self.round = 0
@@ -100,10 +106,10 @@ class LearnerSession:
             config.lora_targets,
             init_adapter=self.store.load(running).path if running else None,
         )
-        self.promotion = Promotion(self.store, checkpoint, self.actor_peft, running)
+        self.promotion = Promotion(self.store, checkpoint, self.actor_peft, running, robot)
         self.critics = Critics(config, checkpoint, gamma, sim_data)
-        self.trainer = RoundTrainer(config, checkpoint, self.actor_peft, self.critics)
-        self.identified = IdentifiedDynamics(config.identified_profile)
+        self.trainer = RoundTrainer(config, checkpoint, self.actor_peft, self.critics, robot)
+        self.identified = IdentifiedDynamics(robot, config.identified_profile)
         if config.learning_rate > config.learning_rate_cap:
             log.warning(
                 "learning_rate %.3g clipped to the cap %.3g",
@@ -223,14 +229,17 @@ def finetune(
     episodes: Transitions | str | Path | Iterable[str | Path] | None,
     sim_data: Transitions | None = None,
     config: LearnerConfig | None = None,
+    *,
+    robot: RobotDescription,
 ) -> tuple[LearnerSession, Candidate]:
-    """One fine-tuning run; returns the session (for screen/commit) and the candidate."""
+    """One fine-tuning run for ``robot``; returns the session (for screen/commit) and the
+    candidate."""
     from simreal_ros.config_schema import from_mapping
 
     base = dataclasses.asdict(config) if config else {}
     base.update(method=method, checkpoint_dir=str(checkpoint_dir))
     cfg = from_mapping(LearnerConfig, base)
-    session = LearnerSession(cfg, sim_data=sim_data)
+    session = LearnerSession(cfg, sim_data=sim_data, robot=robot)
     manifest: list[dict] = []
     if episodes is None or isinstance(episodes, Transitions):
         real = episodes

@@ -46,6 +46,8 @@ class Experiment:
 @dataclasses.dataclass(frozen=True)
 class RoundsConfig:
     checkpoint: str
+    # The arm, as ``robot_reference`` names it (a job's worker loads it); required for rounds.
+    robot: str = ""
     task: str = "push"
     condition: str = "train"
     profile: str = "real_twin"

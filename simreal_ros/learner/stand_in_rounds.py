@@ -158,6 +158,7 @@ def arm_rounds(
     )
     from simreal_ros.learner.replay import Transitions
     from simreal_ros.learner.session import LearnerSession
+    from simreal_ros.robot.description import load_robot_description
     from simreal_ros.sim.gym_env import ArmTaskEnv
     from simreal_ros.training.torch_checkpoint import load_checkpoint
 
@@ -176,7 +177,11 @@ def arm_rounds(
             episode_seconds=cfg.episode_seconds,
             exploration_std_max=config.exploration_std_max,
         )  # fmt: skip
-    session = LearnerSession(config, checkpoint=checkpoint, sim_data=sim)
+    if not cfg.robot:
+        raise ValueError("RoundsConfig.robot names the arm (robot_reference of its robot.yaml).")
+    session = LearnerSession(
+        config, checkpoint=checkpoint, sim_data=sim, robot=load_robot_description(cfg.robot)
+    )
     converter = session.converter
     env = ArmTaskEnv(
         task=cfg.task,

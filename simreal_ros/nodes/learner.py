@@ -93,7 +93,10 @@ class LearnerNode(Node):
         core_log.setLevel(logging.INFO)
         core_log.addHandler(self._log_handler)
         self.learner = OnlineLearner(
-            self.config, on_result=self._on_result, session_factory=self._checked_session
+            self.config,
+            on_result=self._on_result,
+            session_factory=self._checked_session,
+            robot=self.robot,
         )
         self.learner.start()
         self._announce_running_version()

@@ -6,7 +6,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from simreal_ros.robot.description import load_robot_description
 from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.sysid.fit import (
     FitParameter,
@@ -28,15 +27,16 @@ def identify_bags(
     parameters: Sequence[FitParameter] | None = None,
     holdout: int = 2,
     settings: FitSettings | None = None,
-    robot: RobotDescription | None = None,
+    *,
+    robot: RobotDescription,
     max_episodes: int = 0,
     progress=None,
 ) -> tuple[SysidResult, Path]:
     """Identify from ``bags`` (the newest ``max_episodes`` when > 0); returns the result and
-    the written profile.yaml. ``SysidInputError`` on unusable bags, before any write.
+    the written profile.yaml, for ``robot`` (the arm that recorded them).
+    ``SysidInputError`` on unusable bags, before any write.
     ``parameters`` None: choose among ``parameterisations`` by held-out error first."""
     started = time.monotonic()
-    robot = robot or load_robot_description()
     episodes = read_replay_episodes(bags, robot, task)
     if max_episodes > 0:
         episodes = episodes[-max_episodes:]

@@ -67,12 +67,9 @@ def test_no_deployable_policy_source_imports_training_code_even_inside_a_functio
 # callers (issue 25); the list may only shrink.
 COMPOSITION_ROOTS = ("cli", "nodes")
 NOT_YET_THREADED = {
-    "simreal_ros/adapters/store.py": 1,
-    "simreal_ros/learner/adaptation.py": 1,
     "simreal_ros/policy/spec.py": 1,
     "simreal_ros/sim/expert.py": 1,
     "simreal_ros/sim/physics.py": 1,
-    "simreal_ros/sysid/run.py": 1,
 }
 
 

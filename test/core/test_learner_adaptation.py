@@ -119,7 +119,13 @@ def test_adaptation_raises_stand_in_success_above_zero_shot_without_reading_the_
         seed=3, workers=1,
     )  # fmt: skip
     result = adaptation.adapt(
-        actor_peft, checkpoint_dir, checkpoint, identified, tmp_path / "adapt", settings
+        actor_peft,
+        checkpoint_dir,
+        checkpoint,
+        identified,
+        tmp_path / "adapt",
+        settings,
+        load_robot_description(),
     )
     metrics = result["metrics"]
     # The teacher was re-tuned in the identified sim (the nominal tuning fails there).
@@ -177,7 +183,9 @@ def test_the_trust_region_anchors_to_the_parent_not_the_base(tmp_path, small_bas
     def passes(checkpoint_dir, adapter_dir, condition, seeds):
         return EvaluationSummary(len(seeds), len(seeds), 0.0, [True] * len(seeds))
 
-    session = LearnerSession(cfg, sim_data=sim.subset(np.arange(len(sim))))
+    session = LearnerSession(
+        cfg, sim_data=sim.subset(np.arange(len(sim))), robot=load_robot_description()
+    )
     first = session.run_round(real.subset(np.arange(len(real))), passes)
     assert first.decision.promoted
     assert first.metrics["distance_from_parent"] > 0
@@ -215,13 +223,17 @@ def test_method_adapt_stages_a_candidate_trained_in_the_identified_sim(
         seen.append(session.screening_profile)
         return EvaluationSummary(len(seeds), len(seeds), 0.0, [True] * len(seeds))
 
-    session = LearnerSession(cfg, sim_data=sim.subset(np.arange(len(sim))))
+    session = LearnerSession(
+        cfg, sim_data=sim.subset(np.arange(len(sim))), robot=load_robot_description()
+    )
     result = session.run_round(real.subset(np.arange(len(real))), evaluator)
     metrics = result.stored.metadata["metrics"]
     assert result.decision.promoted and metrics["distance_from_parent"] > 0
     assert metrics["adapt_rows"] > 0 and "adapt_teacher_lead" in metrics
     assert seen and all(profile == str(identified) for profile in seen)
     unidentified = dataclasses.replace(cfg, identified_profile="", store_root=str(tmp_path / "m2"))
-    lost = LearnerSession(unidentified, sim_data=sim.subset(np.arange(len(sim))))
+    lost = LearnerSession(
+        unidentified, sim_data=sim.subset(np.arange(len(sim))), robot=load_robot_description()
+    )
     with pytest.raises(ValueError, match="identified profile"):
         lost.finetune(real.subset(np.arange(len(real))))

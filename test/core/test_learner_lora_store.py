@@ -15,6 +15,7 @@ import torch
 
 from simreal_ros.adapters.store import AdapterStore, StoreError
 from simreal_ros.learner import lora
+from simreal_ros.robot.description import load_robot_description
 from simreal_ros.training.model import ACTOR_LORA_TARGETS, Actor, Architecture
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,6 +94,7 @@ def commit_version(store: AdapterStore, version: str, seed: int = 0, hook=None, 
     return store.commit(
         staging, version, {"parent_version": None, "method": "bc"},
         {"promoted": True} if screening is None else screening, after_each_file=hook,
+        robot=load_robot_description(),
     )  # fmt: skip
 
 

@@ -64,7 +64,9 @@ def test_rounds_run_off_the_caller_thread_and_survive_a_failure(setup, tmp_path)
         return EvaluationSummary(len(seeds), len(seeds), 0.0)
 
     results = []
-    learner = OnlineLearner(cfg, on_result=results.append, evaluator=evaluator)
+    learner = OnlineLearner(
+        cfg, on_result=results.append, evaluator=evaluator, robot=load_robot_description()
+    )
     learner.start()
     try:
         episodes = [
@@ -101,7 +103,9 @@ def test_a_run_time_setting_change_applies_from_the_next_round(setup, tmp_path):
         return EvaluationSummary(len(seeds), len(seeds), 0.0)
 
     results = []
-    learner = OnlineLearner(cfg, on_result=results.append, evaluator=evaluator)
+    learner = OnlineLearner(
+        cfg, on_result=results.append, evaluator=evaluator, robot=load_robot_description()
+    )
     learner.start()
     try:
         for m in metas:

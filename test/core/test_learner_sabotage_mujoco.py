@@ -16,6 +16,7 @@ from simreal_ros.learner.gate import screen
 from simreal_ros.learner.promotion import policy_evaluator
 from simreal_ros.learner.session import LearnerSession
 from simreal_ros.policy import checkpoint as ckpt
+from simreal_ros.robot.description import load_robot_description
 from simreal_ros.training.torch_checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -79,7 +80,7 @@ def test_a_round_on_mislabelled_actions_is_rejected_and_not_activated(reach, tmp
     real.sources = np.asarray(["real_twin"] * len(real))
     real.episode_success[:] = True
     real.actions = -real.actions  # a sign convention flipped somewhere in logging
-    session = LearnerSession(cfg)
+    session = LearnerSession(cfg, robot=load_robot_description())
     result = session.run_round(real, policy_evaluator(cfg))
     assert not result.decision.promoted, result.decision.reason
     assert session.store.current() is None  # the base keeps running

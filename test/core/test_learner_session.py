@@ -75,7 +75,7 @@ def test_round_trains_screens_in_mujoco_stores_and_promotes(
 ):
     sim, real = data
     cfg = config(tmp_path, base_dir, method=method, horizon=horizon, model_rollouts=rollouts)
-    session = LearnerSession(cfg, sim_data=copy_of(sim))
+    session = LearnerSession(cfg, sim_data=copy_of(sim), robot=load_robot_description())
     result = session.run_round(
         copy_of(real), policy_evaluator(cfg), manifest=[{"episode_id": "x"}]
     )
@@ -112,7 +112,7 @@ def test_a_rejected_candidate_is_stored_and_training_continues_from_the_running_
         tmp_path, base_dir, method="bc", updates_per_round=5, promote_tolerance=0.1,
         gate_rule="relative",
     )  # fmt: skip
-    session = LearnerSession(cfg, sim_data=copy_of(sim))
+    session = LearnerSession(cfg, sim_data=copy_of(sim), robot=load_robot_description())
     before = {k: v.clone() for k, v in lora.adapter_state(session.actor_peft).items()}
 
     def always_fails(checkpoint_dir, adapter_dir, condition, seeds):
@@ -129,15 +129,17 @@ def test_a_rejected_candidate_is_stored_and_training_continues_from_the_running_
 
 def test_gamma_must_match_the_checkpoint(tmp_path, base_dir):
     with pytest.raises(ValueError, match="pretraining gamma"):
-        LearnerSession(config(tmp_path, base_dir, gamma=0.99))
+        LearnerSession(config(tmp_path, base_dir, gamma=0.99), robot=load_robot_description())
 
 
 def test_next_session_resumes_from_the_running_version(tmp_path, base_dir, data):
     sim, real = data
     cfg = config(tmp_path, base_dir, method="bc")
-    first = LearnerSession(cfg, sim_data=copy_of(sim))
+    first = LearnerSession(cfg, sim_data=copy_of(sim), robot=load_robot_description())
     first.run_round(copy_of(real), policy_evaluator(cfg))
-    second = LearnerSession(dataclasses.replace(cfg), sim_data=copy_of(sim))
+    second = LearnerSession(
+        dataclasses.replace(cfg), sim_data=copy_of(sim), robot=load_robot_description()
+    )
     assert second.promotion.running_version == "v0001"
     obs = torch.as_tensor(real.obs[:4])
     with torch.no_grad():
@@ -152,7 +154,7 @@ def test_next_session_resumes_from_the_running_version(tmp_path, base_dir, data)
 def test_rl_with_checkpoint_critic_plus_lora_trains_only_adapters(tmp_path, base_dir, data):
     sim, real = data
     cfg = config(tmp_path, base_dir, method="rl", critic_init="checkpoint_lora")
-    session = LearnerSession(cfg, sim_data=copy_of(sim))
+    session = LearnerSession(cfg, sim_data=copy_of(sim), robot=load_robot_description())
     base_critic = {k: v.clone() for k, v in session.checkpoint.model.critic.state_dict().items()}
     critic = session.critics.critic
     trainable = [n for n, p in critic.named_parameters() if p.requires_grad]
@@ -171,8 +173,12 @@ def test_rl_and_sgft_share_one_path_differing_only_in_the_reward(tmp_path, base_
 
     sim, real = data
     sgft = LearnerSession(config(tmp_path, base_dir, method="sgft", horizon=0,
-                                 reward_scale=2.0), sim_data=copy_of(sim))  # fmt: skip
-    rl = LearnerSession(config(tmp_path / "rl", base_dir, method="rl", critic_init="fresh"))
+                                 reward_scale=2.0), sim_data=copy_of(sim),
+                          robot=load_robot_description())  # fmt: skip
+    rl = LearnerSession(
+        config(tmp_path / "rl", base_dir, method="rl", critic_init="fresh"),
+        robot=load_robot_description(),
+    )
     real_s = copy_of(real)
     sgft.finetune(real_s)
     rl.finetune(copy_of(real))
@@ -200,6 +206,7 @@ def test_every_method_runs_with_the_same_budget_scale_rule_entropy_and_failure_v
         session = LearnerSession(
             config(tmp_path / method, base_dir, method=method, update_to_data=0.5, **extra),
             sim_data=copy_of(sim),
+            robot=load_robot_description(),
         )
         candidate = session.finetune(copy_of(real))
         runs[method] = (session, candidate)
@@ -251,7 +258,7 @@ def test_sysid_method_trains_only_on_the_identified_sim_and_screens_there(
         tmp_path, base_dir, method="sysid", identified_profile=str(identified),
         sysid_sim_episodes=2, updates_per_round=10,
     )  # fmt: skip
-    session = LearnerSession(cfg, sim_data=copy_of(sim))
+    session = LearnerSession(cfg, sim_data=copy_of(sim), robot=load_robot_description())
     assert session.config.resolved_critic_init == "checkpoint"
     seen = []
 
@@ -273,7 +280,11 @@ def test_sysid_method_trains_only_on_the_identified_sim_and_screens_there(
 
 def test_sysid_method_without_an_identified_profile_says_what_to_do(tmp_path, base_dir, data):
     sim, real = data
-    session = LearnerSession(config(tmp_path, base_dir, method="sysid"), sim_data=copy_of(sim))
+    session = LearnerSession(
+        config(tmp_path, base_dir, method="sysid"),
+        sim_data=copy_of(sim),
+        robot=load_robot_description(),
+    )
     with pytest.raises(ValueError, match="needs an identified profile"):
         session.finetune(real)
 
@@ -283,7 +294,10 @@ def test_identification_failure_keeps_screening_in_the_configured_profile(tmp_pa
 
     bag = tmp_path / "bags" / "ep"
     synthetic.write_episode(bag)  # another robot's joint names, and no commands topic
-    session = LearnerSession(config(tmp_path, base_dir, method="rl", identify_dynamics=True))
+    session = LearnerSession(
+        config(tmp_path, base_dir, method="rl", identify_dynamics=True),
+        robot=load_robot_description(),
+    )
     assert session.identify([bag, bag]) is None
     assert session.screening_profile == "nominal"
     assert "cannot be used" in session.identified.identification["error"]
@@ -292,7 +306,7 @@ def test_identification_failure_keeps_screening_in_the_configured_profile(tmp_pa
 def test_v_sim_annotates_each_transition_once_and_only_for_sgft(tmp_path, base_dir, data):
     sim, real = data
     sgft = LearnerSession(config(tmp_path, base_dir, method="sgft", horizon=1),
-                          sim_data=copy_of(sim))  # fmt: skip
+                          sim_data=copy_of(sim), robot=load_robot_description())  # fmt: skip
     assert sgft.sim_data.v_sim is not None and sgft.sim_data.v_sim_next is not None
     fresh = copy_of(real)
     assert fresh.v_sim is None
@@ -301,7 +315,9 @@ def test_v_sim_annotates_each_transition_once_and_only_for_sgft(tmp_path, base_d
     cached = fresh.v_sim
     sgft.critics.annotate(fresh)
     assert fresh.v_sim is cached
-    bc = LearnerSession(config(tmp_path / "bc", base_dir, method="bc"))
+    bc = LearnerSession(
+        config(tmp_path / "bc", base_dir, method="bc"), robot=load_robot_description()
+    )
     untouched = copy_of(real)
     bc.critics.annotate(untouched)
     assert untouched.v_sim is None

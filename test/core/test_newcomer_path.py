@@ -197,7 +197,7 @@ def dataclass_replace(stored: StoredVersion, metadata: dict) -> StoredVersion:
 def _commit(store: AdapterStore, version: str, metadata: dict, reason: str) -> None:
     with store.staging(version) as staging:
         save_file({"x": np.zeros(2, np.float32)}, str(staging / "adapter_model.safetensors"))
-        store.commit(staging, version, metadata, {"promoted": True, "reason": reason})
+        store.commit(staging, version, metadata, {"promoted": True, "reason": reason}, robot=ROBOT)
     store.activate(version, "promoted")
 
 

@@ -21,7 +21,7 @@ from simreal_ros.learner.stand_in_rounds import arm_config, learner_config, run_
 from simreal_ros.learner.stand_in_summary import format_table
 from simreal_ros.policy.checkpoint import read_metadata
 from simreal_ros.policy.spec import default_spec
-from simreal_ros.robot.description import load_robot_description
+from simreal_ros.robot.description import load_robot_description, robot_reference
 from simreal_ros.training import torch_checkpoint as ckpt
 from simreal_ros.training.model import ActorCritic, Architecture
 
@@ -49,6 +49,7 @@ def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
     assert len(methods) == 8
     cfg = RoundsConfig(
         checkpoint=str(base_dir),
+        robot=robot_reference(load_robot_description().source),
         condition="train",
         seeds=1,
         methods=methods,

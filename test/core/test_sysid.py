@@ -73,8 +73,9 @@ def test_known_parameters_are_recovered(known_bags, tmp_path):
         FitParameter("friction.base_geom", 0.2, 5.0),  # never in contact: changes nothing
     )
     result, profile = identify_bags(
-        known_bags / "bags", tmp_path / "out", "push", params, holdout=1, settings=_settings()
-    )
+        known_bags / "bags", tmp_path / "out", "push", params, holdout=1, settings=_settings(),
+        robot=ROBOT,
+    )  # fmt: skip
     by_name = {p.pattern: p for p in result.parameters}
     gain, latency = by_name["gain.*"], by_name["latency_steps"]
     assert gain.identifiable and abs(gain.value / KNOWN_GAIN - 1) < 0.1, gain
@@ -227,7 +228,7 @@ def per_joint_bags(tmp_path_factory):
 def test_a_per_joint_gain_gap_is_found_per_joint(per_joint_bags, tmp_path):
     result, profile = identify_bags(
         per_joint_bags, tmp_path / "out", "push", holdout=1,
-        settings=_settings(restarts=1, evaluations_per_restart=250),
+        settings=_settings(restarts=1, evaluations_per_restart=250), robot=ROBOT,
     )  # fmt: skip
     table = {row["model"]: row for row in result.model_selection}
     assert result.model == "per_joint", table

@@ -45,7 +45,7 @@ def test_gain_and_latency_recovered_from_graph_bags_and_the_cube_is_not(graph_ba
     )
     settings = FitSettings(restarts=1, evaluations_per_restart=120, segment_ticks=10)
     result, profile = identify_bags(
-        graph_bags, tmp_path / "out", "push", params, holdout=1, settings=settings
+        graph_bags, tmp_path / "out", "push", params, holdout=1, settings=settings, robot=robot
     )
     by_name = {p.pattern: p for p in result.parameters}
     gain, latency = by_name["gain.*"], by_name["latency_steps"]

@@ -43,7 +43,9 @@ def commit_foreign_adapter(tmp_path, store: AdapterStore) -> None:
             "robot": "panda", "joint_names": list(PANDA.joint_names),
             "base_version": theirs["version"], "spec_fingerprint": theirs["spec_fingerprint"],
         }  # fmt: skip
-        store.commit(staging, "v0001", metadata, {"promoted": True, "reason": "screened"})
+        store.commit(
+            staging, "v0001", metadata, {"promoted": True, "reason": "screened"}, robot=PANDA
+        )
     store.activate("v0001", "promoted")
 
 

@@ -117,7 +117,7 @@ def commit_adapter(base_dir, store: AdapterStore, version, promoted=True, activa
     with store.staging(version) as staging:
         metadata = make_adapter(base_dir, staging, version)
         screening = {"promoted": promoted, "reason": "test" if promoted else "broke the gate"}
-        stored = store.commit(staging, version, metadata, screening)
+        stored = store.commit(staging, version, metadata, screening, robot=ROBOT)
     if promoted and activate:
         store.activate(version, "promoted")
     return stored
