@@ -179,9 +179,8 @@ def arm_rounds(
         )  # fmt: skip
     if not cfg.robot:
         raise ValueError("RoundsConfig.robot names the arm (robot_reference of its robot.yaml).")
-    session = LearnerSession(
-        config, checkpoint=checkpoint, sim_data=sim, robot=load_robot_description(cfg.robot)
-    )
+    robot = load_robot_description(cfg.robot)
+    session = LearnerSession(config, checkpoint=checkpoint, sim_data=sim, robot=robot)
     converter = session.converter
     env = ArmTaskEnv(
         task=cfg.task,
@@ -189,12 +188,13 @@ def arm_rounds(
         condition=cfg.condition,
         control_rate_hz=control_rate,
         episode_seconds=cfg.episode_seconds,
+        robot=robot,
     )
     expert = None
     if method_traits(config.method).uses_expert_demos and cfg.bc_demos > 0:
         from simreal_ros.sim.expert import make_expert
 
-        expert = make_expert(cfg.task, control_rate_hz=control_rate)
+        expert = make_expert(cfg.task, robot, control_rate_hz=control_rate)
     real: Transitions | None = None
     episodes = demos = steps = 0
     try:

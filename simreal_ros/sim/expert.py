@@ -19,7 +19,6 @@ import time
 
 import numpy as np
 
-from simreal_ros.robot.description import load_robot_description
 from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.robot.kinematics import ToolKinematics
 from simreal_ros.stats import wilson_interval
@@ -59,11 +58,11 @@ def stand_in_tuning(robot: RobotDescription, spec) -> ExpertTuning:
 class _IKExpert:
     def __init__(
         self,
-        robot: RobotDescription | None = None,
+        robot: RobotDescription,
         control_rate_hz: float = 20.0,
         tuning: ExpertTuning | None = None,
     ):
-        self.robot = robot or load_robot_description()
+        self.robot = robot
         self.tuning = tuning or ExpertTuning()
         self.kinematics = ToolKinematics.for_robot(self.robot, arm_only=True)
         self.arm = np.asarray(self.robot.arm_indices, dtype=np.intp)
@@ -111,7 +110,11 @@ class PushExpert(_IKExpert):
     """Push the cube to the goal with the closed fingers."""
 
     def __init__(
-        self, robot=None, control_rate_hz=20.0, cube_half_size: float = 0.025, tuning=None
+        self,
+        robot: RobotDescription,
+        control_rate_hz=20.0,
+        cube_half_size: float = 0.025,
+        tuning=None,
     ):
         super().__init__(robot, control_rate_hz, tuning)
         # Tool centre to cube centre while in contact: half cube + half finger + a margin.
@@ -165,7 +168,7 @@ class PushExpert(_IKExpert):
 
 def make_expert(
     task: str,
-    robot: RobotDescription | None = None,
+    robot: RobotDescription,
     control_rate_hz=20.0,
     tuning: ExpertTuning | None = None,
 ):

@@ -10,21 +10,21 @@ from simreal_ros.sim.rollout import rollout
 
 def test_push_expert_succeeds_on_most_train_seeds():
     env = ArmTaskEnv(task="push")
-    expert = make_expert("push")
+    expert = make_expert("push", env.unwrapped.core.robot)
     results = [rollout(env, expert, seed, "train") for seed in range(100, 110)]
     assert sum(r.success for r in results) >= 8, results
 
 
 def test_reach_expert_succeeds():
     env = ArmTaskEnv(task="reach")
-    expert = make_expert("reach")
+    expert = make_expert("reach", env.unwrapped.core.robot)
     results = [rollout(env, expert, seed, "train") for seed in range(100, 105)]
     assert sum(r.success for r in results) >= 4, results
 
 
 def test_expert_actions_are_valid_commands_within_limits():
     env = ArmTaskEnv(task="push")
-    expert = make_expert("push")
+    expert = make_expert("push", env.unwrapped.core.robot)
     observation, _ = env.reset(seed=0)
     robot = env.unwrapped.core.robot
     previous = observation["joint_position"]

@@ -51,7 +51,7 @@ def test_episodes_under_a_sampling_policy_repeat_per_seed_and_leave_torch_alone(
 
 def test_expert_actions_record_what_the_arm_received(setup):
     env, converter, _ = setup
-    expert = make_expert("push")
+    expert = make_expert("push", env.unwrapped.core.robot)
     data, _ = rollout_transitions(
         env, converter, [1], "train", expert_actions(expert, converter), source="real_twin"
     )

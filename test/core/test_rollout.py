@@ -67,7 +67,7 @@ def test_the_actor_is_reset_once_after_the_env_and_before_its_first_command(push
 
 
 def test_the_same_seed_gives_the_same_commands_and_another_seed_others(push_env):
-    expert = make_expert("push")
+    expert = make_expert("push", push_env.unwrapped.core.robot)
 
     def commands(seed: int) -> np.ndarray:
         out: list[np.ndarray] = []
@@ -83,7 +83,9 @@ def test_a_success_ends_the_episode_and_is_reported():
     env = ArmTaskEnv(task="reach", episode_seconds=6.0)
     try:
         steps: list[Step] = []
-        outcome = rollout(env, make_expert("reach"), 100, "train", steps.append)
+        outcome = rollout(
+            env, make_expert("reach", env.unwrapped.core.robot), 100, "train", steps.append
+        )
     finally:
         env.close()
     assert outcome.success and steps[-1].terminated and steps[-1].info["success"]
