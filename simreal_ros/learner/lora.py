@@ -11,18 +11,9 @@ import copy
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
-
-from simreal_ros.policy.checkpoint import NumpyCheckpoint
-from simreal_ros.policy.lora_merge import merged_actor_state
-from simreal_ros.training.torch_checkpoint import (
-    PolicyCheckpoint,
-    as_torch_checkpoint,
-    load_checkpoint,
-)
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -150,43 +141,3 @@ def adapter_state(peft_model) -> dict[str, torch.Tensor]:
     from peft import get_peft_model_state_dict
 
     return {k: v.detach().clone() for k, v in get_peft_model_state_dict(peft_model).items()}
-
-
-def apply_adapter(
-    base: PolicyCheckpoint | NumpyCheckpoint,
-    adapter_dir: str | Path,
-    expected_sha256: str | None = None,
-) -> torch.nn.Module:
-    """Base actor + peft LoRA adapter -> a merged plain ``Actor`` (the base is not touched).
-
-    The weights are ``lora_merge.merged_actor_state``'s, the numpy merge deployment runs
-    (same checks: files, SHA-256 against ``expected_sha256`` or simreal_adapter.json, spec
-    fingerprint, config, tensors), loaded into a copy of the base's torch actor: for
-    training, saving or evaluating in torch. Imports torch, never peft.
-    """
-    state = merged_actor_state(base, adapter_dir, expected_sha256)
-    if isinstance(base, NumpyCheckpoint):
-        base = as_torch_checkpoint(base)
-    merged = copy.deepcopy(base.model.actor)
-    merged.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-    merged.eval()
-    for parameter in merged.parameters():
-        parameter.requires_grad_(False)
-    return merged
-
-
-def load_actor_with_adapter(
-    checkpoint_dir: str | Path,
-    adapter_dir: str | Path | None,
-    description: Any = None,
-    expected_sha256: str | None = None,
-) -> torch.nn.Module:
-    """Load a base checkpoint (validated) and return its actor merged with an adapter.
-
-    With ``adapter_dir`` None this is the base actor. The result is a plain ``Actor``
-    (same layer names), so it can be saved, evaluated or wrapped by peft again.
-    """
-    base = load_checkpoint(checkpoint_dir, description=description, with_critic=False)
-    if adapter_dir is None:
-        return base.model.actor
-    return apply_adapter(base, adapter_dir, expected_sha256)

@@ -9,8 +9,7 @@ adapter is ``simreal_ros.nodes.policy``. Public API:
   ``spec.validate_against_robot``; ``spec.default_spec(description, task, rate)``.
 - ``checkpoint.load_numpy_checkpoint(dir, description, control_rate_hz)``, ``read_metadata``
   / ``update_metadata``, ``shipped_checkpoint``, ``write_adapter_metadata`` for adapters
-  the learner saves with peft (the learner's ``learner.lora.load_actor_with_adapter`` gives
-  a merged torch actor for training).
+  the learner saves with peft.
 - ``lora_merge.merged_actor_state(base, adapter_dir)``: a peft LoRA adapter merged into the
   actor in numpy (no torch, no peft), the one merge every deployment runs.
 - ``inference.DeployedPolicy`` (numpy, merged weights; ``act(obs_dict) -> targets``).

@@ -20,8 +20,8 @@ same checks.
 
 LoRA adapters (peft format: ``adapter_config.json`` + ``adapter_model.safetensors``, plus
 our ``simreal_adapter.json`` naming the base version and spec fingerprint) are merged in
-numpy by ``lora_merge`` (no torch, no peft); ``learner.lora.load_actor_with_adapter`` and
-``apply_adapter`` load that merge into a torch ``Actor`` for training.
+numpy by ``lora_merge`` (no torch, no peft); training continues an adapter with peft
+itself (``learner.lora.wrap(init_adapter=...)``).
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import torch
 
 from simreal_ros.adapters.store import AdapterStore, StoreError
 from simreal_ros.learner import lora
+from simreal_ros.policy.lora_merge import merged_actor_state
 from simreal_ros.robot.description import load_robot_description
 from simreal_ros.training.model import ACTOR_LORA_TARGETS, Actor, Architecture
 
@@ -54,18 +56,20 @@ def test_adapter_round_trip_gives_identical_outputs(tmp_path):
 
 
 def test_policy_package_merges_our_adapter_to_the_same_actor(tmp_path):
-    """The numpy merge every deployment runs, loaded into torch (lora.apply_adapter), gives
-    the actor the learner trained."""
+    """The numpy merge every deployment runs, loaded into a torch copy of the base's actor,
+    gives the actor the learner trained."""
 
     actor, model = trained_adapter(1)
     lora.save(model, tmp_path / "a")
 
-    class Base:  # the parts of a PolicyCheckpoint apply_adapter reads
+    class Base:  # the parts of a PolicyCheckpoint merged_actor_state reads
         version = "base"
         spec = type("Spec", (), {"fingerprint": staticmethod(lambda: "x")})()
         model = type("Model", (), {"actor": actor})()
 
-    merged = lora.apply_adapter(Base, tmp_path / "a")
+    merged = copy.deepcopy(actor)
+    state = merged_actor_state(Base, tmp_path / "a")
+    merged.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
     obs = torch.randn(7, 6)
     with torch.no_grad():
         torch.testing.assert_close(merged(obs), lora.inner(model)(obs), rtol=1e-5, atol=1e-6)

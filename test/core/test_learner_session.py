@@ -17,6 +17,7 @@ from simreal_ros.learner.gate import EvaluationSummary
 from simreal_ros.learner.promotion import policy_evaluator
 from simreal_ros.learner.replay import Transitions
 from simreal_ros.learner.session import LearnerSession
+from simreal_ros.policy.lora_merge import merged_actor_state
 from simreal_ros.policy.spec import default_spec
 from simreal_ros.robot.description import load_robot_description
 from simreal_ros.training.model import ActorCritic, Architecture
@@ -91,7 +92,10 @@ def test_round_trains_screens_in_mujoco_stores_and_promotes(
     assert meta["hyperparameters"]["ewc"] is True and meta["metrics"]["ewc"] == 1.0
     assert stored.screening["results"][0]["episodes"] == 2
     # What the policy node loads is what the learner trained.
-    merged = lora.load_actor_with_adapter(base_dir, stored.path)
+    base = load_checkpoint(base_dir)
+    merged = base.model.actor
+    state = merged_actor_state(base, stored.path)
+    merged.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
     obs = torch.as_tensor(real.obs[:5])
     with torch.no_grad():
         torch.testing.assert_close(merged(obs), lora.inner(session.actor_peft)(obs), atol=1e-5,

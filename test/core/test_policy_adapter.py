@@ -10,9 +10,9 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
-from simreal_ros.learner import lora
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.inference import deploy_adapter
+from simreal_ros.policy.lora_merge import merged_actor_state
 from simreal_ros.robot.description import load_robot_description
 from simreal_ros.training.model import ACTOR_LORA_TARGETS
 from simreal_ros.training.torch_checkpoint import load_checkpoint, make_untrained_checkpoint
@@ -45,8 +45,12 @@ def test_merged_actor_equals_peft_forward_and_differs_from_base(tmp_path, robot)
     peft_actor = make_adapter(base_dir, tmp_path / "a1")
     assert (tmp_path / "a1" / ckpt.ADAPTER_CONFIG).is_file()
     assert (tmp_path / "a1" / ckpt.ADAPTER_WEIGHTS).is_file()
-    merged = lora.load_actor_with_adapter(base_dir, tmp_path / "a1", description=robot)
-    base_actor = lora.load_actor_with_adapter(base_dir, None)
+    base = load_checkpoint(base_dir, robot)
+    base_actor = base.model.actor
+    # The numpy merge every deployment runs, loaded into a torch copy of the base's actor.
+    state = merged_actor_state(base, tmp_path / "a1")
+    merged = copy.deepcopy(base_actor)
+    merged.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
     obs = torch.randn(16, merged.arch.obs_dim)
     with torch.no_grad():
         expected = peft_actor(obs)
@@ -56,7 +60,6 @@ def test_merged_actor_equals_peft_forward_and_differs_from_base(tmp_path, robot)
     assert not any("lora" in name for name, _ in merged.named_parameters())
     assert {"trunk.0", "trunk.2", "mean_head"} <= {n for n, _ in merged.named_modules()}
     # The runnable numpy form agrees too.
-    base = load_checkpoint(base_dir)
     deployed = deploy_adapter(base, tmp_path / "a1", version="a1")
     x = np.random.default_rng(0).normal(size=merged.arch.obs_dim)
     with torch.no_grad():
@@ -64,18 +67,19 @@ def test_merged_actor_equals_peft_forward_and_differs_from_base(tmp_path, robot)
     np.testing.assert_allclose(deployed.actor(x), want, atol=1e-5)
     # The base checkpoint in memory is untouched by merging.
     with torch.no_grad():
-        assert torch.allclose(base.model.actor(obs), base_actor(obs))
+        assert torch.allclose(base.model.actor(obs), load_checkpoint(base_dir).model.actor(obs))
 
 
 def test_wrong_checksum_is_refused(tmp_path, robot):
     base_dir = make_untrained_checkpoint(tmp_path / "base", robot)
     make_adapter(base_dir, tmp_path / "a1")
+    base = load_checkpoint(base_dir)
     with pytest.raises(ckpt.CheckpointError, match="checksum"):
-        lora.load_actor_with_adapter(base_dir, tmp_path / "a1", expected_sha256="0" * 64)
+        merged_actor_state(base, tmp_path / "a1", expected_sha256="0" * 64)
     weights = tmp_path / "a1" / ckpt.ADAPTER_WEIGHTS
     weights.write_bytes(weights.read_bytes()[:-8])
     with pytest.raises(ckpt.CheckpointError, match="checksum"):
-        lora.load_actor_with_adapter(base_dir, tmp_path / "a1")
+        merged_actor_state(base, tmp_path / "a1")
 
 
 def test_adapter_for_other_conventions_is_refused(tmp_path, robot):
@@ -83,7 +87,7 @@ def test_adapter_for_other_conventions_is_refused(tmp_path, robot):
     other_dir = make_untrained_checkpoint(tmp_path / "other", robot, control_rate_hz=100.0)
     make_adapter(other_dir, tmp_path / "a1")
     with pytest.raises(ckpt.CheckpointError, match="spec_fingerprint"):
-        lora.load_actor_with_adapter(base_dir, tmp_path / "a1")
+        merged_actor_state(load_checkpoint(base_dir), tmp_path / "a1")
 
 
 def test_adapter_targeting_unknown_layers_is_refused(tmp_path, robot):
@@ -94,7 +98,7 @@ def test_adapter_targeting_unknown_layers_is_refused(tmp_path, robot):
     config["target_modules"] = ["encoder.0"]
     config_path.write_text(json.dumps(config))
     with pytest.raises(ckpt.CheckpointError, match=r"target_modules: .*encoder\.0"):
-        lora.load_actor_with_adapter(base_dir, tmp_path / "a1")
+        merged_actor_state(load_checkpoint(base_dir), tmp_path / "a1")
 
 
 def test_adapter_without_safetensors_is_refused(tmp_path, robot):
@@ -102,4 +106,4 @@ def test_adapter_without_safetensors_is_refused(tmp_path, robot):
     make_adapter(base_dir, tmp_path / "a1")
     (tmp_path / "a1" / ckpt.ADAPTER_WEIGHTS).rename(tmp_path / "a1" / "adapter_model.bin")
     with pytest.raises(ckpt.CheckpointError, match="only safetensors"):
-        lora.load_actor_with_adapter(base_dir, tmp_path / "a1")
+        merged_actor_state(load_checkpoint(base_dir), tmp_path / "a1")
