@@ -74,7 +74,9 @@ def main(argv=None) -> None:
               "metrics": result["metrics"], "conditions": {}}  # fmt: skip
     for condition in ("train", "shifted"):
         for name, policy in (("base", args.checkpoint), ("adapted in the true model", adapted)):
-            outcome = evaluate_policy(policy, args.stand_in, condition, seeds, args.workers)
+            outcome = evaluate_policy(
+                policy, args.stand_in, condition, seeds, args.workers, robot=robot
+            )
             low, high = outcome.ci
             report["conditions"].setdefault(condition, {})[name] = {
                 "successes": outcome.successes, "episodes": outcome.episodes,

@@ -51,12 +51,17 @@ class RolloutChunk:
 
 
 def _policy_and_env(checkpoint: str):
+    from simreal_ros.robot.description import load_robot_description
     from simreal_ros.sim.gym_env import ArmTaskEnv
     from simreal_ros.training.evaluate import PolicySource, build_policy
 
-    policy = build_policy(PolicySource(checkpoint))
+    robot = load_robot_description()
+    policy = build_policy(PolicySource(checkpoint), robot=robot)
     env = ArmTaskEnv(
-        task=TASK, profile=PROFILE, control_rate_hz=policy.converter.spec.control_rate_hz
+        task=TASK,
+        profile=PROFILE,
+        control_rate_hz=policy.converter.spec.control_rate_hz,
+        robot=robot,
     )
     return policy, env
 

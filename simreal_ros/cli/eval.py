@@ -62,6 +62,8 @@ def run(args) -> int:
 
     if args.episodes < 1:
         raise ValueError("--episodes must be at least 1.")
+    from simreal_ros.robot.description import load_robot_description
+
     check_checkpoint_for_robot(args.checkpoint)
     source = PolicySource(args.checkpoint, adapter_dir=args.adapter)
     with executor_from_args(args) as executor:
@@ -72,6 +74,7 @@ def run(args) -> int:
             seeds=range(args.first_seed, args.first_seed + args.episodes),
             safety_filter=args.safety_filter,
             executor=executor,
+            robot=load_robot_description(),
         )
     label = " (simulated stand-in for the arm)" if is_stand_in(args.profile) else ""
     print(result.summary() + label)

@@ -135,7 +135,7 @@ def _learn(args: argparse.Namespace) -> int:
         f"training {config.method}, then screening in sim profile {profile!r} over "
         f"{config.screen_seeds} seeds per condition ({', '.join(config.screen_conditions)})"
     )
-    evaluate = policy_evaluator(config, lambda: session.screening_profile)
+    evaluate = policy_evaluator(config, lambda: session.screening_profile, robot=session.robot)
 
     def evaluator(checkpoint_dir, adapter_dir, condition, seeds):
         which = "the running version" if adapter_dir is None else "the candidate"

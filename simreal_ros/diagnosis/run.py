@@ -69,7 +69,7 @@ def _episodes(
     from simreal_ros.diagnosis.scenarios import make_environment
     from simreal_ros.robot.kinematics import ToolKinematics
 
-    policy = build_policy(source)
+    policy = build_policy(source, robot=robot)
     rate = policy.converter.spec.control_rate_hz
     env = make_environment(task, profile, condition, rate, robot=robot)
     fk = ToolKinematics.for_robot(robot)
@@ -113,7 +113,7 @@ def _replay(
     torch.set_num_threads(1)
     from simreal_ros.diagnosis.episodes import episodes_from_bags, record_demonstrations
 
-    policy = build_policy(source)
+    policy = build_policy(source, robot=robot)
     spec = policy.converter.spec
     episodes: list[RecordedEpisode] = []
     origin = ""
@@ -186,7 +186,7 @@ def diagnose(
     if replay_episodes < 1 and not bags and not recorded:
         raise ValueError("replay_episodes must be at least 1.")
     source = source if isinstance(source, PolicySource) else PolicySource(str(source))
-    policy = build_policy(source)
+    policy = build_policy(source, robot=robot)
     task = check_task(task or policy.converter.spec.task)
     thresholds = thresholds or Thresholds()
     seeds = list(range(seed, seed + episodes))

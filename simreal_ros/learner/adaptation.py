@@ -194,7 +194,7 @@ _WORKER_CACHE: dict[str, Any] = {}
 
 def run_episode(job: EpisodeJob) -> EpisodeData:
     """One ``EpisodeJob`` (a picklable top-level function for ``run_map``)."""
-    from simreal_ros.robot.description import load_robot_description, select_robot
+    from simreal_ros.robot.description import load_robot_description
     from simreal_ros.sim.expert import ExpertTuning, make_expert
     from simreal_ros.sim.gym_env import ArmTaskEnv
     from simreal_ros.sim.rollout import rollout
@@ -202,11 +202,11 @@ def run_episode(job: EpisodeJob) -> EpisodeData:
 
     if not job.robot:
         raise ValueError("an EpisodeJob names its arm (robot_reference of its robot.yaml).")
-    select_robot(job.robot)  # the policy's conventions are checked against this arm
     robot = load_robot_description(job.robot)
     model_profile(job.profile)
     policy = build_policy(
-        PolicySource(job.checkpoint_dir, actor_state=job.actor_state, version="student")
+        PolicySource(job.checkpoint_dir, actor_state=job.actor_state, version="student"),
+        robot=robot,
     )
     converter = policy.converter
     rate = converter.spec.control_rate_hz

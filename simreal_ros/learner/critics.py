@@ -27,6 +27,7 @@ from simreal_ros.learner.sgft import (
     fixed_reward_scale,
     with_failure_value,
 )
+from simreal_ros.robot.description_record import RobotDescription
 
 log = logging.getLogger("simreal_ros.learner")
 
@@ -211,6 +212,7 @@ def fit_sim_critic(
     seed: int = 12345,
     episode_seconds: float = 6.0,
     progress=print,
+    robot: RobotDescription,
 ) -> dict[str, Any]:
     """Fit the base's twin critics to its own value IN SIM (randomized profile, the
     pretraining profile; never a stand-in for the arm) and save base actor + fitted critics.
@@ -228,7 +230,7 @@ def fit_sim_critic(
     gamma = float(checkpoint.gamma)
     data = collect_sim_transitions(
         checkpoint, task, episodes + held_out, seed=seed, profile="randomized",
-        episode_seconds=episode_seconds,
+        episode_seconds=episode_seconds, robot=robot,
     )  # fmt: skip
     held_ids = [f"sim-{seed}-{e}" for e in range(episodes, episodes + held_out)]
     held = np.isin(data.episode_ids, held_ids)

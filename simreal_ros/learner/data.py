@@ -14,6 +14,7 @@ import torch
 
 from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.replay import Transitions
+from simreal_ros.robot.description_record import RobotDescription
 
 
 def transitions_from_dataset(data, converter, success_by_episode: dict[str, bool]) -> Transitions:
@@ -48,12 +49,11 @@ def transitions_from_dataset(data, converter, success_by_episode: dict[str, bool
     )
 
 
-def load_episodes(paths, checkpoint, converter=None) -> tuple[Transitions | None, list[dict]]:
-    """Read episode bags into Transitions plus a data manifest (which bags and episodes)."""
+def load_episodes(paths, checkpoint, converter) -> tuple[Transitions | None, list[dict]]:
+    """Read episode bags into Transitions plus a data manifest (which bags and episodes);
+    ``converter``: the checkpoint's ``SpecConverter`` on the arm the bags were recorded on."""
     from simreal_ros.episodes.dataset import find_bags, load_transitions, read_episode_metadata
-    from simreal_ros.policy.spec import SpecConverter
 
-    converter = converter or SpecConverter(checkpoint.spec)
     manifest, success = [], {}
     for bag in find_bags(paths):
         meta = read_episode_metadata(bag)
@@ -188,15 +188,17 @@ def collect_sim_transitions(
     converter=None,
     episode_seconds: float | None = None,
     exploration_std_max: float = LearnerConfig.exploration_std_max,
+    *,
+    robot: RobotDescription,
 ) -> Transitions:
-    """Roll out the base policy in sim (train condition, seeds seed..): replay/EWC data.
-    Exploration as ``policy_actions``."""
+    """Roll out the base policy in sim on ``robot`` (train condition, seeds seed..):
+    replay/EWC data. Exploration as ``policy_actions``."""
     from simreal_ros.policy.spec import SpecConverter
     from simreal_ros.sim.gym_env import ArmTaskEnv
 
-    converter = converter or SpecConverter(checkpoint.spec)
+    converter = converter or SpecConverter.for_robot(checkpoint.spec, robot)
     kwargs = {} if episode_seconds is None else {"episode_seconds": episode_seconds}
-    env = ArmTaskEnv(task=task, profile=profile, **kwargs)
+    env = ArmTaskEnv(task=task, profile=profile, robot=robot, **kwargs)
     act = policy_actions(checkpoint.model.actor, noise, exploration_std_max)
     try:
         transitions, _ = rollout_transitions(

@@ -70,7 +70,9 @@ class OnlineLearner:
         self.config = config
         self.robot = robot  # the arm the rounds train for (a RobotDescription)
         self.on_result = on_result
-        self.evaluator = evaluator or policy_evaluator(config, self._screening_profile)
+        self.evaluator = evaluator or policy_evaluator(
+            config, self._screening_profile, robot=robot
+        )
         self._session_factory = session_factory or self._default_session
         self._lock = threading.Condition()
         self._next_config: LearnerConfig | None = None
@@ -161,13 +163,15 @@ class OnlineLearner:
     # ------------------------------------------------------------------ worker side
     def _default_session(self) -> LearnerSession:
         from simreal_ros.policy.checkpoint import shipped_checkpoint
+        from simreal_ros.policy.spec import SpecConverter
         from simreal_ros.training.torch_checkpoint import load_checkpoint
 
         cfg = self.config
         checkpoint = load_checkpoint(cfg.checkpoint_dir or shipped_checkpoint(cfg.task))
         sim = None
         if cfg.sim_data_dir:
-            sim, _ = load_episodes(cfg.sim_data_dir, checkpoint)
+            converter = SpecConverter.for_robot(checkpoint.spec, self.robot)
+            sim, _ = load_episodes(cfg.sim_data_dir, checkpoint, converter)
             if sim is not None:
                 sim = sim.subset(~sim.real_mask())
         elif cfg.wants_sim_episodes:
@@ -178,6 +182,7 @@ class OnlineLearner:
                 cfg.sim_episodes,
                 cfg.seed,
                 exploration_std_max=cfg.exploration_std_max,
+                robot=self.robot,
             )
         return LearnerSession(cfg, checkpoint=checkpoint, sim_data=sim, robot=self.robot)
 

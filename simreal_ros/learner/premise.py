@@ -94,14 +94,19 @@ def returns_to_go(transitions, gamma: float, failure_value: float) -> np.ndarray
     return out
 
 
-def value_rank(checkpoint, task: str, profile: str, episodes: int, seed: int) -> float:
-    """V_sim's rank correlation with the return-to-go on the base policy's own states."""
+def value_rank(
+    checkpoint, task: str, profile: str, episodes: int, seed: int, *, robot: RobotDescription
+) -> float:
+    """V_sim's rank correlation with the return-to-go on the base policy's own states on
+    ``robot``."""
     from simreal_ros.learner.critics import actor_mean, twin_q
     from simreal_ros.learner.data import collect_sim_transitions
     from simreal_ros.learner.sgft import FrozenSimValue, auto_failure_value
 
     gamma = float(checkpoint.gamma)
-    data = collect_sim_transitions(checkpoint, task, episodes, seed=seed, profile=profile, noise=0)
+    data = collect_sim_transitions(
+        checkpoint, task, episodes, seed=seed, profile=profile, noise=0, robot=robot
+    )
     v_sim = FrozenSimValue(checkpoint.model.actor, checkpoint.model.critic, actor_mean, twin_q)
     values = v_sim(data.obs)
     failure_value = auto_failure_value(data.rewards, None, gamma)
@@ -121,7 +126,7 @@ def check_premise(
 
     def evaluation(profile: str) -> dict[str, Any]:
         result = evaluate_policy(
-            str(checkpoint_dir), profile, cfg.condition, seeds, workers=cfg.workers
+            str(checkpoint_dir), profile, cfg.condition, seeds, workers=cfg.workers, robot=robot
         )
         return result.to_dict()
 
@@ -134,10 +139,10 @@ def check_premise(
     )
     feasible = {k: v for k, v in feasible.items() if k != "failed_seeds"}
     rank_sim = value_rank(
-        checkpoint, cfg.task, cfg.sim_profile, cfg.value_episodes, cfg.first_seed
+        checkpoint, cfg.task, cfg.sim_profile, cfg.value_episodes, cfg.first_seed, robot=robot
     )
     rank_stand_in = value_rank(
-        checkpoint, cfg.task, cfg.stand_in, cfg.value_episodes, cfg.first_seed
+        checkpoint, cfg.task, cfg.stand_in, cfg.value_episodes, cfg.first_seed, robot=robot
     )
     checks = {
         "stand_in_fails": stand_in["success_rate"] <= cfg.max_stand_in,

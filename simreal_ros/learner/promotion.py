@@ -162,8 +162,11 @@ def gate_settings(config: LearnerConfig) -> GateSettings:
     )
 
 
-def policy_evaluator(config: LearnerConfig, profile: Callable[[], str] | None = None) -> Evaluator:
-    """The gate's evaluator: the policy package's parallel spawned-worker sim evaluation
+def policy_evaluator(
+    config: LearnerConfig, profile: Callable[[], str] | None = None, *, robot
+) -> Evaluator:
+    """The gate's evaluator on ``robot`` (a ``RobotDescription``): the policy package's
+    parallel spawned-worker sim evaluation
     (the deployed, merged form of base + adapter, with the adapter's checksum checked) in
     ``screen_profile`` (a shipped name or a profile YAML, e.g. an identified one). An
     adapter's actions are compared with the base's on its own states (divergence)."""
@@ -181,6 +184,7 @@ def policy_evaluator(config: LearnerConfig, profile: Callable[[], str] | None = 
             workers=config.screen_workers,
             safety_filter=config.screen_safety_filter,
             reference=None if adapter_dir is None else PolicySource(str(checkpoint_dir)),
+            robot=robot,
         )
         return summary_from_evaluation(result)
 

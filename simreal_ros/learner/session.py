@@ -244,12 +244,14 @@ def finetune(
     if episodes is None or isinstance(episodes, Transitions):
         real = episodes
     else:
-        real, manifest = load_episodes(episodes, session.checkpoint)
+        real, manifest = load_episodes(episodes, session.checkpoint, session.converter)
     return session, session.finetune(real, manifest)
 
 
 def screen(session: LearnerSession, candidate: Candidate, evaluator: Evaluator | None = None):
     """Gate ``candidate`` and store it with its decision; returns (decision, stored)."""
-    evaluator = evaluator or policy_evaluator(session.config, lambda: session.screening_profile)
+    evaluator = evaluator or policy_evaluator(
+        session.config, lambda: session.screening_profile, robot=session.robot
+    )
     decision = session.screen(candidate, evaluator)
     return decision, session.commit(candidate, decision)

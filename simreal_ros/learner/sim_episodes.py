@@ -17,6 +17,7 @@ import numpy as np
 from simreal_ros.episodes import messages
 from simreal_ros.episodes.bag_writer import EpisodeRecording, TopicSpec
 from simreal_ros.episodes.metadata import EpisodeMetadata
+from simreal_ros.robot.description_record import RobotDescription
 
 TOPICS = [
     TopicSpec("/joint_states", "sensor_msgs/msg/JointState"),
@@ -44,8 +45,10 @@ def record_rollout(
     state_rate_hz: float = 20.0,
     actor=None,
     version: str | None = None,
+    robot: RobotDescription,
 ) -> EpisodeMetadata:
-    """One episode of ``checkpoint``'s actor (plus exploration noise) in sim, as a bag.
+    """One episode of ``checkpoint``'s actor (plus exploration noise) in sim on ``robot`` (a
+    ``RobotDescription``), as a bag.
 
     ``state_rate_hz``: rate of /joint_states and /object/pose (the control rate, or a
     multiple of it, as the sim bridge and a joint_state_broadcaster publish faster).
@@ -58,10 +61,14 @@ def record_rollout(
 
     actor = actor if actor is not None else checkpoint.model.actor
     version = version or checkpoint.version
-    converter = converter or SpecConverter(checkpoint.spec)
+    converter = converter or SpecConverter.for_robot(checkpoint.spec, robot)
     names = list(checkpoint.spec.joint_names)
     env = ArmTaskEnv(
-        task=task, profile=profile, episode_seconds=episode_seconds, state_rate_hz=state_rate_hz
+        task=task,
+        profile=profile,
+        episode_seconds=episode_seconds,
+        state_rate_hz=state_rate_hz,
+        robot=robot,
     )
     bag_dir = Path(bag_dir)
     meta = EpisodeMetadata(

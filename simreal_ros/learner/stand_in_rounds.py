@@ -47,6 +47,7 @@ ROUND_METRICS = ("loss", "critic_loss", "actor_loss", "bc_loss", "q_mean", "rewa
 
 def evaluate(cfg: RoundsConfig, adapter_dir: str | None, workers: int = 1) -> dict[str, Any]:
     """The deployed (merged, numpy) policy on the stand-in's fixed evaluation starts."""
+    from simreal_ros.robot.description import load_robot_description
     from simreal_ros.training.evaluate import PolicySource, evaluate_policy
 
     result = evaluate_policy(
@@ -55,6 +56,7 @@ def evaluate(cfg: RoundsConfig, adapter_dir: str | None, workers: int = 1) -> di
         condition=cfg.condition,
         seeds=cfg.evaluation_seeds,
         workers=workers,
+        robot=load_robot_description(cfg.robot),
     )
     return {
         "successes": result.successes,
@@ -168,6 +170,9 @@ def arm_rounds(
     out["learner_config"] = dataclasses.asdict(config)
     checkpoint = load_checkpoint(cfg.checkpoint)
     control_rate = float(checkpoint.spec.control_rate_hz)
+    if not cfg.robot:
+        raise ValueError("RoundsConfig.robot names the arm (robot_reference of its robot.yaml).")
+    robot = load_robot_description(cfg.robot)
     sim = None
     # The learner's default sim data (nominal sim, not the stand-in): replay + SGFT scale.
     # Seeded by the seed only, so every arm of a seed replays the same sim episodes.
@@ -175,11 +180,8 @@ def arm_rounds(
         sim = collect_sim_transitions(
             checkpoint, cfg.task, config.sim_episodes, seed=1_000 + seed,
             episode_seconds=cfg.episode_seconds,
-            exploration_std_max=config.exploration_std_max,
+            exploration_std_max=config.exploration_std_max, robot=robot,
         )  # fmt: skip
-    if not cfg.robot:
-        raise ValueError("RoundsConfig.robot names the arm (robot_reference of its robot.yaml).")
-    robot = load_robot_description(cfg.robot)
     session = LearnerSession(config, checkpoint=checkpoint, sim_data=sim, robot=robot)
     converter = session.converter
     env = ArmTaskEnv(
@@ -278,7 +280,7 @@ def _record_bags(cfg, session, bag_root: Path, seeds, bench_seed: int) -> list[t
             version=session.promotion.running_version or session.checkpoint.version,
             condition=cfg.condition, episode_seconds=cfg.episode_seconds,
             noise=cfg.noise or 0.1, converter=session.converter, episode_id=episode_id,
-            state_rate_hz=100,
+            state_rate_hz=100, robot=session.robot,
         )  # fmt: skip
         steps = meta.steps or round(cfg.episode_seconds * session.checkpoint.spec.control_rate_hz)
         collected.append((episode_id, int(steps), bool(meta.success)))
@@ -372,6 +374,7 @@ def run_experiment(
     from simreal_ros.learner.critics import critics_trained, fit_sim_critic
     from simreal_ros.learner.stand_in_summary import summarise
     from simreal_ros.policy.checkpoint import read_metadata
+    from simreal_ros.robot.description import load_robot_description
     from simreal_ros.sim.profiles import check_profile
 
     unknown = [m for m in cfg.methods if m not in experiment.arms]
@@ -410,6 +413,7 @@ def run_experiment(
             v_sim_fit = fit_sim_critic(
                 cfg.checkpoint, fitted, task=cfg.task, updates=cfg.fit_v_sim_updates,
                 episode_seconds=cfg.episode_seconds, progress=progress,
+                robot=load_robot_description(cfg.robot),
             )  # fmt: skip
         cfg = dataclasses.replace(cfg, checkpoint=str(fitted))
     if time_limit_s > 0:

@@ -153,7 +153,7 @@ def diagnose_version(
     from simreal_ros.loop.diagnose_round import diagnose_round
     from simreal_ros.training.evaluate import build_policy
 
-    policy = build_policy(policy_source(checkpoint, update))
+    policy = build_policy(policy_source(checkpoint, update), robot=robot)
     return diagnose_round(
         rows, scores, policy, config.task, config.stand_in_profile, replay_seeds, robot=robot
     )
@@ -497,6 +497,7 @@ class LoopOrchestrator:
                         workers=self.config.screen_workers,
                         safety_filter=True,
                         executor=self.executor,
+                        robot=self.robot,
                     )
                     outcomes = [r.success for r in result.records]
                     scores.append(dataclasses.asdict(ConditionScore.of(condition, outcomes)))

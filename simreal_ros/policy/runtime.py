@@ -29,6 +29,7 @@ from simreal_ros.adapters.store import (
 )
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.inference import DeployedPolicy, deploy_adapter, deploy_base
+from simreal_ros.policy.spec import SpecConverter
 from simreal_ros.robot.kinematics import ToolKinematics
 
 MAX_CACHED_VERSIONS = 8
@@ -126,12 +127,16 @@ class PolicyVersions:
             known = (str(stored.path), stored.checksum)
         adapter_dir, checksum = known
         running = self.running
+        if running is not None:
+            converter = running.converter
+        else:
+            converter = SpecConverter.for_robot(checkpoint.spec, self.robot)
         deployed = deploy_adapter(
             checkpoint,
             adapter_dir,
             version,
             expected_sha256=checksum or None,
-            forward_kinematics=running.converter.forward_kinematics if running else None,
+            forward_kinematics=converter.forward_kinematics,
         )
         with self._lock:
             self.cache[version] = deployed

@@ -145,8 +145,8 @@ class SpecConverter:
     """Fast conversions for one spec (arrays precomputed once; the control path reuses them).
 
     ``forward_kinematics`` maps a joint position vector (controller order) to the tool
-    centre point (xyz, base frame); it is needed only when the layout has kinematic fields,
-    and defaults to the packaged robot's model.
+    centre point (xyz, base frame); it is needed only when the layout has kinematic fields
+    (``SpecConverter.for_robot`` builds it from the arm's model).
     """
 
     def __init__(
@@ -155,11 +155,10 @@ class SpecConverter:
         forward_kinematics: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
         if spec.needs_kinematics and forward_kinematics is None:
-            # Default: this process's arm (its model).
-            from simreal_ros.robot.description import load_robot_description
-            from simreal_ros.robot.kinematics import ToolKinematics
-
-            forward_kinematics = ToolKinematics.for_robot(load_robot_description())
+            raise ValueError(
+                f"the {spec.task} policy observes kinematic fields: give its arm's "
+                "forward_kinematics (SpecConverter.for_robot(spec, robot))."
+            )
         self.spec = spec
         self.forward_kinematics = forward_kinematics
         self.obs_mean = np.asarray(spec.obs_mean, dtype=np.float64)
@@ -169,6 +168,16 @@ class SpecConverter:
         self.lower = np.asarray(spec.target_lower, dtype=np.float64)
         self.upper = np.asarray(spec.target_upper, dtype=np.float64)
         self.delta = spec.action_mode == "delta"
+
+    @classmethod
+    def for_robot(cls, spec: PolicySpec, robot: Any) -> SpecConverter:
+        """``spec``'s converter on ``robot`` (a ``RobotDescription``): its tool kinematics
+        when the layout has kinematic fields."""
+        if not spec.needs_kinematics:
+            return cls(spec)
+        from simreal_ros.robot.kinematics import ToolKinematics
+
+        return cls(spec, ToolKinematics.for_robot(robot))
 
     def observation_vector(self, obs: Mapping[str, Any]) -> np.ndarray:
         """Raw (unnormalised) observation vector in the spec's field order."""

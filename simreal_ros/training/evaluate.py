@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 
 from simreal_ros.executor import SimExecutor, make_executor, split_evenly
+from simreal_ros.robot.description import robot_reference
+from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.sim.profiles import check_profile
 from simreal_ros.stats import wilson_interval
 
@@ -111,28 +113,33 @@ class EvaluationResult:
         return out
 
 
-def build_policy(source: PolicySource, description: Any = None):
-    """The evaluation hook: checkpoint (+ optional peft adapter) -> a runnable policy.
+def build_policy(source: PolicySource, description: Any = None, *, robot: RobotDescription):
+    """The evaluation hook: checkpoint (+ optional peft adapter) -> a runnable policy on
+    ``robot`` (its tool kinematics convert the observations).
 
     Returns a ``DeployedPolicy`` (merged numpy weights, the node's code path).
     """
     import torch
 
     from simreal_ros.policy.inference import NumpyActor, deploy_adapter, deploy_base
+    from simreal_ros.policy.spec import SpecConverter
     from simreal_ros.training.torch_checkpoint import load_checkpoint
 
     base = load_checkpoint(source.checkpoint_dir, description=description, with_critic=False)
+    kinematics = SpecConverter.for_robot(base.spec, robot).forward_kinematics
     if source.actor_state is not None:
         state = {k: torch.as_tensor(np.asarray(v)) for k, v in source.actor_state.items()}
         base.model.actor.load_state_dict(state)
-        deployed = deploy_base(base)
+        deployed = deploy_base(base, kinematics)
         return dataclasses.replace(
             deployed, actor=NumpyActor(base.model.actor), version=source.version or "in-memory"
         )
     if source.adapter_dir is not None:
         version = source.version or Path(source.adapter_dir).name
-        return deploy_adapter(base, source.adapter_dir, version, source.adapter_sha256)
-    deployed = deploy_base(base)
+        return deploy_adapter(
+            base, source.adapter_dir, version, source.adapter_sha256, forward_kinematics=kinematics
+        )
+    deployed = deploy_base(base, kinematics)
     if source.version:
         deployed = dataclasses.replace(deployed, version=source.version)
     return deployed
@@ -213,6 +220,7 @@ class EvaluationChunk:
     profile: str
     condition: str
     seeds: tuple[int, ...]
+    robot: str  # the arm, as ``robot_reference`` names it (a worker loads it)
     safety_filter: bool = False
     reference: PolicySource | None = None
 
@@ -222,10 +230,12 @@ def evaluate_chunk(chunk: EvaluationChunk) -> tuple[str, str, list[EpisodeRecord
     import torch
 
     torch.set_num_threads(1)
+    from simreal_ros.robot.description import load_robot_description
     from simreal_ros.sim.gym_env import ArmTaskEnv
 
-    policy = build_policy(chunk.source)
-    other = None if chunk.reference is None else build_policy(chunk.reference)
+    robot = load_robot_description(chunk.robot)
+    policy = build_policy(chunk.source, robot=robot)
+    other = None if chunk.reference is None else build_policy(chunk.reference, robot=robot)
     spec = policy.converter.spec
     env = ArmTaskEnv(
         task=spec.task,
@@ -233,6 +243,7 @@ def evaluate_chunk(chunk: EvaluationChunk) -> tuple[str, str, list[EpisodeRecord
         condition=chunk.condition,
         control_rate_hz=spec.control_rate_hz,
         safety_filter=chunk.safety_filter,
+        robot=robot,
     )
     try:
         records = [
@@ -252,8 +263,11 @@ def evaluate_policy(
     safety_filter: bool = False,
     reference: PolicySource | str | Path | None = None,
     executor: SimExecutor | None = None,
+    *,
+    robot: RobotDescription,
 ) -> EvaluationResult:
-    """Run one episode per seed; success rate with a Wilson 95% CI, return and length.
+    """Run one episode per seed on ``robot``; success rate with a Wilson 95% CI, return and
+    length.
 
     ``policy``: a checkpoint directory or a ``PolicySource``. ``seeds``: a list of seeds,
     or a count N meaning seeds 0..N-1. ``executor`` (``simreal_ros.executor``) runs the
@@ -272,13 +286,16 @@ def evaluate_policy(
     seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
     if not seed_list:
         raise ValueError("no seeds to evaluate; give at least one episode.")
+    reference_of_arm = robot_reference(robot.source)
     start = time.perf_counter()
     own = executor is None
     if own:
         executor = make_executor("local", max(1, min(int(workers), len(seed_list))))
     with executor if own else nullcontext(executor):
         chunks = [
-            EvaluationChunk(source, profile, condition, tuple(c), safety_filter, reference)
+            EvaluationChunk(
+                source, profile, condition, tuple(c), reference_of_arm, safety_filter, reference
+            )
             for c in split_evenly(seed_list, executor.workers)
         ]
         results = executor.map(evaluate_chunk, chunks, progress=f"eval {profile}/{condition}")

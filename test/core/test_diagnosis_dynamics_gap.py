@@ -18,17 +18,18 @@ from simreal_ros.training.evaluate import PolicySource, build_policy, evaluate_p
 def test_the_stand_in_gap_is_not_a_convention_mismatch(first_seed):
     torch.set_num_threads(1)
     checkpoint = str(shipped_checkpoint("push"))
+    arm = load_robot_description("simreal_arm")
     scores = []
     for condition in ("train", "shifted"):
         result = evaluate_policy(
-            checkpoint, "real_twin", condition, list(range(first_seed, first_seed + 10))
+            checkpoint, "real_twin", condition, list(range(first_seed, first_seed + 10)), robot=arm
         )
         scores.append(ConditionScore.of(condition, [r.success for r in result.records]))
     assert scores[0].successes <= 5  # the stand-in breaks the policy (the premise)
-    policy = build_policy(PolicySource(checkpoint))
+    policy = build_policy(PolicySource(checkpoint), robot=arm)
     out = diagnose_round(
         [], scores, policy, "push", "real_twin", list(range(first_seed + 500, first_seed + 503)),
-        robot=load_robot_description("simreal_arm"),
+        robot=arm,
     )  # fmt: skip
     assert out["label"] != "action_convention_mismatch", out["summary"]
     assert out["label"] == "dynamics_gap", out["summary"]

@@ -144,7 +144,8 @@ def test_replay_check_reads_recorded_bags_on_the_stand_in(reach_checkpoint, tmp_
     base = load_checkpoint(reach_checkpoint)
     outcomes = [
         record_rollout(tmp_path / "bags" / f"ep{seed}", base, task="reach", seed=seed,
-                       profile="real_twin", noise=0.0, episode_seconds=2.0).outcome
+                       profile="real_twin", noise=0.0, episode_seconds=2.0,
+                       robot=ARM).outcome
         for seed in range(4)
     ]  # fmt: skip
     bags = tmp_path / "bags"
@@ -192,7 +193,8 @@ def test_bags_without_a_success_fall_back_to_demonstrations(reach_checkpoint, tm
     order = [0, 2, 1, 3, 4, 5, 6]
     broken = load_checkpoint(permuted_action_checkpoint(reach_checkpoint, tmp_path / "p", order))
     meta = record_rollout(tmp_path / "bags" / "ep0", broken, task="reach", seed=3,
-                          profile="nominal", noise=0.0, episode_seconds=0.5)  # fmt: skip
+                          profile="nominal", noise=0.0, episode_seconds=0.5,
+                          robot=ARM)  # fmt: skip
     assert meta.outcome == "failure"
     result = diagnose(
         str(reach_checkpoint), episodes=2, bags=tmp_path / "bags", replay_episodes=2, robot=ARM

@@ -67,7 +67,6 @@ def test_no_deployable_policy_source_imports_training_code_even_inside_a_functio
 # callers (issue 25); the list may only shrink.
 COMPOSITION_ROOTS = ("cli", "nodes")
 NOT_YET_THREADED = {
-    "simreal_ros/policy/spec.py": 1,
     "simreal_ros/sim/physics.py": 1,
 }
 

@@ -140,11 +140,12 @@ def test_adaptation_raises_stand_in_success_above_zero_shot_without_reading_the_
     state = adaptation.actor_numpy_state(lora.merged(actor_peft))
     adapted = evaluate_policy(
         PolicySource(checkpoint_dir, actor_state=state, version="adapted"),
-        "real_twin", "train", seeds, workers=2, safety_filter=True,
+        "real_twin", "train", seeds, workers=2, safety_filter=True, robot=load_robot_description(),
     )  # fmt: skip
     base = evaluate_policy(
-        checkpoint_dir, "real_twin", "train", seeds, workers=2, safety_filter=True
-    )
+        checkpoint_dir, "real_twin", "train", seeds, workers=2, safety_filter=True,
+        robot=load_robot_description(),
+    )  # fmt: skip
     print(f"stand-in train, 20 seeds: adapted {adapted.successes}, base {base.successes}")
     assert adapted.successes > base.successes, (
         f"adaptation did not beat zero-shot on the stand-in: {adapted.successes}/20 vs "
@@ -163,8 +164,8 @@ def small_base(tmp_path_factory):
     save_checkpoint(directory, model, spec, version="base-test", gamma=0.95,
                          training={"test": True})  # fmt: skip
     base = load_checkpoint(directory)
-    sim = collect_sim_transitions(base, "push", 2, seed=0, episode_seconds=1.0)
-    real = collect_sim_transitions(base, "push", 2, seed=50, episode_seconds=1.0)
+    sim = collect_sim_transitions(base, "push", 2, seed=0, episode_seconds=1.0, robot=robot)
+    real = collect_sim_transitions(base, "push", 2, seed=50, episode_seconds=1.0, robot=robot)
     real.sources = np.asarray(["real_twin"] * len(real))
     return directory, sim, real
 

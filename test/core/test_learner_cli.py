@@ -27,9 +27,9 @@ def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
     save_checkpoint(root / "push", model, spec, version="base", gamma=0.95, training={})
     base = load_checkpoint(root / "push")
-    record_rollout(root / "eps" / "real0", base, seed=1, episode_seconds=1.0)
+    record_rollout(root / "eps" / "real0", base, seed=1, episode_seconds=1.0, robot=robot)
     record_rollout(root / "eps" / "sim0", base, seed=2, source="sim", profile="nominal",
-                   episode_seconds=1.0)  # fmt: skip
+                   episode_seconds=1.0, robot=robot)  # fmt: skip
     return root
 
 

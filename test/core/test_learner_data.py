@@ -22,11 +22,12 @@ from simreal_ros.training.model import ActorCritic, Architecture
 
 @pytest.fixture(scope="module")
 def setup():
-    spec = default_spec(load_robot_description(), "push")
+    robot = load_robot_description()
+    spec = default_spec(robot, "push")
     torch.manual_seed(0)
     model = ActorCritic(Architecture(spec.obs_dim, spec.act_dim, (32, 32), (32, 32)))
     env = ArmTaskEnv(task="push", episode_seconds=0.5)
-    yield env, SpecConverter(spec), model.actor
+    yield env, SpecConverter.for_robot(spec, robot), model.actor
     env.close()
 
 

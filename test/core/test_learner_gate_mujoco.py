@@ -14,6 +14,7 @@ from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.gate import screen
 from simreal_ros.learner.promotion import gate_settings, policy_evaluator
 from simreal_ros.policy import checkpoint as ckpt
+from simreal_ros.robot.description import load_robot_description
 from simreal_ros.training.torch_checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -52,7 +53,7 @@ def test_each_breakage_is_rejected_by_its_check_and_an_identity_adapter_passes(r
     ))  # fmt: skip
     assert cfg.gate_rule == "broken_only" and cfg.promote_ci_low == 0.0  # the defaults
     base = load_checkpoint(reach)
-    evaluator, cache = policy_evaluator(cfg), {}
+    evaluator, cache = policy_evaluator(cfg, robot=load_robot_description()), {}
 
     def gate(directory):
         return screen(
@@ -89,7 +90,7 @@ def test_non_finite_actions_are_counted_and_the_arm_held(reach):
     from simreal_ros.sim.gym_env import ArmTaskEnv
     from simreal_ros.training.evaluate import PolicySource, build_policy, evaluate_episode
 
-    policy = build_policy(PolicySource(str(reach)))
+    policy = build_policy(PolicySource(str(reach)), robot=load_robot_description())
     actor = policy.actor
 
     def sometimes_nan(obs):

@@ -27,7 +27,13 @@ def setup(tmp_path_factory):
     save_checkpoint(root / "push", model, spec, version="base", gamma=0.95, training={})
     base = load_checkpoint(root / "push")
     metas = [
-        record_rollout(root / "eps" / f"ep{i}", base, seed=i, episode_seconds=0.5)
+        record_rollout(
+            root / "eps" / f"ep{i}",
+            base,
+            seed=i,
+            episode_seconds=0.5,
+            robot=load_robot_description(),
+        )
         for i in range(2)
     ]
     return root, metas

@@ -50,7 +50,7 @@ def save_adapter(model, base, directory):
 def test_gate_in_mujoco_rejects_sabotage_and_passes_an_identity_adapter(reach, tmp_path):
     cfg = config(tmp_path, reach)
     base = load_checkpoint(reach)
-    evaluator = policy_evaluator(cfg)
+    evaluator = policy_evaluator(cfg, robot=load_robot_description())
     cache: dict = {}
 
     def gate(adapter_dir):
@@ -76,12 +76,14 @@ def test_a_round_on_mislabelled_actions_is_rejected_and_not_activated(reach, tmp
     cfg = config(tmp_path, reach)
     base = load_checkpoint(reach)
     torch.manual_seed(0)
-    real = collect_sim_transitions(base, "reach", 4, seed=7, profile="real_twin", noise=0.05)
+    real = collect_sim_transitions(
+        base, "reach", 4, seed=7, profile="real_twin", noise=0.05, robot=load_robot_description()
+    )
     real.sources = np.asarray(["real_twin"] * len(real))
     real.episode_success[:] = True
     real.actions = -real.actions  # a sign convention flipped somewhere in logging
     session = LearnerSession(cfg, robot=load_robot_description())
-    result = session.run_round(real, policy_evaluator(cfg))
+    result = session.run_round(real, policy_evaluator(cfg, robot=session.robot))
     assert not result.decision.promoted, result.decision.reason
     assert session.store.current() is None  # the base keeps running
     stored = session.store.load(result.stored.version)

@@ -42,9 +42,10 @@ def base_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def data(base_dir):
     base = load_checkpoint(base_dir)
-    sim = collect_sim_transitions(base, "push", 2, seed=0, episode_seconds=1.0)
+    robot = load_robot_description()
+    sim = collect_sim_transitions(base, "push", 2, seed=0, episode_seconds=1.0, robot=robot)
     real = collect_sim_transitions(
-        base, "push", 2, seed=50, profile="real_twin", episode_seconds=1.0
+        base, "push", 2, seed=50, profile="real_twin", episode_seconds=1.0, robot=robot
     )
     real.sources = np.asarray(["real_twin"] * len(real))
     real.episode_success[: len(real) // 2] = True  # give BC something to clone
@@ -78,7 +79,9 @@ def test_round_trains_screens_in_mujoco_stores_and_promotes(
     cfg = config(tmp_path, base_dir, method=method, horizon=horizon, model_rollouts=rollouts)
     session = LearnerSession(cfg, sim_data=copy_of(sim), robot=load_robot_description())
     result = session.run_round(
-        copy_of(real), policy_evaluator(cfg), manifest=[{"episode_id": "x"}]
+        copy_of(real),
+        policy_evaluator(cfg, robot=load_robot_description()),
+        manifest=[{"episode_id": "x"}],
     )
     assert result.decision.promoted, result.decision.reason
     stored = result.stored
@@ -140,7 +143,7 @@ def test_next_session_resumes_from_the_running_version(tmp_path, base_dir, data)
     sim, real = data
     cfg = config(tmp_path, base_dir, method="bc")
     first = LearnerSession(cfg, sim_data=copy_of(sim), robot=load_robot_description())
-    first.run_round(copy_of(real), policy_evaluator(cfg))
+    first.run_round(copy_of(real), policy_evaluator(cfg, robot=load_robot_description()))
     second = LearnerSession(
         dataclasses.replace(cfg), sim_data=copy_of(sim), robot=load_robot_description()
     )

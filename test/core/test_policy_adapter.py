@@ -14,6 +14,7 @@ from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.inference import deploy_adapter
 from simreal_ros.policy.lora_merge import merged_actor_state
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.robot.kinematics import ToolKinematics
 from simreal_ros.training.model import ACTOR_LORA_TARGETS
 from simreal_ros.training.torch_checkpoint import load_checkpoint, make_untrained_checkpoint
 
@@ -60,7 +61,8 @@ def test_merged_actor_equals_peft_forward_and_differs_from_base(tmp_path, robot)
     assert not any("lora" in name for name, _ in merged.named_parameters())
     assert {"trunk.0", "trunk.2", "mean_head"} <= {n for n, _ in merged.named_modules()}
     # The runnable numpy form agrees too.
-    deployed = deploy_adapter(base, tmp_path / "a1", version="a1")
+    fk = ToolKinematics.for_robot(load_robot_description())
+    deployed = deploy_adapter(base, tmp_path / "a1", version="a1", forward_kinematics=fk)
     x = np.random.default_rng(0).normal(size=merged.arch.obs_dim)
     with torch.no_grad():
         want = merged(torch.as_tensor(x, dtype=torch.float32)).numpy()

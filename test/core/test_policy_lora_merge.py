@@ -22,12 +22,14 @@ from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy import lora_merge
 from simreal_ros.policy.inference import deploy_adapter, deploy_base
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.robot.kinematics import ToolKinematics
 from simreal_ros.training.evaluate import PolicySource, build_policy
 from simreal_ros.training.model import ACTOR_LORA_TARGETS
 from simreal_ros.training.torch_checkpoint import load_checkpoint, make_untrained_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 ROBOT = load_robot_description()
+FK = ToolKinematics.for_robot(ROBOT)  # the arm's kinematics, for the policies' converters
 ATOL = 1e-6
 SHIPPED = ckpt.shipped_checkpoint("reach")
 
@@ -75,7 +77,7 @@ def test_numpy_merge_equals_peft_merge_and_unload(tmp_path, shipped, config):
         else:
             assert moved == 0.0, name
     # Actions agree with peft's unmerged forward (what the learner trained).
-    deployed = deploy_adapter(base, adapter, "a1")
+    deployed = deploy_adapter(base, adapter, "a1", forward_kinematics=FK)
     x = np.random.default_rng(0).normal(size=(16, shipped.arch.obs_dim))
     with torch.no_grad():
         want = model(torch.as_tensor(x, dtype=torch.float32)).numpy()
@@ -99,16 +101,20 @@ def test_the_learners_adapter_merges_like_peft(tmp_path, shipped):
 
 def test_node_and_off_ros_evaluation_run_bit_identical_policies(tmp_path, shipped):
     adapter = save_adapter(trained_peft_actor(shipped, seed=3), shipped, tmp_path / "a1")
-    node_policy = deploy_adapter(ckpt.load_numpy_checkpoint(SHIPPED), adapter, "a1")
-    eval_policy = build_policy(PolicySource(str(SHIPPED), adapter_dir=str(adapter)))
+    node_policy = deploy_adapter(
+        ckpt.load_numpy_checkpoint(SHIPPED), adapter, "a1", forward_kinematics=FK
+    )
+    eval_policy = build_policy(PolicySource(str(SHIPPED), adapter_dir=str(adapter)), robot=ROBOT)
     rng = np.random.default_rng(2)
     for _ in range(5):
         obs = observation(rng)
         np.testing.assert_array_equal(node_policy.act(obs), eval_policy.act(obs))
-    assert not np.allclose(node_policy.act(obs), deploy_base(shipped).act(obs))
+    assert not np.allclose(node_policy.act(obs), deploy_base(shipped, FK).act(obs))
     # The base in memory is untouched by merging.
     base_again = ckpt.load_numpy_checkpoint(SHIPPED)
-    np.testing.assert_array_equal(deploy_base(base_again).act(obs), deploy_base(shipped).act(obs))
+    np.testing.assert_array_equal(
+        deploy_base(base_again, FK).act(obs), deploy_base(shipped, FK).act(obs)
+    )
 
 
 # --- refusals ----------------------------------------------------------------------------
@@ -122,7 +128,7 @@ def small(tmp_path_factory):
 
 
 def merge(base, adapter: Path, **kwargs):
-    return deploy_adapter(base, adapter, adapter.name, **kwargs)
+    return deploy_adapter(base, adapter, adapter.name, forward_kinematics=FK, **kwargs)
 
 
 def edit_config(adapter: Path, **fields) -> None:
@@ -259,8 +265,11 @@ def test_the_swap_path_never_imports_torch_or_peft(tmp_path, small):
         "from simreal_ros.robot.description import load_robot_description\n"
         f"base = ckpt.load_numpy_checkpoint({str(small.path)!r},\n"
         "                                  description=load_robot_description())\n"
-        "deploy_base(base)\n"
-        f"policy = deploy_adapter(base, {str(adapter)!r}, 'a1', expected_sha256={checksum!r})\n"
+        "from simreal_ros.policy.spec import SpecConverter\n"
+        "fk = SpecConverter.for_robot(base.spec, load_robot_description()).forward_kinematics\n"
+        "deploy_base(base, fk)\n"
+        f"policy = deploy_adapter(base, {str(adapter)!r}, 'a1', expected_sha256={checksum!r},\n"
+        "                        forward_kinematics=fk)\n"
         f"obs = {{k: np.array(v) for k, v in json.loads({json.dumps(_listed(obs))!r}).items()}}\n"
         "print(json.dumps({'modules': sorted(m for m in sys.modules\n"
         "                                    if m.split('.')[0] in ('torch', 'peft')),\n"
@@ -269,7 +278,7 @@ def test_the_swap_path_never_imports_torch_or_peft(tmp_path, small):
     stdout = run_python(script)
     out = json.loads(stdout.strip().splitlines()[-1])
     assert out["modules"] == []
-    in_process = deploy_adapter(small, adapter, "a1").act(obs)
+    in_process = deploy_adapter(small, adapter, "a1", forward_kinematics=FK).act(obs)
     np.testing.assert_array_equal(np.array(out["action"]), in_process)
 
 

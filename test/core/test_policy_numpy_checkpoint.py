@@ -14,6 +14,7 @@ from policy_fixtures import observation, save_adapter, trained_peft_actor
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.inference import deploy_adapter, deploy_base
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.robot.kinematics import ToolKinematics
 from simreal_ros.training.model import Actor, Architecture
 from simreal_ros.training.torch_checkpoint import (
     as_torch_checkpoint,
@@ -23,6 +24,7 @@ from simreal_ros.training.torch_checkpoint import (
 
 ROOT = Path(__file__).resolve().parents[2]
 ROBOT = load_robot_description()
+FK = ToolKinematics.for_robot(ROBOT)  # the arm's kinematics, for the policies' converters
 
 
 @pytest.fixture
@@ -43,7 +45,7 @@ def test_numpy_load_acts_exactly_like_the_torch_load(task):
     numpy_base = ckpt.load_numpy_checkpoint(directory, description=ROBOT)
     torch_base = load_checkpoint(directory, description=ROBOT, with_critic=False)
     assert (numpy_base.version, numpy_base.spec) == (torch_base.version, torch_base.spec)
-    a, b = deploy_base(numpy_base), deploy_base(torch_base)
+    a, b = deploy_base(numpy_base, FK), deploy_base(torch_base, FK)
     rng = np.random.default_rng(0)
     for _ in range(5):
         obs = observation(rng)
@@ -86,11 +88,13 @@ def test_numpy_load_checks_the_checksum_before_parsing(saved):
 def test_an_adapter_merges_into_a_numpy_base_as_into_a_torch_base(saved, tmp_path):
     base = load_checkpoint(saved, with_critic=False)
     save_adapter(trained_peft_actor(base, seed=5, r=2, lora_alpha=4), base, tmp_path / "a1")
-    from_numpy = deploy_adapter(ckpt.load_numpy_checkpoint(saved), tmp_path / "a1", "a1")
-    from_torch = deploy_adapter(base, tmp_path / "a1", "a1")
+    from_numpy = deploy_adapter(
+        ckpt.load_numpy_checkpoint(saved), tmp_path / "a1", "a1", forward_kinematics=FK
+    )
+    from_torch = deploy_adapter(base, tmp_path / "a1", "a1", forward_kinematics=FK)
     obs = observation(np.random.default_rng(1))
     np.testing.assert_array_equal(from_numpy.act(obs), from_torch.act(obs))
-    assert not np.allclose(from_numpy.act(obs), deploy_base(base).act(obs))
+    assert not np.allclose(from_numpy.act(obs), deploy_base(base, FK).act(obs))
 
 
 def test_loading_and_running_the_numpy_base_never_imports_torch():
@@ -101,7 +105,9 @@ def test_loading_and_running_the_numpy_base_never_imports_torch():
         "from simreal_ros.robot.description import load_robot_description\n"
         "robot = load_robot_description()\n"
         "base = ckpt.load_numpy_checkpoint(ckpt.shipped_checkpoint('push'), description=robot)\n"
-        "policy = deploy_base(base)\n"
+        "from simreal_ros.policy.spec import SpecConverter\n"
+        "fk = SpecConverter.for_robot(base.spec, robot).forward_kinematics\n"
+        "policy = deploy_base(base, fk)\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'peft')))\n"
     )
     stdout = run_python(script)

@@ -12,6 +12,7 @@ from simreal_ros.robot.description import load_robot_description
 from simreal_ros.training.evaluate import PolicySource, evaluate_policy
 from simreal_ros.training.torch_checkpoint import load_checkpoint
 
+ARM = load_robot_description()
 TINY = [
     "--demo-episodes", "3", "--dagger-iterations", "1", "--dagger-episodes", "2",
     "--bc-steps", "20", "--hidden", "16", "--batch-size", "32", "--save-every", "40",
@@ -60,8 +61,10 @@ def test_resume_continues_where_the_run_stopped(tiny_run, capsys):
 
 
 def test_evaluation_is_deterministic_per_seed_and_parallel_matches_serial(tiny_run):
-    serial = evaluate_policy(tiny_run, "nominal", "train", seeds=[3, 4, 5], workers=1)
-    parallel = evaluate_policy(PolicySource(str(tiny_run)), "nominal", "train", [3, 4, 5], 2)
+    serial = evaluate_policy(tiny_run, "nominal", "train", seeds=[3, 4, 5], workers=1, robot=ARM)
+    parallel = evaluate_policy(
+        PolicySource(str(tiny_run)), "nominal", "train", [3, 4, 5], 2, robot=ARM
+    )
     assert [r.seed for r in parallel.records] == [3, 4, 5]
     assert serial.records == parallel.records
     assert serial.episodes == 3 and 0 <= serial.successes <= 3
@@ -69,7 +72,7 @@ def test_evaluation_is_deterministic_per_seed_and_parallel_matches_serial(tiny_r
     assert 0.0 <= low <= serial.success_rate <= high <= 1.0
     assert serial.mean_length == sum(r.length for r in serial.records) / 3
     with pytest.raises(ValueError, match="profile"):
-        evaluate_policy(tiny_run, "real", "train", seeds=1)
+        evaluate_policy(tiny_run, "real", "train", seeds=1, robot=ARM)
 
 
 def test_eval_command_prints_the_interval_and_records_it(tiny_run, capsys):

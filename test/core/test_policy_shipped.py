@@ -40,7 +40,7 @@ def test_push_v_sim_prefers_the_cube_at_the_goal():
     from simreal_ros.sim.gym_env import ArmTaskEnv
 
     loaded = load_checkpoint(ckpt.shipped_checkpoint("push"))
-    converter = SpecConverter(loaded.spec)
+    converter = SpecConverter.for_robot(loaded.spec, load_robot_description())
     env = ArmTaskEnv(task="push", profile="nominal")
     better = 0
     for seed in range(10):
@@ -54,5 +54,8 @@ def test_push_v_sim_prefers_the_cube_at_the_goal():
 
 
 def test_shipped_reach_checkpoint_solves_a_few_nominal_episodes():
-    result = evaluate_policy(ckpt.shipped_checkpoint("reach"), "nominal", "train", [7, 8, 9])
+    result = evaluate_policy(
+        ckpt.shipped_checkpoint("reach"), "nominal", "train", [7, 8, 9],
+        robot=load_robot_description(),
+    )  # fmt: skip
     assert result.successes == 3, result.records

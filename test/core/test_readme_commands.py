@@ -120,11 +120,14 @@ def scratch(tmp_path):
     ):  # a checkout to the package (resources.py)
         (tmp_path / name).symlink_to(ROOT / name)
     episodes = tmp_path / "home" / ".simreal" / "episodes"
+    from simreal_ros.robot.description import load_robot_description
+
     reach = load_checkpoint(shipped_checkpoint("reach"))
     for i, source in enumerate(("real", "sim")):
         meta = record_rollout(
             episodes / f"ep-{i}", reach, task="reach", seed=i, source=source,
             profile="nominal", episode_seconds=1.5, noise=0.0, episode_id=f"ep-{i}",
+            robot=load_robot_description(),
         )  # fmt: skip
         assert meta.success, "the shipped reach policy should reach within 1.5 s"
     (tmp_path / "bags").symlink_to(episodes)

@@ -183,6 +183,7 @@ def test_fit_sim_critic_changes_only_the_critic(base_dir, tmp_path):
         updates=30,
         episode_seconds=0.5,
         progress=lambda _: None,
+        robot=load_robot_description(),
     )
     assert report["updates"] == 30 and np.isfinite(report["held_out_v_mean"])
     base = ckpt.load_checkpoint(base_dir)

@@ -34,11 +34,13 @@ ITEM_SECONDS = 2.0  # long enough to kill a worker mid-item
 
 def _records(executor):
     """A few stand-in episodes of the shipped reach policy, through the evaluation code."""
+    from simreal_ros.robot.description import load_robot_description
     from simreal_ros.training.evaluate import evaluate_policy
 
     result = evaluate_policy(
-        str(REACH), profile="real_twin", condition="train", seeds=SEEDS, executor=executor
-    )
+        str(REACH), profile="real_twin", condition="train", seeds=SEEDS, executor=executor,
+        robot=load_robot_description(),
+    )  # fmt: skip
     return result.records
 
 

@@ -55,7 +55,7 @@ def known_bags(tmp_path_factory):
     for i in range(4):
         record_rollout(
             root / "bags" / f"ep{i}", base, seed=300 + i, profile=str(profile),
-            episode_seconds=2.5, noise=0.2, state_rate_hz=100,
+            episode_seconds=2.5, noise=0.2, state_rate_hz=100, robot=ROBOT,
         )  # fmt: skip
     return root
 
@@ -220,7 +220,7 @@ def per_joint_bags(tmp_path_factory):
     for i in range(5):
         record_rollout(
             root / "bags" / f"ep{i}", base, seed=500 + i, profile=str(profile),
-            episode_seconds=2.5, noise=0.3, state_rate_hz=100,
+            episode_seconds=2.5, noise=0.3, state_rate_hz=100, robot=ROBOT,
         )  # fmt: skip
     return root / "bags"
 

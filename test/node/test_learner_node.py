@@ -32,7 +32,9 @@ def base_and_bags(tmp_path_factory):
     save_checkpoint(root / "push", model, spec, version="base", gamma=0.95, training={})
     base = load_checkpoint(root / "push")
     bags = [
-        record_rollout(root / "episodes" / f"ep{i}", base, seed=i, episode_seconds=1.0)
+        record_rollout(
+            root / "episodes" / f"ep{i}", base, seed=i, episode_seconds=1.0, robot=robot
+        )
         for i in range(2)
     ]
     return root / "push", root / "episodes", bags

@@ -22,10 +22,19 @@ from simreal_ros.nodes import qos
 from simreal_ros.nodes.policy import PolicyNode
 from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.policy.inference import deploy_base
+from simreal_ros.policy.spec import SpecConverter
 from simreal_ros.robot.description import load_robot_description
 from simreal_ros.training.torch_checkpoint import load_checkpoint, make_untrained_checkpoint
 
 ROBOT = load_robot_description()
+
+
+def deployed_base(checkpoint):
+    return deploy_base(
+        checkpoint, SpecConverter.for_robot(checkpoint.spec, ROBOT).forward_kinematics
+    )
+
+
 OBJECT = np.array([0.55, 0.05, 0.025])
 GOAL = np.array([0.6, -0.1, 0.025])
 # Joint states arrive in an order other than the controller's; the node must reorder.
@@ -144,7 +153,7 @@ def test_lifecycle_transitions_and_actions_match_the_core_policy(
     assert action.policy_version == "base-v1"
     assert list(action.joint_names) == list(ROBOT.joint_names)
     # Same numbers as the core policy on the same observation, despite shuffled joint_states.
-    expected = deploy_base(load_checkpoint(base_dir)).act(world.observation())
+    expected = deployed_base(load_checkpoint(base_dir)).act(world.observation())
     np.testing.assert_allclose(action.values, expected, atol=1e-9)
     sequences = [a.sequence for a in world.actions]
     assert sequences == sorted(set(sequences))
@@ -394,7 +403,7 @@ def test_exploration_is_a_run_time_switch_capped_by_its_std(rclpy_context, execu
     base_dir = make_untrained_checkpoint(tmp_path / "base", ROBOT, version="base-v1")
     world = World(rclpy_context, executor)
     node = make_policy(rclpy_context, executor, checkpoint=str(base_dir), autostart=True)
-    expected = deploy_base(load_checkpoint(base_dir)).act(world.observation())
+    expected = deployed_base(load_checkpoint(base_dir)).act(world.observation())
     assert spin_until(executor, lambda: len(world.actions) >= 3, 10.0)
     np.testing.assert_allclose(world.actions[-1].values, expected, atol=1e-9)
     cap = 0.05
