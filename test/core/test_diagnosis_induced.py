@@ -78,7 +78,9 @@ def test_scaled_action_normalization_is_a_convention_mismatch(reach_checkpoint, 
     # Against the unscaled policy's own fit on the same demonstrations: half the step.
     demos = record_demonstrations("reach", "nominal", "train", range(100_000, 100_004), robot=ARM)
     fits = [
-        replay_check(build_policy(PolicySource(str(p))), demos, "nominal", robot=ARM).fit
+        replay_check(
+            build_policy(PolicySource(str(p)), robot=ARM), demos, "nominal", robot=ARM
+        ).fit
         for p in (reach_checkpoint, scaled)
     ]
     base_fit, scaled_fit = (
