@@ -60,7 +60,7 @@ CASES = {
 
 def raw_steps_per_second(steps: int) -> float:
     """The baseline: bare mj_step on the arm model with the cube resting on the table."""
-    physics = ArmPhysics()
+    physics = ArmPhysics(load_robot_description())
     physics.reset()
     model, data = physics.model, physics.data
     data.ctrl[physics.actuator_idx[1]] += 0.3

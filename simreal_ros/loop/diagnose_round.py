@@ -73,15 +73,22 @@ def diagnose_round(
         else ConditionOutcome(c, 0, 0)
         for c in CONDITIONS
     ]
-    sim = own_sim_outcome(policy, task, sim_profile, replay_seeds, sim_episodes)
+    sim = own_sim_outcome(policy, task, sim_profile, replay_seeds, sim_episodes, robot=robot)
     diagnosis = classify(outcomes[0], outcomes[1], replay, failing, sim=sim)
     return {"label": diagnosis.label, "summary": diagnosis.summary.replace("\n", " | ")}
 
 
 def own_sim_outcome(
-    policy, task: str, profile: str, replay_seeds: Sequence[int], episodes: int
+    policy,
+    task: str,
+    profile: str,
+    replay_seeds: Sequence[int],
+    episodes: int,
+    *,
+    robot: RobotDescription,
 ) -> ConditionOutcome | None:
-    """The policy's training-condition success in its own sim (None: ``episodes`` 0)."""
+    """The policy's training-condition success in its own sim on ``robot`` (None:
+    ``episodes`` 0)."""
     from simreal_ros.sim.gym_env import ArmTaskEnv
     from simreal_ros.sim.profiles import is_stand_in
     from simreal_ros.training.evaluate import evaluate_episode
@@ -93,7 +100,7 @@ def own_sim_outcome(
     first = (max(replay_seeds) + 1) if len(replay_seeds) else 0
     env = ArmTaskEnv(
         task=task, profile=profile, condition="train",
-        control_rate_hz=policy.converter.spec.control_rate_hz,
+        control_rate_hz=policy.converter.spec.control_rate_hz, robot=robot,
     )  # fmt: skip
     try:
         records = [

@@ -58,7 +58,7 @@ def _stamp(seconds: float, stamp: Time) -> Time:
 class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
     def __init__(self, **kwargs) -> None:
         super().__init__("sim_bridge", **kwargs)
-        declare_robot(self)
+        self.robot = declare_robot(self)
         self.config: SimBridgeConfig = declare_config(
             self, SimBridgeConfig, apply=self._apply_config
         )
@@ -79,7 +79,7 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
     # ------------------------------------------------------------- lifecycle
     def on_configure(self, state: State) -> TransitionCallbackReturn:
         try:
-            self.core = SimBridgeCore(self.config, self)
+            self.core = SimBridgeCore(self.config, self, self.robot)
         except (ValueError, OSError) as error:
             self.get_logger().error(f"configure refused: {error}")
             return TransitionCallbackReturn.FAILURE

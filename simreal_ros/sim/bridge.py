@@ -131,8 +131,8 @@ class _Stream:
 
 
 class SimBridgeCore:
-    def __init__(self, config: SimBridgeConfig, sink: BridgeSink, robot=None) -> None:
-        """``robot``: the arm's description (None: this process's arm)."""
+    def __init__(self, config: SimBridgeConfig, sink: BridgeSink, robot) -> None:
+        """``robot``: the arm's description (a ``RobotDescription``)."""
         self.config = config
         self.sink = sink
         self.env = TaskEnvironment(

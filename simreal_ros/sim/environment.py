@@ -73,6 +73,8 @@ class TaskEnvironment:
         robot: RobotDescription | None = None,
         physics: ArmPhysics | None = None,
     ) -> None:
+        if physics is None and robot is None:
+            raise ValueError("give the environment its arm: robot= (or physics= built for it).")
         self.config = config or EnvironmentConfig()
         self.physics = physics or ArmPhysics(robot)
         self.robot = self.physics.robot

@@ -46,7 +46,8 @@ class ArmTaskEnv(gym.Env):
         camera: str = "front",
         safety_filter: bool = False,
         state_rate_hz: float | None = None,
-        robot: RobotDescription | None = None,
+        *,
+        robot: RobotDescription,
     ) -> None:
         super().__init__()
         core = TaskEnvironment(

@@ -24,7 +24,6 @@ from collections.abc import Mapping
 import mujoco
 import numpy as np
 
-from simreal_ros.robot.description import load_robot_description
 from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.robot.model import compile_scene, joint_address
 
@@ -37,8 +36,8 @@ DEFAULT_FRICTION_GEOMS = ("cube_geom", "table")
 class ArmPhysics:
     """The MuJoCo model and data, with the arm's controller interface and named dynamics."""
 
-    def __init__(self, robot: RobotDescription | None = None) -> None:
-        self.robot = robot or load_robot_description()
+    def __init__(self, robot: RobotDescription) -> None:
+        self.robot = robot
         self.model = compile_scene(self.robot)
         self.data = mujoco.MjData(self.model)
         model = self.model

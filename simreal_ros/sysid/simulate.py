@@ -1,6 +1,6 @@
 """Replay recorded commands in MuJoCo under candidate dynamics, many candidates at once.
 
-``ReplaySimulator(episodes, segment_ticks=N).errors(candidates)`` -> per candidate and
+``ReplaySimulator(episodes, robot, segment_ticks=N).errors(candidates)`` -> per candidate and
 episode, the trajectory error (``TrajectoryError``) of replaying the episode's commands.
 
 Short-horizon replay (multiple shooting), the default: the episode is cut into segments of
@@ -121,7 +121,7 @@ class ReplaySimulator:
     def __init__(
         self,
         episodes: Sequence[ReplayEpisode],
-        robot: RobotDescription | None = None,
+        robot: RobotDescription,
         threads: int = 2,
         segment_ticks: int = DEFAULT_SEGMENT_TICKS,
     ) -> None:

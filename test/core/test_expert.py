@@ -3,27 +3,30 @@ measurement is ``simreal expert``)."""
 
 import numpy as np
 
+from simreal_ros.robot.description import load_robot_description
 from simreal_ros.sim.expert import make_expert
 from simreal_ros.sim.gym_env import ArmTaskEnv
 from simreal_ros.sim.rollout import rollout
 
+ARM = load_robot_description()
+
 
 def test_push_expert_succeeds_on_most_train_seeds():
-    env = ArmTaskEnv(task="push")
+    env = ArmTaskEnv(task="push", robot=ARM)
     expert = make_expert("push", env.unwrapped.core.robot)
     results = [rollout(env, expert, seed, "train") for seed in range(100, 110)]
     assert sum(r.success for r in results) >= 8, results
 
 
 def test_reach_expert_succeeds():
-    env = ArmTaskEnv(task="reach")
+    env = ArmTaskEnv(task="reach", robot=ARM)
     expert = make_expert("reach", env.unwrapped.core.robot)
     results = [rollout(env, expert, seed, "train") for seed in range(100, 105)]
     assert sum(r.success for r in results) >= 4, results
 
 
 def test_expert_actions_are_valid_commands_within_limits():
-    env = ArmTaskEnv(task="push")
+    env = ArmTaskEnv(task="push", robot=ARM)
     expert = make_expert("push", env.unwrapped.core.robot)
     observation, _ = env.reset(seed=0)
     robot = env.unwrapped.core.robot

@@ -63,12 +63,8 @@ def test_no_deployable_policy_source_imports_training_code_even_inside_a_functio
 
 # The process's arm (``load_robot_description()`` with no argument) is read only where the
 # process is composed: the CLI, the nodes, and the description module itself. Everything
-# else is given its robot. These call sites still read it and are to be threaded from their
-# callers (issue 25); the list may only shrink.
+# else is given its robot (issue 25).
 COMPOSITION_ROOTS = ("cli", "nodes")
-NOT_YET_THREADED = {
-    "simreal_ros/sim/physics.py": 1,
-}
 
 
 def _ambient_arm_reads() -> dict[str, int]:
@@ -93,11 +89,7 @@ def _ambient_arm_reads() -> dict[str, int]:
 
 def test_the_arm_is_read_from_the_process_only_at_the_composition_roots():
     reads = _ambient_arm_reads()
-    new = {f: n for f, n in reads.items() if n > NOT_YET_THREADED.get(f, 0)}
-    assert new == {}, (
+    assert reads == {}, (
         "load_robot_description() without an argument outside cli/ and nodes/: pass the "
-        f"robot (or what is needed of it) from the caller instead: {new}"
+        f"robot (or what is needed of it) from the caller instead: {reads}"
     )
-    # A call site threaded since: shrink NOT_YET_THREADED so it cannot come back.
-    stale = {f: n for f, n in NOT_YET_THREADED.items() if reads.get(f, 0) < n}
-    assert stale == {}, f"NOT_YET_THREADED lists more reads than there are: {stale}"

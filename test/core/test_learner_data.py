@@ -26,7 +26,7 @@ def setup():
     spec = default_spec(robot, "push")
     torch.manual_seed(0)
     model = ActorCritic(Architecture(spec.obs_dim, spec.act_dim, (32, 32), (32, 32)))
-    env = ArmTaskEnv(task="push", episode_seconds=0.5)
+    env = ArmTaskEnv(task="push", episode_seconds=0.5, robot=robot)
     yield env, SpecConverter.for_robot(spec, robot), model.actor
     env.close()
 

@@ -17,6 +17,8 @@ from simreal_ros.policy import checkpoint as ckpt
 from simreal_ros.robot.description import load_robot_description
 from simreal_ros.training.torch_checkpoint import load_checkpoint
 
+ARM = load_robot_description()
+
 pytestmark = pytest.mark.slow
 torch.set_num_threads(1)
 SEEDS = list(range(100, 106))
@@ -98,7 +100,7 @@ def test_non_finite_actions_are_counted_and_the_arm_held(reach):
         return np.full_like(action, np.nan) if obs[0] > 0 else action
 
     broken = dataclasses.replace(policy, actor=sometimes_nan)
-    env = ArmTaskEnv(task="reach", profile="randomized", safety_filter=True)
+    env = ArmTaskEnv(task="reach", profile="randomized", safety_filter=True, robot=ARM)
     try:
         records = [evaluate_episode(env, broken, seed, "train") for seed in SEEDS[:3]]
     finally:

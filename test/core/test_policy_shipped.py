@@ -12,6 +12,8 @@ from simreal_ros.robot.description import load_robot_description
 from simreal_ros.training.evaluate import evaluate_policy
 from simreal_ros.training.torch_checkpoint import load_checkpoint
 
+ARM = load_robot_description()
+
 TASKS = ("push", "reach")
 
 
@@ -41,7 +43,7 @@ def test_push_v_sim_prefers_the_cube_at_the_goal():
 
     loaded = load_checkpoint(ckpt.shipped_checkpoint("push"))
     converter = SpecConverter.for_robot(loaded.spec, load_robot_description())
-    env = ArmTaskEnv(task="push", profile="nominal")
+    env = ArmTaskEnv(task="push", profile="nominal", robot=ARM)
     better = 0
     for seed in range(10):
         obs, _ = env.reset(seed=seed)

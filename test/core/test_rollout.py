@@ -7,9 +7,12 @@ import itertools
 import numpy as np
 import pytest
 
+from simreal_ros.robot.description import load_robot_description
 from simreal_ros.sim.expert import make_expert
 from simreal_ros.sim.gym_env import ArmTaskEnv
 from simreal_ros.sim.rollout import Outcome, Step, rollout
+
+ARM = load_robot_description()
 
 
 class Hold:
@@ -28,7 +31,7 @@ class Hold:
 
 @pytest.fixture(scope="module")
 def push_env():
-    env = ArmTaskEnv(task="push", episode_seconds=0.5)
+    env = ArmTaskEnv(task="push", episode_seconds=0.5, robot=ARM)
     yield env
     env.close()
 
@@ -80,7 +83,7 @@ def test_the_same_seed_gives_the_same_commands_and_another_seed_others(push_env)
 
 
 def test_a_success_ends_the_episode_and_is_reported():
-    env = ArmTaskEnv(task="reach", episode_seconds=6.0)
+    env = ArmTaskEnv(task="reach", episode_seconds=6.0, robot=ARM)
     try:
         steps: list[Step] = []
         outcome = rollout(

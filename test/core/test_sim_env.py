@@ -4,13 +4,16 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from simreal_ros.robot.description import load_robot_description
 from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
 from simreal_ros.sim.gym_env import ArmTaskEnv
+
+ARM = load_robot_description()
 
 
 @pytest.fixture(scope="module")
 def push_env():
-    return ArmTaskEnv(task="push")
+    return ArmTaskEnv(task="push", robot=ARM)
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -18,7 +21,7 @@ def _same(a: dict, b: dict) -> bool:
 
 
 def test_gymnasium_env_checker_passes():
-    check_env(ArmTaskEnv(task="push", profile="randomized"), skip_render_check=True)
+    check_env(ArmTaskEnv(task="push", profile="randomized", robot=ARM), skip_render_check=True)
 
 
 def test_reset_is_deterministic_per_seed_and_differs_across_seeds(push_env):
@@ -37,7 +40,7 @@ def test_reset_is_deterministic_per_seed_and_differs_across_seeds(push_env):
 
 
 def test_train_and_shifted_start_states_are_distinct():
-    env = TaskEnvironment(EnvironmentConfig(task="push"))
+    env = TaskEnvironment(EnvironmentConfig(task="push"), robot=ARM)
     train = np.array([env.reset(seed, "train")["object_position"] for seed in range(30)])
     shifted = np.array([env.reset(seed, "shifted")["object_position"] for seed in range(30)])
     assert train[:, 0].max() <= 0.55 and np.abs(train[:, 1]).max() <= 0.12
@@ -47,15 +50,15 @@ def test_train_and_shifted_start_states_are_distinct():
 
 
 def test_start_states_are_the_same_under_every_profile():
-    nominal = TaskEnvironment(EnvironmentConfig(profile="nominal")).reset(3)
-    twin_env = TaskEnvironment(EnvironmentConfig(profile="real_twin"))
+    nominal = TaskEnvironment(EnvironmentConfig(profile="nominal"), robot=ARM).reset(3)
+    twin_env = TaskEnvironment(EnvironmentConfig(profile="real_twin"), robot=ARM)
     twin = twin_env.reset(3)
     assert np.allclose(nominal["object_position"], twin["object_position"], atol=0.01)
     assert twin_env.physics.latency_steps > 0
 
 
 def test_reward_success_and_termination():
-    env = TaskEnvironment(EnvironmentConfig(task="push", episode_seconds=0.5))
+    env = TaskEnvironment(EnvironmentConfig(task="push", episode_seconds=0.5), robot=ARM)
     env.reset(seed=1)
     far = env.task.dense_reward(env.physics)
     assert not env.task.success(env.physics)
@@ -76,7 +79,7 @@ def test_reward_success_and_termination():
 
 
 def test_reach_task_and_sparse_reward():
-    env = ArmTaskEnv(task="reach", reward="sparse")
+    env = ArmTaskEnv(task="reach", reward="sparse", robot=ARM)
     observation, info = env.reset(seed=2, options={"condition": "shifted"})
     assert info["condition"] == "shifted"
     assert abs(observation["goal_position"][1]) >= 0.2
@@ -85,7 +88,7 @@ def test_reach_task_and_sparse_reward():
 
 
 def test_rgb_array_render_shows_the_scene():
-    env = ArmTaskEnv(task="push", render_mode="rgb_array")
+    env = ArmTaskEnv(task="push", render_mode="rgb_array", robot=ARM)
     env.reset(seed=0)
     try:
         frame = env.render()
@@ -98,8 +101,8 @@ def test_rgb_array_render_shows_the_scene():
 
 
 def test_the_safety_filter_can_sit_between_command_and_arm_as_in_the_graph():
-    plain = TaskEnvironment(EnvironmentConfig(task="push"))
-    filtered = TaskEnvironment(EnvironmentConfig(task="push", safety_filter=True))
+    plain = TaskEnvironment(EnvironmentConfig(task="push"), robot=ARM)
+    filtered = TaskEnvironment(EnvironmentConfig(task="push", safety_filter=True), robot=ARM)
     start = plain.reset(seed=3)["joint_position"]
     assert np.array_equal(filtered.reset(seed=3)["joint_position"], start)
     jump = start.copy()
@@ -121,13 +124,15 @@ def test_the_safety_filter_can_sit_between_command_and_arm_as_in_the_graph():
 
 def test_a_safety_filter_rate_that_does_not_divide_the_control_period_is_refused():
     with pytest.raises(ValueError, match="whole multiple"):
-        TaskEnvironment(EnvironmentConfig(task="push", control_rate_hz=30.0, safety_filter=True))
+        TaskEnvironment(
+            EnvironmentConfig(task="push", control_rate_hz=30.0, safety_filter=True), robot=ARM
+        )
 
 
 def test_no_reach_episode_starts_solved():
     from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
 
-    env = TaskEnvironment(EnvironmentConfig(task="reach"))
+    env = TaskEnvironment(EnvironmentConfig(task="reach"), robot=ARM)
     tolerance = env.task.tolerance
     for condition in ("train", "shifted"):
         for seed in range(12000, 12060):  # 12001 once drew a goal 2.9 cm from the tool
@@ -137,7 +142,7 @@ def test_no_reach_episode_starts_solved():
 
 
 def test_a_faster_state_rate_measures_within_the_period_and_observes_the_last_sample():
-    env = ArmTaskEnv(task="push", profile="real_twin", state_rate_hz=100.0)
+    env = ArmTaskEnv(task="push", profile="real_twin", state_rate_hz=100.0, robot=ARM)
     assert env.measure_every == env.core.substeps // 5
     observation, _ = env.reset(seed=0)
     observation, *_, info = env.step(observation["joint_position"])
@@ -145,6 +150,6 @@ def test_a_faster_state_rate_measures_within_the_period_and_observes_the_last_sa
     assert len(samples) == 5 and samples[-1].time == pytest.approx(env.core.physics.time)
     np.testing.assert_array_equal(observation["joint_position"], samples[-1].joint_position)
     np.testing.assert_array_equal(observation["object_position"], samples[-1].object_position)
-    assert ArmTaskEnv(task="push", state_rate_hz=20.0).measure_every == 0
+    assert ArmTaskEnv(task="push", state_rate_hz=20.0, robot=ARM).measure_every == 0
     with pytest.raises(ValueError, match="whole multiple"):
-        ArmTaskEnv(task="push", state_rate_hz=30.0)
+        ArmTaskEnv(task="push", state_rate_hz=30.0, robot=ARM)

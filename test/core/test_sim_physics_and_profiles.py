@@ -3,14 +3,17 @@
 import numpy as np
 import pytest
 
+from simreal_ros.robot.description import load_robot_description
 from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
 from simreal_ros.sim.physics import ArmPhysics
 from simreal_ros.sim.profiles import load_profile, profiles_dir
 
+ARM = load_robot_description()
+
 
 @pytest.fixture(scope="module")
 def physics():
-    return ArmPhysics()
+    return ArmPhysics(ARM)
 
 
 def test_command_moves_joints_to_targets(physics):
@@ -120,7 +123,7 @@ def test_a_profile_loads_from_a_path_and_bad_paths_are_named(tmp_path):
     mine.write_text("profile: my_arm\nstand_in: true\nscale:\n  gain.*: 0.5\n")
     profile = load_profile(str(mine))
     assert profile.name == "my_arm" and profile.is_stand_in
-    env = TaskEnvironment(EnvironmentConfig(profile=str(mine)))
+    env = TaskEnvironment(EnvironmentConfig(profile=str(mine)), robot=ARM)
     env.reset(seed=3)
     nominal = env.physics.nominal_dynamics["gain.elbow_joint"]
     assert env.dynamics["gain.elbow_joint"] == pytest.approx(0.5 * nominal)
@@ -138,4 +141,4 @@ def test_bad_profile_files_are_refused(tmp_path):
     typo = tmp_path / "typo.yaml"
     typo.write_text("profile: typo\nscale:\n  mass.cuube: 2.0\n")
     with pytest.raises(ValueError, match="matches no dynamics"):
-        load_profile(typo).sample(ArmPhysics().nominal_dynamics, np.random.default_rng(0))
+        load_profile(typo).sample(ArmPhysics(ARM).nominal_dynamics, np.random.default_rng(0))

@@ -92,7 +92,9 @@ def test_known_parameters_are_recovered(known_bags, tmp_path):
     assert document["scale"]["gain.*"] == pytest.approx(gain.value, rel=1e-4)
     assert document["set"]["latency_steps"] == round(latency.value)
     assert "friction.base_geom" not in document["scale"]  # unidentifiable: not guessed
-    env = TaskEnvironment(EnvironmentConfig(profile=str(profile), episode_seconds=0.2))
+    env = TaskEnvironment(
+        EnvironmentConfig(profile=str(profile), episode_seconds=0.2), robot=ROBOT
+    )
     env.reset(seed=1)
     assert env.dynamics["latency_steps"] == round(latency.value)
     assert env.dynamics["gain.elbow_joint"] == pytest.approx(2000 * gain.value, rel=1e-4)
@@ -137,7 +139,7 @@ def test_an_arm_at_rest_identifies_nothing(tmp_path):
         _write_bag(tmp_path / "bags" / f"rest{i}", ROBOT.joint_names)
     episodes = read_replay_episodes(tmp_path / "bags", ROBOT, "push")
     params = (FitParameter("gain.*", 0.05, 5.0), FitParameter("latency_steps", 0, 50))
-    result = identify(episodes, params, holdout=0, settings=_settings(restarts=2))
+    result = identify(episodes, params, holdout=0, settings=_settings(restarts=2), robot=ROBOT)
     assert [p.identifiable for p in result.parameters] == [False, False], result.parameters
     assert all(p.value is None and p.reason for p in result.parameters)
 
@@ -154,10 +156,10 @@ def test_noise_estimate_separates_white_noise_from_a_smooth_error():
 
 def test_replay_of_the_true_dynamics_beats_the_nominal(known_bags):
     episodes = read_replay_episodes(known_bags / "bags", ROBOT, "push")
-    nominal = ArmPhysics().nominal_dynamics
+    nominal = ArmPhysics(ROBOT).nominal_dynamics
     true = {k: v * KNOWN_GAIN for k, v in nominal.items() if k.startswith("gain.")}
     true["latency_steps"] = KNOWN_LATENCY
-    errors = ReplaySimulator(episodes).errors([{}, true])
+    errors = ReplaySimulator(episodes, ROBOT).errors([{}, true])
     for before, after in zip(*errors, strict=True):
         assert after.joint_rms < 0.3 * before.joint_rms
         assert after.joint_rms < 3 * KNOWN_NOISE  # what remains is about the noise
@@ -258,10 +260,10 @@ def test_segments_restart_from_the_recording(known_bags):
     """The true dynamics replay the recording segment by segment about as well as whole, and
     a short-horizon replay starts each segment at the recorded state."""
     episodes = read_replay_episodes(known_bags / "bags", ROBOT, "push")
-    nominal = ArmPhysics().nominal_dynamics
+    nominal = ArmPhysics(ROBOT).nominal_dynamics
     true = {k: v * KNOWN_GAIN for k, v in nominal.items() if k.startswith("gain.")}
     true["latency_steps"] = KNOWN_LATENCY
-    simulator = ReplaySimulator(episodes, segment_ticks=5)
+    simulator = ReplaySimulator(episodes, ROBOT, segment_ticks=5)
     assert simulator.segment_count([0]) >= 5  # 2.5 s at 20 Hz in 5-tick segments
     losses = simulator.segment_losses([{}, true])
     assert losses.shape[1] == simulator.segment_count()
