@@ -402,6 +402,8 @@ def identify(
     stands for restart 0 (default: restart 0 searches from the nominal model)."""
     settings = settings or FitSettings()
     started = time.monotonic()
+    if simulator is None and robot is None:
+        raise ValueError("identify needs the arm (robot=) or a ReplaySimulator built for it.")
     simulator = simulator or ReplaySimulator(
         episodes, robot, threads=settings.threads, segment_ticks=settings.segment_ticks
     )
@@ -733,6 +735,31 @@ def one_sided_bound(increases: Sequence[float], base: float, min_relative: float
     )
 
 
+def _with_cross_terms(objective, estimate, fit, model: _LocalModel, kept: list[int]):
+    """The mean Hessian with every (kept, dropped) cross term measured: the local model
+    probes corners only for the pairs coupled by kind, but a value given must not depend
+    on any parameter left without one (a cube mass that absorbs an unfixed latency). One
+    corner replay per missing pair."""
+    full_h = model.hess.mean(axis=0)
+    grad = model.grad.mean(axis=0)
+    probed = {frozenset(pair) for pair in model.pairs}
+    dropped = [i for i in range(len(model.h)) if i not in kept]
+    missing = [(k, d) for k in kept for d in dropped if frozenset((k, d)) not in probed]
+    if not missing:
+        return full_h
+    up = [side[1] for side in model.sides]
+    points = [_moved(objective, estimate, {k: up[k], d: up[d]}) for k, d in missing]
+    losses = objective.per_segment(points, fit)
+    rise = np.where(np.isfinite(losses), losses, 1e12).mean(axis=1) - model.center.mean()
+    full_h = full_h.copy()
+    for (k, d), dc in zip(missing, rise, strict=True):
+        ck, cd = up[k], up[d]
+        rest = dc - grad[k] * ck - grad[d] * cd
+        rest -= 0.5 * (full_h[k, k] * ck**2 + full_h[d, d] * cd**2)
+        full_h[k, d] = full_h[d, k] = rest / (ck * cd)
+    return full_h
+
+
 def _identifiability(objective, estimate, restarts, fit, settings, travel):
     """Per parameter: identifiable or not (with the reason), its posterior spread, and the
     correlations of the coupled pairs.
@@ -819,7 +846,8 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel):
     # identified model, whatever the arm's value) is not fixed by the data either.
     limits = np.array([settings.max_spread_steps if p.is_latency else settings.max_spread_log
                        for p in params])  # fmt: skip
-    for j, (i, shift) in partners_of_dropped(full_h, kept, h, limits).items():
+    coupling = _with_cross_terms(objective, estimate, fit, model, kept)
+    for j, (i, shift) in partners_of_dropped(coupling, kept, h, limits).items():
         unit = "steps" if params[j].is_latency else "in log(factor)"
         reasons[j].append(
             f"its best value moves {shift:.2g} {unit} when {params[i].pattern}, which the "
