@@ -4,6 +4,7 @@ import pkgutil
 from pathlib import Path
 
 from fresh_interpreter import run_python
+from source_imports import imported_modules
 
 import simreal_ros
 
@@ -43,21 +44,13 @@ def test_importing_core_does_not_import_rclpy():
 
 def test_no_core_source_imports_rclpy_even_inside_a_function():
     # The import-time check above cannot see an import that runs only when called.
-    import ast
-
     offenders = []
     for path in sorted((ROOT / "simreal_ros").rglob("*.py")):
         if path.relative_to(ROOT / "simreal_ros").parts[0] in ("nodes", "msg", "srv"):
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            offenders += [
-                f"{path.relative_to(ROOT)}:{node.lineno} {name}"
-                for name in names
-                if name.split(".")[0] == "rclpy"
-            ]
+        offenders += [
+            f"{path.relative_to(ROOT)}:{line} {name}"
+            for line, name in imported_modules(path)
+            if name.split(".")[0] == "rclpy"
+        ]
     assert offenders == [], "core sources import rclpy:\n" + "\n".join(offenders)

@@ -5,6 +5,7 @@ import pkgutil
 from pathlib import Path
 
 from fresh_interpreter import run_python
+from source_imports import imported_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "simreal_ros" / "policy"
@@ -47,17 +48,11 @@ def test_no_deployable_policy_source_imports_training_code_even_inside_a_functio
     # The import-time check cannot see an import that runs only when a function is called.
     offenders = []
     for path in sorted(POLICY.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            offenders += [
-                f"{path.relative_to(ROOT)}:{node.lineno} {name}"
-                for name in names
-                if _is_training_only(name)
-            ]
+        offenders += [
+            f"{path.relative_to(ROOT)}:{line} {name}"
+            for line, name in imported_modules(path)
+            if _is_training_only(name)
+        ]
     assert offenders == [], "the deployable policy imports training code:\n" + "\n".join(offenders)
 
 
