@@ -194,7 +194,8 @@ class LoopOrchestrator:
         self.checkpoint = config.base_checkpoint()
         # The promoted update the policy node runs (None: the base checkpoint).
         self._running_update: LearnerDecision | None = None
-        self._learner_method = ""
+        # The running learner's method; None while the loop has it stopped.
+        self._learner_method: str | None = ""
 
     def say(self, text: str) -> None:
         self.log.write(f"[simreal loop] {text}\n")
@@ -228,6 +229,7 @@ class LoopOrchestrator:
 
     def _rounds(self, summary: LoopSummary, graph: LoopGraph) -> None:
         start = len(summary.rounds)
+        graph.pause_sim(True)  # until the first trials (_stand_in_running)
         if start:
             count = graph.announce_recorded(self.run.bags)
             self.say(f"resuming at round {start}: re-announced {count} recorded episodes")
@@ -267,7 +269,7 @@ class LoopOrchestrator:
             self.say(f"round {index}: no arm decision: the policy did not switch to the candidate")
         if judged and swapped:
             self.say(f"round {index}: the incumbent {incumbent} plays the same seeds")
-            graph.switch_policy(incumbent)
+            self._switch_policy(graph, incumbent)
             candidate_episodes = evaluation_episodes
             with self._phase(record, "arm decision (the incumbent's episodes)"):
                 incumbent_episodes = self._evaluation(seeds, graph)
@@ -279,12 +281,12 @@ class LoopOrchestrator:
             record.arm_decision = decision.to_dict()
             self.say(f"round {index}: the arm decides: {decision.reason}")
             if decision.keep:
-                graph.switch_policy(candidate)
+                self._switch_policy(graph, candidate)
             else:
                 running_episodes = incumbent_episodes
                 self._running_update = incumbent_update
                 record.arm_diagnosis = self._diagnose_candidate(seeds, record, candidate_episodes)
-                self._roll_back_learner(graph, incumbent_update, index)
+                self._roll_back_learner(graph, incumbent_update)
         record.policy_version = graph.policy_version
         scores = condition_scores(running_episodes)
         episodes += candidate_episodes or evaluation_episodes
@@ -320,6 +322,23 @@ class LoopOrchestrator:
             seconds = time.monotonic() - started
             record.phase_seconds[name] = round(seconds, 1)
             self.say(f"round {record.index}: {name} took {seconds:.0f} s")
+
+    @contextlib.contextmanager
+    def _stand_in_running(self, graph: LoopGraph):
+        """The stand-in runs for trials only. Between them it rests, as an arm would, and
+        its high-rate topics leave the CPU to the loop's own work (the learner's round,
+        diagnosis, the off-ROS check, the report)."""
+        if not graph.pause_sim(False):
+            self.say("the sim bridge did not resume for the trials")
+        try:
+            yield
+        finally:
+            graph.pause_sim(True)
+
+    def _switch_policy(self, graph: LoopGraph, version: str) -> None:
+        # The policy names its version on its actions, which need fresh observations.
+        with self._stand_in_running(graph):
+            graph.switch_policy(version)
 
     def _learning_episodes(
         self, record: RoundRecord, previous: RoundRecord, collected: list[EpisodeResult]
@@ -375,29 +394,27 @@ class LoopOrchestrator:
     def _train(self, record: RoundRecord, summary: LoopSummary, graph: LoopGraph) -> None:
         """The learner's round with the round's method, and its promotion's hot swap."""
         index = record.index
-        if record.method != self._learner_method:
+        if self._learner_method is None:
+            self._start_learner(graph, record.method)
+        elif record.method != self._learner_method:
             self._restart_learner(graph, record.method, "method")
         self.say(f"round {index}: learner training ({record.method})")
-        # The stand-in rests while the learner works, as an arm would between trials;
-        # its high-rate topics would otherwise take the CPU the learner needs.
-        paused = graph.pause_sim(True)
-        try:
-            known = {r.update.version for r in summary.rounds if r.update is not None}
-            asked = time.time()
-            decision = graph.train_round(self.config.round_timeout_s, known)
-            record.update = dataclasses.replace(
-                decision, final_metrics=self._final_metrics(decision.version)
-            )
-        finally:
-            if paused and not graph.pause_sim(False):
-                self.say("the sim bridge did not resume after the learner round")
+        known = {r.update.version for r in summary.rounds if r.update is not None}
+        asked = time.time()
+        decision = graph.train_round(self.config.round_timeout_s, known)
+        record.update = dataclasses.replace(
+            decision, final_metrics=self._final_metrics(decision.version)
+        )
         record.identification = latest_identification(self.run.models, since=asked)
         if record.identification:
             self.say(f"round {index}: {describe_identification(record.identification)}")
         if record.update.promoted:
             self._running_update = record.update
             version = record.update.version
-            if not graph.wait_for_policy_version(version, 60.0):
+            # The policy names its version on its actions, which need fresh observations.
+            with self._stand_in_running(graph):
+                switched = graph.wait_for_policy_version(version, 60.0)
+            if not switched:
                 self.say(f"policy did not switch to {version} within 60 s")
 
     def _final_metrics(self, version: str) -> dict[str, float]:
@@ -418,10 +435,11 @@ class LoopOrchestrator:
     ) -> list[EpisodeResult]:
         if not seeds:
             return []
-        results = run_trials(
-            graph.trials, len(seeds), condition, seeds, self.config.episode_timeout_s,
-            progress=True,
-        )  # fmt: skip
+        with self._stand_in_running(graph):
+            results = run_trials(
+                graph.trials, len(seeds), condition, seeds, self.config.episode_timeout_s,
+                progress=True,
+            )  # fmt: skip
         failed = [r for r in results if r.error]
         if failed:
             self.say(f"{len(failed)} {what} episode(s) could not run: {failed[0].error}")
@@ -435,34 +453,34 @@ class LoopOrchestrator:
             results += self._episodes(graph, condition, wanted, "evaluation")
         return results
 
-    def _restart_learner(
-        self, graph: LoopGraph, method: str, why: str, then: Callable[[], Any] | None = None
-    ) -> None:
-        """Stop the learner, run ``then()`` (nothing writes the store meanwhile) and start
-        it again with ``method``; it continues from the store's active version, and the
-        recorded bags are announced to it again."""
+    def _restart_learner(self, graph: LoopGraph, method: str, why: str) -> None:
         self.say(f"restarting the learner ({why}; method {method})")
         graph.stop_learner()
-        if then is not None:
-            then()
+        self._start_learner(graph, method)
+
+    def _start_learner(self, graph: LoopGraph, method: str) -> None:
+        """Start the learner on ``method``; it continues from the store's active version,
+        and the recorded bags are announced to it again."""
         graph.start_learner(method)
         self._learner_method = method
         count = graph.announce_recorded(self.run.bags)
-        self.say(f"learner up again; re-announced {count} recorded episodes")
+        self.say(f"learner up (method {method}); re-announced {count} recorded episodes")
 
     def _roll_back_learner(
-        self, graph: LoopGraph, incumbent_update: LearnerDecision | None, index: int
+        self, graph: LoopGraph, incumbent_update: LearnerDecision | None
     ) -> None:
-        """The store's active version back to the incumbent, then the learner restarts
-        (with the next round's method), so the next round trains from what runs."""
+        """Stop the learner and set the store's active version back to the incumbent (no
+        one writes the store meanwhile). The learner starts again when the next round
+        trains, so a run whose last round rolls back does not pay for a restart."""
         from simreal_ros.adapters.store import ROLLBACK, AdapterStore
 
         store = AdapterStore(self.run.models)
         version = incumbent_update.version if incumbent_update is not None else None
-        self._restart_learner(
-            graph, self.config.method_of_round(index + 1),
-            "the arm rolled the candidate back", lambda: store.activate(version, ROLLBACK),
-        )  # fmt: skip
+        self.say("stopping the learner (the arm rolled the candidate back); it starts again "
+                 "when the next round trains")  # fmt: skip
+        graph.stop_learner()
+        self._learner_method = None
+        store.activate(version, ROLLBACK)
 
     def _dt(self) -> float:
         from simreal_ros.policy.checkpoint import read_metadata

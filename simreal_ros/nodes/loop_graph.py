@@ -58,6 +58,7 @@ class RosLoopGraph:
         self._expert = expert
         self._log_file = log_file
         self._restarted: list[GraphRunner] = []  # keep their parameter files alive
+        self._learner_stopped = False  # stopped by the loop, not dead
 
     @property
     def trials(self) -> TrialGraph:
@@ -73,6 +74,12 @@ class RosLoopGraph:
 
     def check_nodes(self) -> None:
         died = self._runner.first_exited()
+        if died is not None and self._learner_stopped and died == self._learner_index():
+            died = next(
+                (i for i, p in enumerate(self._runner.processes)
+                 if p.returncode is not None and i != died),
+                None,
+            )  # fmt: skip
         if died is not None:
             process = self._runner.processes[died]
             raise RuntimeError(
@@ -87,6 +94,7 @@ class RosLoopGraph:
         return next(i for i, n in enumerate(self._runner.nodes) if n.name == LEARNER)
 
     def stop_learner(self) -> None:
+        self._learner_stopped = True
         self._runner.processes[self._learner_index()].stop()
         deadline = time.monotonic() + 15.0
         while self._driver.learner_subscribed() and time.monotonic() < deadline:
@@ -101,6 +109,7 @@ class RosLoopGraph:
         single.start()
         self._restarted.append(single)
         self._runner.nodes[index], self._runner.processes[index] = spec, single.processes[0]
+        self._learner_stopped = False
         self._driver.wait_for_learner(180.0)
 
     def train_round(self, timeout_s: float, known: set[str]) -> LearnerDecision:

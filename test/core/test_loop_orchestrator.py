@@ -158,17 +158,20 @@ def run_loop(tmp_path, graph: FakeLoopGraph, **settings):
 def test_a_promotion_that_loses_on_the_arm_is_rolled_back_and_the_learner_restarted(
     tmp_path, diagnoses
 ):
-    graph = FakeLoopGraph([update("v0001", method="bc")], losers=("v0001",))
+    graph = FakeLoopGraph(
+        [update("v0001", method="bc"), update("v0002", False, "rl")], losers=("v0001",)
+    )
     summary, run, log, opened = run_loop(
-        tmp_path, graph, rounds=1, methods="bc,rl", eval_episodes=3, collect_episodes=2
+        tmp_path, graph, rounds=2, methods="bc,rl", eval_episodes=3, collect_episodes=2
     )
     assert opened == ["bc"]
     round1 = summary.rounds[1]
     assert round1.arm_decision["kind"] == "passed_sim_lost_on_arm"
     assert round1.arm_decision["candidate"] == "v0001"
     assert round1.arm_decision["incumbent"] == BASE
-    # The policy node runs the incumbent again, the store agrees, and the learner restarts
-    # with the next round's method around the store's rollback.
+    # The policy node runs the incumbent again, the store agrees around the stopped
+    # learner, and the learner starts again with the next round's method only when that
+    # round trains (a run ending on a rollback pays no restart).
     assert round1.policy_version == graph.version == BASE
     assert graph.calls[graph.calls.index(("train_round", "v0001")) :] == [
         ("train_round", "v0001"),
@@ -176,14 +179,16 @@ def test_a_promotion_that_loses_on_the_arm_is_rolled_back_and_the_learner_restar
         ("stop_learner",),
         ("start_learner", "rl"),
         ("announce_recorded",),
+        ("train_round", "v0002"),
     ]
     active = json.loads((run.models / "active.json").read_text())
     assert active["current"] is None and active["history"][-1]["reason"] == "rollback"
-    assert "restarting the learner (the arm rolled the candidate back; method rl)" in log
+    assert "stopping the learner (the arm rolled the candidate back)" in log
+    assert "learner up (method rl); re-announced" in log
     # What runs after the round is scored on the incumbent's episodes, and the candidate
     # is diagnosed on its own.
     assert [s["successes"] for s in round1.evaluation] == [3, 3]
-    assert [d["version"] for d in diagnoses] == [BASE, "v0001", BASE]
+    assert [d["version"] for d in diagnoses] == [BASE, "v0001", BASE, BASE]
     roles = [e["role"] for e in round1.episodes]
     assert roles.count("candidate") == 6 and roles.count("incumbent") == 6
 

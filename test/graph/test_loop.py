@@ -1,4 +1,15 @@
-"""`simreal loop` end to end: graph processes on DDS, real learner rounds, resume."""
+"""`simreal loop` end to end: graph processes on DDS, real learner rounds, resume, and an
+arm rollback.
+
+One run tells the whole story, so the graph starts twice, not four times: round 0, a
+SIGTERM inside round 1, then a resume whose learner identifies the stand-in and trains
+with method sgft. The learner is sabotaged (a learning rate of 1, no cap, no trust
+region) and the gate's thresholds are opened wide in this run's settings, so the wrecked
+candidate passes the sim screen and is hot-swapped in. The incumbent (the shipped reach
+policy) then replays the candidate's seeds on the stand-in through the graph, and the
+paired comparison must roll the candidate back in the policy node and in the learner's
+store, diagnose it, and say so in summary.json and report.html.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +35,11 @@ ARGS = [
     # The loop's identification, at the smallest budget that still runs it end to end
     # (what it recovers is test_sysid_graph.py's subject).
     "--sysid-max-episodes", "2", "--sysid-evaluations", "20", "--sysid-restarts", "1",
+    "--learner-set", (
+        "promote_success_floor=0;promote_ci_low=0;screen_max_intervention_rate=1;"
+        "screen_max_saturated_share=1;screen_max_divergence=2;"
+        "learning_rate=1.0;learning_rate_cap=1.0;anchor_weight=0;bc_use_failures=true"
+    ),
 ]  # fmt: skip
 
 
@@ -51,7 +67,9 @@ def alive(pid: int) -> bool:
         return False
 
 
-def test_loop_runs_rounds_through_the_graph_and_resumes_after_sigterm(tmp_path):
+def test_loop_resumes_after_sigterm_and_rolls_back_a_candidate_that_loses_on_the_arm(
+    tmp_path,
+):
     run = tmp_path / "runs" / "t1"
     first = loop_process(tmp_path / "runs", "t1")
     try:
@@ -65,7 +83,6 @@ def test_loop_runs_rounds_through_the_graph_and_resumes_after_sigterm(tmp_path):
     finally:
         first.stop()
     pids = graph_pids_from_log(run / "graph.log")
-    # Five nodes and the lifecycle manager, plus a learner restarted by an arm rollback.
     assert len(pids) >= 6, "the sim graph has five nodes and the lifecycle manager"
     assert not [pid for pid in pids if alive(pid)], "SIGTERM left graph nodes running"
 
@@ -87,12 +104,26 @@ def test_loop_runs_rounds_through_the_graph_and_resumes_after_sigterm(tmp_path):
     round0, round1 = rounds
     assert {e["condition"] for e in round0["evaluation"]} == {"train", "shifted"}
     assert all(e["episodes"] == 2 for e in round0["evaluation"])
-    # Round 1: a learner decision with screening numbers, whichever way it went.
-    assert round1["update"]["version"] and round1["update"]["screening"]
+    # Round 1: the sabotaged candidate passes the opened screen, is promoted, loses on
+    # the arm (the incumbent replays the same seeds) and is rolled back.
+    assert round1["update"]["screening"] and round1["update"]["promoted"], round1["update"]
     assert round1["method"] == "sgft" and round0["method"] == ""
-    # A promotion is judged on the arm: the incumbent replays the same seeds.
-    if round1["update"]["promoted"]:
-        assert round1["arm_decision"]["pairs"] == 4, round1["arm_decision"]
+    arm = round1["arm_decision"]
+    assert arm["kind"] == "passed_sim_lost_on_arm", arm["reason"]
+    assert arm["pairs"] == 4 and arm["candidate"] == round1["update"]["version"]
+    assert arm["incumbent"] == round0["policy_version"]
+    # The policy node runs the incumbent again, and the learner's store agrees.
+    assert round1["policy_version"] == round0["policy_version"]
+    active = json.loads((run / "models" / "active.json").read_text())
+    assert active["current"] is None and active["history"][-1]["reason"] == "rollback"
+    # Both versions' trials are recorded; the candidate's are diagnosed on their own.
+    roles = [e["role"] for e in round1["episodes"] if e["role"]]
+    assert roles.count("candidate") == 4 and roles.count("incumbent") == 4
+    assert round1["arm_diagnosis"]["label"]
+    # The learner was stopped for the store's rollback, and not started again: no round
+    # follows.
+    assert "stopping the learner (the arm rolled the candidate back)" in output
+    assert "learner up (method" not in output
     assert round1["real_episodes_total"] > round0["real_episodes_total"]
     assert round1["diagnosis"]["label"]
     identified = round1["identification"]
@@ -106,6 +137,7 @@ def test_loop_runs_rounds_through_the_graph_and_resumes_after_sigterm(tmp_path):
     assert (run / "models" / round1["update"]["version"]).is_dir()
     report = (run / "report.html").read_text()
     assert "real_twin stand-in" in report and report.count("data:image/png") == 4
+    assert "passed the sim screen and lost on the arm" in report
     # Every episode starts where the sim reset put the arm: the safety filter resynced at
     # the reset's stamp instead of commanding the previous episode's pose.
     robot = load_robot_description()
