@@ -195,7 +195,10 @@ class RecorderNode(Node):
         seed: int = 0,
         note: str = "",
     ) -> EpisodeRecording:
-        if self._recording is not None:
+        current = self._recording
+        if current is not None and episode_id and current.metadata.episode_id == episode_id:
+            return current  # the same request again (a client resends one not answered)
+        if current is not None:
             raise ValueError(
                 f"episode {self._recording.metadata.episode_id} is still recording; stop it first."
             )

@@ -12,21 +12,33 @@ import time
 from typing import Any
 
 
-def call_service(client, request, timeout_s: float, what: str = "") -> Any:
+def call_service(
+    client, request, timeout_s: float, what: str = "", resend_after_s: float | None = None
+) -> Any:
     """``client``'s response to ``request`` within ``timeout_s`` (for the wait for the
-    service and for the answer each)."""
+    service and for the answer each).
+
+    ``resend_after_s``: for an idempotent request only, send it again when no answer came
+    within this long. A server that has not yet matched a just-started client's response
+    reader drops the response (rmw_fastrtps waits 100 ms for the match), which happens
+    under load right after a process starts or respawns.
+    """
     label = f"{what} service {client.srv_name}" if what else f"service {client.srv_name}"
     if not client.wait_for_service(timeout_sec=timeout_s):
         raise TimeoutError(
             f"{label} is not available after {timeout_s:g} s; is that node running?"
         )
-    done = threading.Event()
-    future = client.call_async(request)
-    future.add_done_callback(lambda _: done.set())
-    if not done.wait(timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done = threading.Event()
+        future = client.call_async(request)
+        future.add_done_callback(lambda _, done=done: done.set())
+        left = deadline - time.monotonic()
+        if done.wait(min(left, resend_after_s) if resend_after_s else left):
+            return future.result()
         client.remove_pending_request(future)
-        raise TimeoutError(f"{label} did not answer in {timeout_s:g} s.")
-    return future.result()
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{label} did not answer in {timeout_s:g} s.")
 
 
 def missing_services(names: list[str], timeout_s: float) -> list[str]:

@@ -43,6 +43,9 @@ from simreal_ros.trials.runner import (
 # On the real profile the safety filter holds the arm until engaged: an episode's start is
 # the operator's request to move.
 SAFETY_ENGAGE_SERVICE = "/safety/engage"
+# A request not answered within this long is sent again: longer than the recorder's start
+# takes (it waits up to its match_timeout_s, 2 s, for publishers).
+RESEND_AFTER_S = 3.0
 
 
 class TrialRunnerNode(Node):
@@ -99,8 +102,14 @@ class TrialRunnerNode(Node):
 
     # ---- ROS plumbing ---------------------------------------------------------------------
 
-    def _call(self, client, request, what: str, timeout: float | None = None):
-        return call_service(client, request, timeout or self.config.service_timeout_s, what)
+    def _call(
+        self, client, request, what: str, timeout: float | None = None, idempotent: bool = True
+    ):
+        # Every request but the recorder's stop may be sent twice (services.call_service).
+        resend = RESEND_AFTER_S if idempotent else None
+        return call_service(
+            client, request, timeout or self.config.service_timeout_s, what, resend
+        )
 
     def _call_optional(self, client, request, what: str):
         """Call a service the graph may lack; TimeoutError when it is not there.
@@ -318,7 +327,7 @@ class TrialRunnerNode(Node):
             failure_mode=label.failure_mode,
             note=label.note,
         )
-        answer = self._call(self._stop, request, "recorder stop")
+        answer = self._call(self._stop, request, "recorder stop", idempotent=False)
         self._recording = False
         if not answer.success:
             raise RuntimeError(f"recorder refused to stop: {answer.message}")

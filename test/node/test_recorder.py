@@ -130,7 +130,12 @@ def test_bad_requests_are_refused_with_a_reason(graph, executor):
     assert not bad.success and "source" in bad.message
     stop = call(executor, peer, StopEpisode, "/recorder/stop", outcome="success")
     assert not stop.success and "no episode is recording" in stop.message
-    assert call(executor, peer, StartEpisode, "/recorder/start", episode_id="a").success
+    first = call(executor, peer, StartEpisode, "/recorder/start", episode_id="a")
+    assert first.success
+    # The same start again (a client resending a request whose answer was lost) is
+    # answered with the same episode; another episode's start is refused.
+    resent = call(executor, peer, StartEpisode, "/recorder/start", episode_id="a")
+    assert resent.success and resent.bag_path == first.bag_path
     again = call(executor, peer, StartEpisode, "/recorder/start", episode_id="b")
     assert not again.success and "still recording" in again.message
     stop = call(executor, peer, StopEpisode, "/recorder/stop", outcome="won")
