@@ -18,6 +18,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from simreal_ros.executor import LocalExecutor
 from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.data import collect_sim_transitions, load_episodes
 from simreal_ros.learner.gate import Evaluator
@@ -70,8 +71,11 @@ class OnlineLearner:
         self.config = config
         self.robot = robot  # the arm the rounds train for (a RobotDescription)
         self.on_result = on_result
+        # One pool of sim workers for the learner's life (started at its first use): a
+        # pool per screening or adaptation stage paid every worker's imports again.
+        self.sim_executor = LocalExecutor(config.screen_workers)
         self.evaluator = evaluator or policy_evaluator(
-            config, self._screening_profile, robot=robot
+            config, self._screening_profile, robot=robot, executor=self.sim_executor
         )
         self._session_factory = session_factory or self._default_session
         self._lock = threading.Condition()
@@ -105,6 +109,7 @@ class OnlineLearner:
             self._lock.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
+        self.sim_executor.close()
 
     def offer(self, episode: EpisodeInfo) -> None:
         """Queue an announced episode (never blocks on training)."""
@@ -184,7 +189,10 @@ class OnlineLearner:
                 exploration_std_max=cfg.exploration_std_max,
                 robot=self.robot,
             )
-        return LearnerSession(cfg, checkpoint=checkpoint, sim_data=sim, robot=self.robot)
+        return LearnerSession(
+            cfg, checkpoint=checkpoint, sim_data=sim, robot=self.robot,
+            executor=self.sim_executor,
+        )  # fmt: skip
 
     def _due(self) -> bool:
         cfg = self.config

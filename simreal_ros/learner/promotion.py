@@ -163,13 +163,15 @@ def gate_settings(config: LearnerConfig) -> GateSettings:
 
 
 def policy_evaluator(
-    config: LearnerConfig, profile: Callable[[], str] | None = None, *, robot
+    config: LearnerConfig, profile: Callable[[], str] | None = None, *, robot, executor=None
 ) -> Evaluator:
     """The gate's evaluator on ``robot`` (a ``RobotDescription``): the policy package's
     parallel spawned-worker sim evaluation
     (the deployed, merged form of base + adapter, with the adapter's checksum checked) in
     ``screen_profile`` (a shipped name or a profile YAML, e.g. an identified one). An
-    adapter's actions are compared with the base's on its own states (divergence)."""
+    adapter's actions are compared with the base's on its own states (divergence).
+    ``executor`` (``simreal_ros.executor``): where the episodes run; None: a pool of
+    ``screen_workers`` processes per evaluation."""
     from simreal_ros.training.evaluate import PolicySource, evaluate_policy
 
     def evaluate(checkpoint_dir, adapter_dir, condition, seeds) -> EvaluationSummary:
@@ -185,6 +187,7 @@ def policy_evaluator(
             safety_filter=config.screen_safety_filter,
             reference=None if adapter_dir is None else PolicySource(str(checkpoint_dir)),
             robot=robot,
+            executor=executor,
         )
         return summary_from_evaluation(result)
 

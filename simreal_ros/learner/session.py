@@ -75,6 +75,7 @@ class LearnerSession:
         store: AdapterStore | None = None,
         *,
         robot: RobotDescription,
+        executor=None,
     ) -> None:
         from simreal_ros.policy.checkpoint import shipped_checkpoint
         from simreal_ros.policy.spec import SpecConverter
@@ -83,6 +84,8 @@ class LearnerSession:
 
         self.config = config
         self.robot = robot
+        # Where the sim-side adaptation's episodes run (None: a pool for the stage).
+        self.executor = executor
         torch.manual_seed(config.seed)
         if checkpoint is None:
             path = config.checkpoint_dir or str(shipped_checkpoint(config.task))
@@ -180,8 +183,9 @@ class LearnerSession:
         checkpoint_dir = cfg.checkpoint_dir or str(shipped_checkpoint(cfg.task))
         out_dir = Path(cfg.store_root) / "adaptation" / f"round{self.round}-{int(started)}"
         metrics = self.trainer.sim_adaptation(
-            cfg, self.identified.profile, checkpoint_dir, str(out_dir), self.round
-        )
+            cfg, self.identified.profile, checkpoint_dir, str(out_dir), self.round,
+            self.executor,
+        )  # fmt: skip
         metrics["round"] = float(self.round)
         metrics["train_seconds"] = time.time() - started
         metadata = candidate_metadata(
