@@ -192,9 +192,13 @@ def _kill_one_worker_mid_map(executor, directory: Path, items: int):
             with lock:
                 before = list(returned)
             if before:
-                for path in sorted(directory.glob("started-*")):
+                # An item that started less than ITEM_SECONDS ago is surely mid-item: it
+                # sleeps that long after announcing itself. (An older one may have finished
+                # with its result still on its way, and its worker moved on.)
+                for path in directory.glob("started-*"):
                     _, index, pid = path.name.split("-")
-                    if int(index) not in before:
+                    age = time.time() - path.stat().st_mtime
+                    if int(index) not in before and age < 0.8 * ITEM_SECONDS:
                         killed = (int(index), int(pid))
                         os.kill(int(pid), signal.SIGKILL)
                         break
