@@ -35,6 +35,9 @@ class Supervision:
     has no backoff: it waits ``respawn_delay_s`` every time). After ``max_respawns``
     respawns in a row (deaths each within ``stable_after_s`` of the start), the node is
     given up on: a ``required`` node then stops the graph, any other is left stopped.
+    ``standby``: `simreal up` keeps a spare process of the node started, its imports done,
+    waiting; the respawn hands over to it instead of paying a cold start (seconds of
+    imports beside a busy graph). The launch files respawn cold.
     ``on_death`` says in words what its death means for the rest (docs/supervision.md).
     """
 
@@ -44,6 +47,7 @@ class Supervision:
     backoff: float = 2.0
     max_respawns: int = 5
     stable_after_s: float = 10.0
+    standby: bool = False
     on_death: str = ""
 
     def __post_init__(self) -> None:
@@ -80,6 +84,7 @@ SUPERVISION = {
         required=True,
         respawn=True,
         respawn_delay_s=0.5,
+        standby=True,
         on_death="no filtered command reaches the arm (its controller holds the last one); "
         "the lifecycle manager logs an error, reports it on /diagnostics, deactivates the "
         "policy and activates it again only after the new filter is active",
@@ -88,6 +93,7 @@ SUPERVISION = {
         required=False,
         respawn=True,
         respawn_delay_s=0.5,
+        standby=True,
         on_death="actions stop: the filter's command watchdog holds the arm (braking within "
         "its limits); the lifecycle manager configures and activates the new policy, and "
         "the filter follows its fresh actions (or waits for ~/engage, see "

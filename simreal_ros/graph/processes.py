@@ -56,6 +56,20 @@ except OSError:
 _PR_SET_PDEATHSIG = 1
 
 
+# Set in a standby process's environment: it waits in ``wait_for_handover`` until the
+# runner writes HANDOVER to its stdin.
+STANDBY_ENV = "SIMREAL_STANDBY"
+HANDOVER = "go"
+
+
+def wait_for_handover() -> bool:
+    """In a node process: if it was started as a standby, wait until the runner hands the
+    node over to it. False when the runner went away instead (the process should exit)."""
+    if os.environ.pop(STANDBY_ENV, None) != "1":  # not inherited by what the node starts
+        return True
+    return sys.stdin.readline().strip() == HANDOVER
+
+
 def _die_with_parent() -> None:
     """In the child: get SIGTERM when the parent dies, so no node outlives its runner."""
     if _PRCTL is not None:
@@ -71,6 +85,7 @@ class NodeProcess:
         argv: Sequence[str],
         env: Mapping[str, str],
         log: TextIO | None = None,
+        standby: bool = False,
     ) -> None:
         self.name = name
         self.argv = list(argv)
@@ -82,7 +97,7 @@ class NodeProcess:
             env=dict(env),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if standby else subprocess.DEVNULL,
             text=True,
             bufsize=1,
             start_new_session=True,
@@ -115,6 +130,17 @@ class NodeProcess:
                 return text in self.output()
             time.sleep(0.02)
         return False
+
+    def hand_over(self) -> bool:
+        """Wake a standby process (``wait_for_handover``); False if it is gone."""
+        if self.process.stdin is None or self.process.poll() is not None:
+            return False
+        try:
+            self.process.stdin.write(HANDOVER + "\n")
+            self.process.stdin.close()
+        except OSError:
+            return False
+        return True
 
     @property
     def returncode(self) -> int | None:

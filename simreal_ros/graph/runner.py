@@ -24,13 +24,23 @@ import yaml
 from simreal_ros.atomic_files import write_json_atomic
 from simreal_ros.graph.bringup import STARTUP_FAILED_EXIT_CODE
 from simreal_ros.graph.description import NodeSpec, parameter_file_paths
-from simreal_ros.graph.processes import NodeProcess, graph_environment, python_module_argv
+from simreal_ros.graph.processes import (
+    STANDBY_ENV,
+    NodeProcess,
+    graph_environment,
+    python_module_argv,
+)
 
 # Exit codes of `simreal up`: 0 after Ctrl-C or a clean stop, NODE_EXIT_BASE + i when the
 # i-th node of the graph (0-based, in start order) exited on its own, STARTUP_FAILED when a
 # managed node never became active (the lifecycle manager exits with that code).
 NODE_EXIT_BASE = 10
 STARTUP_FAILED = STARTUP_FAILED_EXIT_CODE
+
+
+# A node's new standby process starts this long after the last one took over (or after the
+# graph started), so its imports do not compete with the nodes coming up.
+STANDBY_AFTER_S = 5.0
 
 
 def exit_code_for(index: int) -> int:
@@ -83,6 +93,9 @@ class GraphRunner:
         self.log = log
         self.processes: list[NodeProcess] = []
         self.records = [NodeRecord() for _ in self.nodes]
+        # Standby processes (Supervision.standby) by node index, and when to start the next.
+        self.standby: dict[int, NodeProcess] = {}
+        self._standby_due: dict[int, float] = {}
         self._workdir = tempfile.TemporaryDirectory(prefix="simreal-up-")
         self.status_file = Path(self._workdir.name) / "supervision.json"
         self.nodes = [
@@ -103,19 +116,24 @@ class GraphRunner:
         path.write_text(yaml.safe_dump({node.name: {"ros__parameters": node.parameters}}))
         return path
 
-    def _spawn(self, index: int) -> NodeProcess:
+    def _spawn(self, index: int, standby: bool = False) -> NodeProcess:
         node = self.nodes[index]
         argv = python_module_argv(
             node.module, ros_arguments(node, self.profile, self._overrides_file(node))
         )
-        process = NodeProcess(node.name, argv, self.env, log=self.log)
+        env = {**self.env, STANDBY_ENV: "1"} if standby else self.env
+        process = NodeProcess(node.name, argv, env, log=self.log, standby=standby)
+        if not standby:
+            self._started(index, process)
+        return process
+
+    def _started(self, index: int, process: NodeProcess) -> None:
         record = self.records[index]
         record.started_at, record.pid, record.respawn_at = (
             time.monotonic(),
             process.process.pid,
             None,
         )
-        return process
 
     def start(self) -> None:
         self._write_status()
@@ -123,6 +141,33 @@ class GraphRunner:
             process = self._spawn(index)
             self.processes.append(process)
             self._say(f"started {node.name} (pid {process.process.pid})")
+            if node.supervision.standby and node.supervision.respawn:
+                self._standby_due[index] = time.monotonic() + STANDBY_AFTER_S
+
+    def _keep_standby(self, now: float) -> None:
+        """Start each standby that is due; a standby that died is replaced later."""
+        for index, due in list(self._standby_due.items()):
+            if now >= due:
+                del self._standby_due[index]
+                self.standby[index] = spare = self._spawn(index, standby=True)
+                self._say(f"standby for {self.nodes[index].name} (pid {spare.process.pid})")
+        for index, spare in list(self.standby.items()):
+            if spare.returncode is not None:
+                del self.standby[index]
+                spare.stop(timeout=1.0)
+                self._standby_due[index] = now + STANDBY_AFTER_S
+
+    def _respawn(self, index: int, now: float) -> tuple[NodeProcess, str]:
+        """The node's next process: its standby, woken, else a cold start."""
+        spare = self.standby.pop(index, None)
+        if self.nodes[index].supervision.standby:
+            self._standby_due[index] = now + STANDBY_AFTER_S
+        if spare is not None and spare.hand_over():
+            self._started(index, spare)
+            return spare, "; from standby"
+        if spare is not None:
+            spare.stop(timeout=1.0)
+        return self._spawn(index), ""
 
     def first_exited(self) -> int | None:
         """Index of a node process that has exited, if any."""
@@ -136,6 +181,7 @@ class GraphRunner:
         whose death stops the graph, else None."""
         now = time.monotonic()
         changed = False
+        self._keep_standby(now)
         for index, process in enumerate(self.processes):
             record, node = self.records[index], self.nodes[index]
             if process.returncode is None or record.given_up:
@@ -172,8 +218,10 @@ class GraphRunner:
                 changed = True
                 record.restarts += 1
                 record.in_a_row += 1
-                self.processes[index] = self._spawn(index)
-                self._say(f"respawned {node.name} (pid {record.pid}; restart {record.restarts})")
+                self.processes[index], how = self._respawn(index, now)
+                self._say(
+                    f"respawned {node.name} (pid {record.pid}; restart {record.restarts}{how})"
+                )
         if changed:
             self._write_status()
         return None
@@ -207,6 +255,9 @@ class GraphRunner:
 
     def stop(self) -> dict[str, int]:
         codes = {}
+        for spare in self.standby.values():
+            spare.stop(timeout=1.0)
+        self.standby.clear()
         # Stop in reverse start order: consumers first, the arm's side last.
         for process in reversed(self.processes):
             codes[process.name] = process.stop()

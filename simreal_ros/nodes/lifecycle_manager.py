@@ -38,6 +38,9 @@ from simreal_ros.nodes.diagnostics import ERROR, OK, WARN, diagnostic_array
 from simreal_ros.nodes.params import declare_config
 from simreal_ros.nodes.runtime import run_node
 
+# A get_state probe is sent again this often until it is answered or times out.
+PROBE_RESEND_S = 0.2
+
 
 class LifecycleManagerNode(Node):
     def __init__(self, **kwargs) -> None:
@@ -176,7 +179,9 @@ class LifecycleManagerNode(Node):
         client = self._get_state[name]
         if not client.service_is_ready():
             return bringup.GONE
-        answer = await self._call(client, GetState.Request(), self.config.probe_timeout_s)
+        answer = await self._call(
+            client, GetState.Request(), self.config.probe_timeout_s, PROBE_RESEND_S
+        )
         if answer is None:
             return bringup.GONE
         return bringup.STATE_NAMES.get(answer.current_state.id, answer.current_state.label)
@@ -250,15 +255,34 @@ class LifecycleManagerNode(Node):
             await self._sleep(0.05)
         return None
 
-    async def _call(self, client, request, timeout: float | None = None):
-        future = client.call_async(request)
-        deadline = time.monotonic() + (timeout or self.config.transition_timeout_s)
-        while not future.done():
-            if time.monotonic() > deadline:
-                client.remove_pending_request(future)
-                return None
-            await self._sleep(0.01)
-        return future.result()
+    async def _call(
+        self, client, request, timeout: float | None = None, resend_every: float | None = None
+    ):
+        """The first answer to ``request`` within ``timeout``, or None. ``resend_every``
+        (idempotent requests only): send it again that often, keeping the earlier ones
+        pending. A node that just came up drops the answers to a client it has not matched
+        yet (rmw_fastrtps waits 100 ms for that), so one request could wait out the whole
+        timeout while the node is there."""
+        now = time.monotonic()
+        deadline = now + (timeout or self.config.transition_timeout_s)
+        futures = [client.call_async(request)]
+        resend_at = now + resend_every if resend_every else float("inf")
+        try:
+            while True:
+                answered = next((f for f in futures if f.done()), None)
+                if answered is not None:
+                    return answered.result()
+                now = time.monotonic()
+                if now > deadline:
+                    return None
+                if now >= resend_at:
+                    futures.append(client.call_async(request))
+                    resend_at = now + resend_every
+                await self._sleep(0.01)
+        finally:
+            for future in futures:
+                if not future.done():
+                    client.remove_pending_request(future)
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:

@@ -8,14 +8,21 @@ import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 
+from simreal_ros.graph.processes import wait_for_handover
+
 
 def run_node(make_node: Callable[[], Node], args=None) -> int:
     """Spin the node ``make_node()`` builds on one thread until the process is asked to stop,
     or until the node sets ``exit_code``; returns that code (0 when it set none).
 
+    A standby process (``graph.processes.STANDBY_ENV``) has its imports done when it gets
+    here, and waits for the runner's handover before it joins the graph.
+
     One thread on purpose: rclpy's multi-threaded executor costs more per callback than
     these nodes' control-path work; heavy work runs on the nodes' own worker threads.
     """
+    if not wait_for_handover():
+        return 0  # a standby whose runner stopped
     rclpy.init(args=args)
     node = None
     try:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
 import sys
 import time
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -139,6 +142,47 @@ def test_the_runner_respawns_with_backoff_gives_up_and_writes_the_record():
         runner.stop()
     assert status["restarts"] == 2 and status["state"] == "stopped"
     assert status["last_exit_code"] == 2
+
+
+def test_a_respawn_hands_over_to_the_waiting_standby_and_a_new_one_follows(tmp_path, monkeypatch):
+    from simreal_ros.graph import runner as runner_module
+
+    monkeypatch.setattr(runner_module, "STANDBY_AFTER_S", 0.2)
+    policy = Supervision(required=False, respawn=True, respawn_delay_s=0.05, standby=True)
+    node = NodeSpec(
+        name="worker", executable="worker", module="core.standby_node", supervision=policy
+    )
+    runner = GraphRunner([node], "sim", log=None)
+    test_dir = str(Path(__file__).resolve().parents[1])
+    runner.env["PYTHONPATH"] = f"{test_dir}:{runner.env['PYTHONPATH']}"
+    runner.env["STANDBY_TEST_DIR"] = str(tmp_path)
+    running = lambda: {int(p.name) for p in tmp_path.iterdir()}  # noqa: E731
+    try:
+        runner.start()
+        first = runner.processes[0].process.pid
+        _supervise_until(runner, lambda: 0 in runner.standby and running() == {first})
+        spare = runner.standby[0].process.pid
+        assert spare != first and runner.standby[0].returncode is None
+        time.sleep(0.3)
+        assert running() == {first}, "a standby joins only when handed the node"
+        os.kill(first, signal.SIGKILL)
+        _supervise_until(runner, lambda: runner.records[0].restarts == 1)
+        # The standby became the node (no cold start), and a new standby follows.
+        assert runner.processes[0].process.pid == spare == runner.records[0].pid
+        _supervise_until(runner, lambda: spare in running() and 0 in runner.standby)
+        assert runner.standby[0].process.pid not in (first, spare)
+        # A standby that dies is replaced; the node itself is untouched.
+        os.kill(runner.standby[0].process.pid, signal.SIGKILL)
+        dead = runner.standby[0].process.pid
+        _supervise_until(
+            runner, lambda: 0 in runner.standby and runner.standby[0].process.pid != dead
+        )
+        assert runner.records[0].restarts == 1 and runner.processes[0].returncode is None
+        processes = [runner.processes[0], runner.standby[0]]
+    finally:
+        runner.stop()
+    assert all(p.returncode is not None for p in processes), "stop ends the standby too"
+    assert running() == {first, spare}
 
 
 def test_the_lifecycle_manager_is_told_where_the_record_is():
