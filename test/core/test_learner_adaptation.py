@@ -140,10 +140,10 @@ def test_adaptation_raises_stand_in_success_above_zero_shot_without_reading_the_
     state = adaptation.actor_numpy_state(lora.merged(actor_peft))
     adapted = evaluate_policy(
         PolicySource(checkpoint_dir, actor_state=state, version="adapted"),
-        "real_twin", "train", seeds, workers=2, safety_filter=True, robot=load_robot_description(),
+        "real_twin", "train", seeds, workers=1, safety_filter=True, robot=load_robot_description(),
     )  # fmt: skip
     base = evaluate_policy(
-        checkpoint_dir, "real_twin", "train", seeds, workers=2, safety_filter=True,
+        checkpoint_dir, "real_twin", "train", seeds, workers=1, safety_filter=True,
         robot=load_robot_description(),
     )  # fmt: skip
     print(f"stand-in train, 20 seeds: adapted {adapted.successes}, base {base.successes}")

@@ -32,6 +32,9 @@ ARGS = [
     "--task", "reach", "--rounds", "1", "--eval-episodes", "2", "--collect-episodes", "2",
     "--updates-per-round", "10", "--screen-seeds", "2", "--real-time-factor", "1.5",
     "--sim-episodes", "2", "--check-episodes", "2", "--method", "sgft",
+    # Sim work in the loop's and the learner's own processes: spawned workers would pay
+    # their imports for a few episodes, beside the other test worker.
+    "--screen-workers", "1",
     # The loop's identification, at the smallest budget that still runs it end to end
     # (what it recovers is test_sysid_graph.py's subject).
     "--sysid-max-episodes", "2", "--sysid-evaluations", "20", "--sysid-restarts", "1",
