@@ -88,6 +88,16 @@ class LifecycleManagerConfig:
         unit="s",
         dynamic=True,
     )
+    busy_grace_s: float = setting(
+        5.0,
+        "With `simreal up`'s status file: a managed node that does not answer get_state while "
+        "the runner says its process still runs (busy in a long callback, e.g. a sim reset "
+        "under load) is taken for dead only after this long",
+        low=0.0,
+        high=60.0,
+        unit="s",
+        dynamic=True,
+    )
     supervision_status_file: str = setting(
         "",
         "JSON file where `simreal up` writes each node's restarts and last exit code, "

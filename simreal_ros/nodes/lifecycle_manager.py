@@ -86,6 +86,10 @@ class LifecycleManagerNode(Node):
         # seen of each node on the last check, and how often each was seen to restart.
         self._keep_active = False
         self._seen: dict[str, str] = {}
+        # From `simreal up`'s status file: the pid that last answered, and since when a node
+        # whose process still runs has not answered.
+        self._answered_pid: dict[str, int] = {}
+        self._unanswered_since: dict[str, float] = {}
         self.restarts_seen = dict.fromkeys(self.config.node_names, 0)
         self._down_since: dict[str, float] = {}
         self.create_timer(self.config.watch_period_s, self._watch, group)
@@ -188,7 +192,11 @@ class LifecycleManagerNode(Node):
 
     async def _recover(self) -> None:
         names = list(self.config.node_names)
-        states = {name: await self._probe(name) for name in names}
+        states = {}
+        for name in names:
+            state = await self._probe(name)
+            # The runner's record read after the probe: a death during it is already there.
+            states[name] = self._busy_or_gone(name, state, self._runner_status())
         for name, state in states.items():
             before = self._seen.get(name, "active")
             if state == bringup.GONE and before != bringup.GONE:
@@ -225,6 +233,26 @@ class LifecycleManagerNode(Node):
             self._down_since.clear()
             self.last_ok, self.last_result = True, f"recovered: every node active again ({back})"
             self.get_logger().info(self.last_result)
+
+    def _busy_or_gone(self, name: str, state: str, runner: dict) -> str:
+        """A probe's state, except that an unanswered probe of a node whose process is the
+        one that answered before and still runs (`simreal up`'s status file) keeps its last
+        state for ``busy_grace_s``: it is busy, not dead. Without a status file (ros2
+        launch) an unanswered probe is a death."""
+        record = runner.get(name, {})
+        if state != bringup.GONE:
+            self._unanswered_since.pop(name, None)
+            if record.get("pid"):
+                self._answered_pid[name] = record["pid"]
+            return state
+        alive = record.get("state") == "running" and record.get("pid") == self._answered_pid.get(
+            name
+        )
+        last = self._seen.get(name, bringup.GONE)
+        if not alive or last == bringup.GONE:
+            return state
+        since = self._unanswered_since.setdefault(name, time.monotonic())
+        return last if time.monotonic() - since < self.config.busy_grace_s else state
 
     def _say_down(self, name: str) -> None:
         after = self.config.node_names[self.config.node_names.index(name) + 1 :]

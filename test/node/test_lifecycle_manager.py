@@ -162,3 +162,39 @@ def test_a_node_that_dies_holds_what_follows_it_and_comes_back_through_the_manag
         if new_bridge is not None:
             new_bridge.destroy_node()
         safety.destroy_node()
+
+
+def test_an_unanswered_probe_of_a_process_that_still_runs_is_busy_until_the_grace_ends(
+    rclpy_context,
+):
+    """With `simreal up`'s status file, a node busy in a long callback is not taken for
+    dead (and its followers are not taken down) until busy_grace_s; a death the runner saw,
+    a new process, or no status file at all is a death at once."""
+    import time
+
+    from simreal_ros.graph.bringup import GONE
+
+    manager = LifecycleManagerNode(
+        context=rclpy_context,
+        parameter_overrides=[
+            Parameter("node_names", value=["sim_bridge", "safety"]),
+            Parameter("autostart", value=False),
+            Parameter("busy_grace_s", value=0.3),
+        ],
+    )
+    try:
+        running = {"sim_bridge": {"state": "running", "pid": 41}}
+        manager._seen = {"sim_bridge": "active", "safety": "active"}
+        assert manager._busy_or_gone("sim_bridge", "active", running) == "active"
+        assert manager._busy_or_gone("sim_bridge", GONE, running) == "active"  # busy
+        respawning = {"sim_bridge": {"state": "respawning", "pid": 41}}
+        assert manager._busy_or_gone("sim_bridge", GONE, respawning) == GONE
+        another = {"sim_bridge": {"state": "running", "pid": 42}}
+        assert manager._busy_or_gone("sim_bridge", GONE, another) == GONE
+        assert manager._busy_or_gone("sim_bridge", GONE, {}) == GONE  # ros2 launch
+        assert manager._busy_or_gone("sim_bridge", "active", running) == "active"
+        assert manager._busy_or_gone("sim_bridge", GONE, running) == "active"
+        time.sleep(0.35)
+        assert manager._busy_or_gone("sim_bridge", GONE, running) == GONE  # past the grace
+    finally:
+        manager.destroy_node()
