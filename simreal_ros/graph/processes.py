@@ -67,7 +67,10 @@ def wait_for_handover() -> bool:
     node over to it. False when the runner went away instead (the process should exit)."""
     if os.environ.pop(STANDBY_ENV, None) != "1":  # not inherited by what the node starts
         return True
-    return sys.stdin.readline().strip() == HANDOVER
+    try:
+        return sys.stdin.readline().strip() == HANDOVER
+    except KeyboardInterrupt:  # the graph is stopping (Ctrl-C reaches every process group)
+        return False
 
 
 def _die_with_parent() -> None:

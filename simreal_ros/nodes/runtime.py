@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import rclpy
@@ -11,7 +12,20 @@ from rclpy.node import Node
 from simreal_ros.graph.processes import wait_for_handover
 
 
-def run_node(make_node: Callable[[], Node], args=None) -> int:
+def raise_priority(niceness: int = -10) -> str:
+    """Run this process ahead of ordinary ones (ros2_control's controller manager asks for
+    a real-time priority the same way): a node that guards the arm must not wait behind
+    training or a busy graph. Returns why not, where the OS refuses (no privilege)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, niceness)
+    except OSError as error:
+        return f"running at normal priority ({error.strerror or error})"
+    return ""
+
+
+def run_node(
+    make_node: Callable[[], Node], args=None, priority: Callable[[], str] | None = None
+) -> int:
     """Spin the node ``make_node()`` builds on one thread until the process is asked to stop,
     or until the node sets ``exit_code``; returns that code (0 when it set none).
 
@@ -23,10 +37,13 @@ def run_node(make_node: Callable[[], Node], args=None) -> int:
     """
     if not wait_for_handover():
         return 0  # a standby whose runner stopped
+    refused = priority() if priority is not None else ""
     rclpy.init(args=args)
     node = None
     try:
         node = make_node()
+        if refused:
+            node.get_logger().warning(refused)
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         while rclpy.ok() and getattr(node, "exit_code", None) is None:

@@ -29,7 +29,7 @@ from simreal_ros.nodes import qos
 from simreal_ros.nodes.diagnostics import ERROR, OK, WARN, diagnostic_array
 from simreal_ros.nodes.lifecycle import AutostartLifecycleNode
 from simreal_ros.nodes.params import declare_config, declare_robot
-from simreal_ros.nodes.runtime import run_node
+from simreal_ros.nodes.runtime import raise_priority, run_node
 from simreal_ros.safety import ALL_REASONS, ESTOP, HOLDING, STATE_NAMES, SafetyConfig, SafetyFilter
 from simreal_ros.srv import Resync
 
@@ -392,7 +392,7 @@ class SafetyNode(AutostartLifecycleNode):
 
 
 def main(args=None) -> None:
-    run_node(SafetyNode, args)
+    run_node(SafetyNode, args, priority=raise_priority)
 
 
 if __name__ == "__main__":
