@@ -268,6 +268,9 @@ class LifecycleManagerNode(Node):
             self.last_ok = False
             self.last_result = f"{name} died or restarted{held}"
             self.get_logger().warning(self.last_result)
+        # On /diagnostics at once: a standby can bring the node back before the next
+        # periodic message, and the death must still be reported.
+        self._publish_diagnostics()
 
     async def _query_state(self, name: str) -> str | None:
         """The node's state, asking again until ``service_timeout_s``: a service that looks
