@@ -169,10 +169,10 @@ class GraphRunner:
             spare.stop(timeout=1.0)
         return self._spawn(index), ""
 
-    def first_exited(self) -> int | None:
-        """Index of a node process that has exited, if any."""
+    def first_exited(self, ignore: int | None = None) -> int | None:
+        """Index of a node process that has exited, if any (other than ``ignore``'s)."""
         for index, process in enumerate(self.processes):
-            if process.returncode is not None:
+            if process.returncode is not None and index != ignore:
                 return index
         return None
 

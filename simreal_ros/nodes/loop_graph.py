@@ -73,13 +73,8 @@ class RosLoopGraph:
         return self._driver.safety_interventions
 
     def check_nodes(self) -> None:
-        died = self._runner.first_exited()
-        if died is not None and self._learner_stopped and died == self._learner_index():
-            died = next(
-                (i for i, p in enumerate(self._runner.processes)
-                 if p.returncode is not None and i != died),
-                None,
-            )  # fmt: skip
+        stopped = self._learner_index() if self._learner_stopped else None
+        died = self._runner.first_exited(ignore=stopped)
         if died is not None:
             process = self._runner.processes[died]
             raise RuntimeError(
