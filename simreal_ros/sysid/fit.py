@@ -160,6 +160,8 @@ class FitSettings:
     # log(factor) (0.11: two sigma within 25%), or of latency steps.
     max_spread_log: float = 0.11
     max_spread_steps: float = 1.0
+    # After the search: at most this many compass moves of one probe each (see _settle).
+    settle_moves: int = 8
 
 
 @dataclasses.dataclass
@@ -327,6 +329,14 @@ def _nominal_factors(parameters: Sequence[FitParameter], nominal_latency: float)
     ]
 
 
+def search_budget(evaluations: int, parameters: Sequence[FitParameter]) -> int:
+    """Replays for a search of ``parameters``: ``evaluations`` is the budget of the grouped
+    default model (7 parameters); it grows in proportion to the parameter count, since the
+    replays a search needs to settle grow with the dimension (a per-joint model stopped on
+    a slope with the grouped model's budget)."""
+    return round(evaluations * max(1.0, len(parameters) / len(DEFAULT_PARAMETERS)))
+
+
 def _run_cma(objective, x0, episodes, weights, settings, seed, budget, from_nominal):
     low, high = objective.bounds()
     # In the [0, 10] coordinates: a fifth of each log range from nominal; a resample
@@ -428,6 +438,8 @@ def identify(
             x0 = objective.to_x(restarts[0])
         weights = counts / counts.sum()
         budget = settings.evaluations_per_restart if r <= 1 else settings.evaluations_resample
+        if r == 0:  # the estimate's own search; the others only test agreement
+            budget = search_budget(budget, parameters)
         factors, loss = _run_cma(
             objective, x0, fit, weights, settings, settings.seed + r, budget, r <= 1
         )
@@ -446,7 +458,12 @@ def identify(
         if e <= full[best] * (1 + settings.restart_tolerance)
     ]  # fmt: skip
     travel = object_travel([episodes[i] for i in fit])
-    estimate = _polish(objective, estimate, fit, settings)
+    estimate = _settle(objective, estimate, fit, settings)
+    for _ in range(3):  # a Newton step can leave a probe's improvement behind: settle again
+        polished = _polish(objective, estimate, fit, settings)
+        if polished == estimate:
+            break
+        estimate = _settle(objective, polished, fit, settings)
 
     estimates, correlations = _identifiability(
         objective, estimate, restarts, fit, settings, travel
@@ -501,7 +518,7 @@ def select_parameterisation(
         else:
             start = _factors_of(objective, previous)
         weights = np.full(len(fit), 1 / len(fit))
-        budget = settings.evaluations_per_restart
+        budget = search_budget(settings.evaluations_per_restart, params)
         factors, fit_loss = _run_cma(
             objective, objective.to_x(start), fit, weights, settings, settings.seed, budget,
             previous is None,
@@ -598,18 +615,9 @@ class _LocalModel:
 def _local_model(objective, estimate, fit, settings) -> _LocalModel:
     """Per-segment quadratic model of the error around ``estimate``: a probe either side
     per parameter (one-sided at the latency's floor), one corner per coupled pair."""
-    params = objective.parameters
-    count = len(params)
-    h = np.array(
-        [settings.probe_steps if p.is_latency else math.log(settings.probe_factor)
-         for p in params]
-    )  # fmt: skip
-    sides = []  # the two probe offsets per parameter (one-sided at the latency's floor)
-    for i, p in enumerate(params):
-        if p.is_latency and estimate[i] - h[i] < p.low:
-            sides.append((h[i], 2 * h[i]))
-        else:
-            sides.append((-h[i], h[i]))
+    count = len(objective.parameters)
+    h = _probe_sizes(objective, settings)
+    sides = _probe_sides(objective, estimate, h)
     points = [list(estimate)]
     for i in range(count):
         points += [_moved(objective, estimate, {i: sides[i][0]}),
@@ -660,6 +668,50 @@ def _flat_direction(full_h: np.ndarray, kept: list[int], h: np.ndarray) -> np.nd
     scale = h[kept]
     values, vectors = np.linalg.eigh(full_h[np.ix_(kept, kept)] * np.outer(scale, scale))
     return vectors[:, 0] if values[0] <= 0 else None
+
+
+def _probe_sides(objective, estimate, h: np.ndarray) -> list[tuple[float, float]]:
+    """The two probe offsets per parameter: ±h, or two steps up at the latency's floor."""
+    sides = []
+    for i, p in enumerate(objective.parameters):
+        if p.is_latency and estimate[i] - h[i] < p.low:
+            sides.append((h[i], 2 * h[i]))
+        else:
+            sides.append((-h[i], h[i]))
+    return sides
+
+
+def _probe_sizes(objective, settings) -> np.ndarray:
+    return np.array(
+        [settings.probe_steps if p.is_latency else math.log(settings.probe_factor)
+         for p in objective.parameters]
+    )  # fmt: skip
+
+
+def _settle(objective, estimate, fit, settings) -> list[float]:
+    """A compass search at probe resolution from the search's best point: while moving one
+    parameter by one probe (×1.25, 2 steps) lowers the mean fit error by at least
+    ``min_relative_increase``, take the best such move (at most ``settle_moves``). A
+    CMA-ES search of many parameters can stop on a slope within its budget; 2 P + 1 replays
+    per move bring it to where no single probe improves, which the identifiability check
+    then requires of every fit it gives values from."""
+    estimate = list(estimate)
+    h = _probe_sizes(objective, settings)
+    for _ in range(settings.settle_moves):
+        moves = []
+        for i, side in enumerate(_probe_sides(objective, estimate, h)):
+            for offset in side:
+                moved = _moved(objective, estimate, {i: offset})
+                p = objective.parameters[i]
+                if p.low <= moved[i] <= p.high:
+                    moves.append(moved)
+        losses = objective.per_segment([estimate, *moves], fit)
+        mean = np.where(np.isfinite(losses), losses, 1e12).mean(axis=1)
+        best = int(np.argmin(mean[1:]))
+        if not mean[1 + best] < mean[0] * (1 - settings.min_relative_increase):
+            break
+        estimate = moves[best]
+    return estimate
 
 
 def _polish(objective, estimate, fit, settings, iterations: int = 3) -> list[float]:
@@ -717,6 +769,32 @@ def partners_of_dropped(
         found.update(moving)
         kept = [k for k in kept if k not in moving]
     return found
+
+
+def not_at_minimum(
+    objective, estimate, model: _LocalModel, base: float, min_relative: float
+) -> str:
+    """Why the fit is not at a minimum ("" when it is): a single probe inside the search's
+    box that lowers the mean fit error by ``min_relative`` of it means the search stopped on
+    a slope, and no value of such a fit is given. (A probe past the box is the bound's
+    business: a factor the data push there gets no value either.)"""
+    drops = [(0.0, 0, 0)]
+    for i, p in enumerate(objective.parameters):
+        for k in (0, 1):
+            moved = _moved(objective, estimate, {i: model.sides[i][k]})[i]
+            if p.low <= moved <= p.high:
+                drops.append((float(base - np.mean(model.losses[1 + 2 * i + k])), i, k))
+    drop, i, k = max(drops)
+    if drop < min_relative * base:
+        return ""
+    p = objective.parameters[i]
+    offset = model.sides[i][k]
+    probe = f"{offset:+g} steps" if p.is_latency else f"×{math.exp(offset):.2f}"
+    return (
+        f"the fit did not reach a minimum (moving {p.pattern} {probe} lowers the error by "
+        f"{drop / max(base, 1e-12):.1%}); a larger search budget may reach it (`simreal "
+        "sysid --evaluations`, the learner's sysid.evaluations)"
+    )
 
 
 def one_sided_bound(increases: Sequence[float], base: float, min_relative: float) -> str:
@@ -783,6 +861,7 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel):
     full_h = hess.mean(axis=0)
     base = float(np.mean(center))
     reasons: dict[int, list[str]] = {i: [] for i in range(count)}
+    unsettled = not_at_minimum(objective, estimate, model, base, settings.min_relative_increase)
 
     # Flat: the curvature is not reliably positive over segments, or the error barely rises.
     curved = []
@@ -860,6 +939,9 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel):
         inverse = np.linalg.inv(full_h[np.ix_(kept, kept)])
         gradient_cov = np.atleast_2d(np.cov(grad[:, kept], rowvar=False)) / segments
         spread[kept] = np.sqrt(np.diag(inverse @ gradient_cov @ inverse))
+    if unsettled:  # every value of a fit that is not at a minimum is suspect
+        for i in range(count):
+            reasons[i].insert(0, unsettled)
     if travel < MIN_OBJECT_TRAVEL:
         for i, p in enumerate(params):
             if _is_contact(p.pattern):

@@ -324,3 +324,56 @@ def test_a_value_the_error_bounds_from_one_side_only_is_not_given():
     reason = one_sided_bound([0.0005, 0.3], 1.0, 0.01)
     assert "bound it from above" in reason and "+0.1%" in reason
     assert "from below" in one_sided_bound([0.3, -0.002], 1.0, 0.01)
+
+
+class _QuadraticObjective:
+    """An error with a known minimum, in the objective's interface (per-segment losses)."""
+
+    def __init__(self, truth, latency_truth):
+        from simreal_ros.sysid.fit import LATENCY, FitParameter
+
+        self.parameters = [FitParameter("gain.a", 0.05, 5.0), FitParameter("gain.b", 0.05, 5.0),
+                           FitParameter(LATENCY, 0.0, 50.0)]  # fmt: skip
+        self.truth, self.latency_truth = np.log(truth), latency_truth
+        self.calls = 0
+
+    def per_segment(self, points, fit):
+        self.calls += len(points)
+        x = np.array([[math.log(p[0]), math.log(p[1]), p[2]] for p in points])
+        error = ((x[:, :2] - self.truth) ** 2).sum(axis=1) + 0.01 * (
+            x[:, 2] - self.latency_truth
+        ) ** 2
+        return np.column_stack([error + 0.01, error + 0.03])  # two segments
+
+
+def test_a_fit_left_on_a_slope_settles_and_one_that_is_not_at_a_minimum_gives_no_value():
+    from simreal_ros.sysid.fit import FitSettings, _local_model, _settle, not_at_minimum
+
+    # What the per-joint search did: it stopped with two gains 25-38% high.
+    objective = _QuadraticObjective([0.3, 0.25], 4)
+    settings = FitSettings()
+    stopped = [0.41, 0.345, 4.0]
+    model = _local_model(objective, stopped, [0], settings)
+    reason = not_at_minimum(objective, stopped, model, float(model.center.mean()), 0.01)
+    assert "did not reach a minimum" in reason and "gain.b ×0.80" in reason  # the farther one
+    settled = _settle(objective, stopped, [0], settings)
+    # Within one probe (×1.25) of the truth in each gain, the latency kept.
+    assert abs(math.log(settled[0] / 0.3)) < math.log(1.25) / 2
+    assert abs(math.log(settled[1] / 0.25)) < math.log(1.25) / 2 and settled[2] == 4.0
+    model = _local_model(objective, settled, [0], settings)
+    assert not_at_minimum(objective, settled, model, float(model.center.mean()), 0.01) == ""
+    # A probe past the search's box does not count: the bound rule handles a value there.
+    at_box = [4.9, 0.25, 4.0]
+    objective.truth[0] = math.log(20.0)  # the error keeps falling past the box (5.0)
+    model = _local_model(objective, at_box, [0], settings)
+    assert not_at_minimum(objective, at_box, model, float(model.center.mean()), 0.01) == ""
+
+
+def test_the_search_budget_grows_with_the_parameter_count():
+    from simreal_ros.sysid.fit import DEFAULT_PARAMETERS, per_joint_parameters, search_budget
+
+    joints = ROBOT.joint_names
+    assert search_budget(300, DEFAULT_PARAMETERS) == 300
+    per_joint = per_joint_parameters(joints)
+    assert search_budget(300, per_joint) == round(300 * len(per_joint) / len(DEFAULT_PARAMETERS))
+    assert search_budget(300, DEFAULT_PARAMETERS[:2]) == 300  # never below the given budget
