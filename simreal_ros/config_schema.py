@@ -3,6 +3,12 @@
 Core code validates a config at construction; nodes turn the same fields into ROS
 parameters with descriptors (see ``simreal_ros.nodes.params``), so ``ros2 param describe``
 and rqt_reconfigure show the description and range, and YAML files need not repeat defaults.
+
+Settings may be grouped, as generate_parameter_library nests parameters: a ``group`` field
+holds a dataclass of settings, read as ``config.screen.seeds`` and named ``screen.seeds`` in
+ROS parameters, mappings and overrides (nested ``screen: {seeds: 20}`` in YAML). A setting
+that was renamed keeps its old name as ``formerly``, so an old file gets the new name in its
+error instead of a bare "unknown".
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ def setting(
     choices: tuple[str, ...] | None = None,
     dynamic: bool = False,
     unit: str = "",
+    formerly: str = "",
 ) -> Any:
     """A config field with the metadata that validation and ROS parameters need.
 
@@ -37,6 +44,7 @@ def setting(
         "choices": choices,
         "dynamic": dynamic,
         "unit": unit,
+        "formerly": formerly,
     }
     if isinstance(default, list | dict):
         factory = lambda d=default: type(d)(d)  # noqa: E731 - a fresh copy per instance
@@ -44,13 +52,51 @@ def setting(
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def group(settings_cls: type, description: str) -> Any:
+    """A field holding a group of settings (the dataclass ``settings_cls``), its defaults
+    included; its settings are named ``<field>.<setting>``."""
+    metadata = {"group": settings_cls, "description": description}
+    return dataclasses.field(default_factory=settings_cls, metadata=metadata)
+
+
+def settings(config_cls: type) -> dict[str, dataclasses.Field]:
+    """Every setting of ``config_cls`` by its dotted name, groups expanded, in order."""
+    out: dict[str, dataclasses.Field] = {}
+    for field in dataclasses.fields(config_cls):
+        inner = field.metadata.get("group")
+        if inner is None:
+            out[field.name] = field
+        else:
+            out.update({f"{field.name}.{n}": f for n, f in settings(inner).items()})
+    return out
+
+
+def value_of(config: Any, name: str) -> Any:
+    """The value of the setting with dotted ``name``."""
+    for part in name.split("."):
+        config = getattr(config, part)
+    return config
+
+
+def values_of(config: Any) -> dict[str, Any]:
+    """Every setting's value by dotted name (``from_mapping`` takes it back)."""
+    return {name: value_of(config, name) for name in settings(type(config))}
+
+
+def renamed(config_cls: type) -> dict[str, str]:
+    """Old name -> dotted name, for every setting declared with ``formerly``."""
+    fields = settings(config_cls).items()
+    return {f.metadata["formerly"]: n for n, f in fields if f.metadata.get("formerly")}
+
+
 def shared_setting(owner: type, name: str, default: Any) -> Any:
-    """A field that sets ``owner``'s setting ``name`` for it, with its own default: the
-    description, range and choices stay declared once, on ``owner``, and validate here too."""
-    field = next((f for f in dataclasses.fields(owner) if f.name == name), None)
+    """A field that sets ``owner``'s setting ``name`` (dotted) for it, with its own default:
+    the description, range and choices stay declared once, on ``owner``, and validate here
+    too."""
+    field = settings(owner).get(name)
     if field is None:
         raise AttributeError(f"{owner.__name__} has no setting {name!r}")
-    metadata = {**field.metadata, "shared_with": owner.__name__}
+    metadata = {**field.metadata, "shared_with": owner.__name__, "shared_name": name}
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -67,12 +113,15 @@ def describe(field: dataclasses.Field) -> str:
     return text
 
 
-def validate(config: Any) -> None:
+def validate(config: Any, name: str = "") -> None:
     """Raise ValueError naming the first field that is out of range or of the wrong kind."""
-    name = type(config).__name__
+    name = name or type(config).__name__
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
         meta = field.metadata
+        if meta.get("group") is not None:
+            validate(value, f"{name}.{field.name}")
+            continue
         values = value if isinstance(value, list | tuple) else [value]
         for item in values:
             if isinstance(item, float) and not math.isfinite(item):
@@ -94,22 +143,73 @@ def validate(config: Any) -> None:
                 )
 
 
-def from_mapping(config_cls: type, values: Mapping[str, Any]) -> Any:
-    """Build and validate a config from a mapping; unknown keys are refused by name."""
-    known = {field.name: field for field in dataclasses.fields(config_cls)}
-    unknown = sorted(set(values) - set(known))
+def flatten(config_cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with each group given as a nested mapping (YAML) turned into dotted names."""
+    groups = {
+        f.name: f.metadata["group"]
+        for f in dataclasses.fields(config_cls)
+        if f.metadata.get("group") is not None
+    }
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in groups and isinstance(value, Mapping):
+            inner = flatten(groups[key], value)
+            out.update({f"{key}.{name}": v for name, v in inner.items()})
+        else:
+            out[key] = value
+    return out
+
+
+def check_names(config_cls: type, names: Any, what: str = "setting") -> None:
+    """Refuse a name ``config_cls`` does not have: a renamed one with its new name, any other
+    with the list of known names."""
+    known = settings(config_cls)
+    old = renamed(config_cls)
+    moved = sorted(n for n in names if n not in known and n in old)
+    if moved:
+        raise ValueError(
+            f"{config_cls.__name__} {what}(s) renamed: "
+            + ", ".join(f"{n} is now {old[n]}" for n in moved)
+            + " (in a ROS parameter YAML, nest it: e.g. screen: {seeds: 20})."
+        )
+    unknown = sorted(n for n in names if n not in known)
     if unknown:
         raise ValueError(
-            f"unknown {config_cls.__name__} setting(s): {', '.join(unknown)}; "
-            f"known settings are: {', '.join(sorted(known))}."
+            f"unknown {config_cls.__name__} {what}(s): {', '.join(unknown)}; "
+            f"known settings are: {', '.join(known)}."
         )
+
+
+def _build(config_cls: type, values: Mapping[str, Any], prefix: str = "") -> Any:
     kwargs = {}
-    for key, value in values.items():
-        default = getattr(config_cls, key, None) if key in known else None
+    for field in dataclasses.fields(config_cls):
+        name = prefix + field.name
+        inner = field.metadata.get("group")
+        if inner is not None:
+            if any(key.startswith(name + ".") for key in values):
+                kwargs[field.name] = _build(inner, values, name + ".")
+            continue
+        if name not in values:
+            continue
+        value = values[name]
+        default = field.default
         # YAML writes 1 for 1.0; keep float fields float.
         if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        kwargs[key] = value
-    config = config_cls(**kwargs)
+        kwargs[field.name] = value
+    return config_cls(**kwargs)
+
+
+def from_mapping(config_cls: type, values: Mapping[str, Any]) -> Any:
+    """Build and validate a config from a mapping (dotted names or nested groups); unknown
+    keys are refused by name, renamed ones with their new name."""
+    flat = flatten(config_cls, values)
+    check_names(config_cls, flat)
+    config = _build(config_cls, flat)
     validate(config)
     return config
+
+
+def updated(config: Any, changes: Mapping[str, Any]) -> Any:
+    """A copy of ``config`` with ``changes`` (dotted names) applied, validated."""
+    return from_mapping(type(config), {**values_of(config), **flatten(type(config), changes)})

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from simreal_ros.config_schema import describe, from_mapping
+from simreal_ros.config_schema import describe, from_mapping, renamed, settings
 
 # Parameters a node declares besides its config's fields: the graph's arm (declare_robot)
 # and rclpy's own clock switch.
@@ -62,9 +62,7 @@ def close_match(name: str, known: Iterable[str]) -> str:
 
 def known_parameters(node: str) -> dict[str, dataclasses.Field | None]:
     """Parameter name -> its config field (None for the robot and ROS's own ones)."""
-    fields: dict[str, dataclasses.Field | None] = {
-        field.name: field for field in dataclasses.fields(node_config_classes()[node])
-    }
+    fields: dict[str, dataclasses.Field | None] = dict(settings(node_config_classes()[node]))
     if node in ROBOT_NODES:
         fields["robot"] = None
     for name in ROS_PARAMETERS:
@@ -108,7 +106,13 @@ def check_node_settings(node: str, values: Mapping[str, Any], where: str) -> Non
             f"settings: {', '.join(sorted(classes))}."
         )
     known = known_parameters(node)
+    moved = renamed(classes[node])
     for name, value in values.items():
+        if name in moved and name not in known:
+            raise SettingsError(
+                f"{where}: {node}'s setting {name!r} is now {moved[name]!r}; give that name "
+                f"(in a parameter YAML, nested: {moved[name].replace('.', ': {', 1)}: ...}})."
+            )
         if name not in known:
             raise SettingsError(
                 f"{where}: {node} has no setting {name!r}{close_match(name, known)}; its "
@@ -185,7 +189,19 @@ def parameter_file_values(path: Path) -> dict[str, dict[str, Any]]:
                 f"{path}: {node!r} should hold only 'ros__parameters:' (the ROS parameter "
                 f"file format), found {sorted(body) if isinstance(body, dict) else body!r}."
             )
-        out[str(node).lstrip("/")] = dict(body.get("ros__parameters") or {})
+        out[str(node).lstrip("/")] = _dotted(body.get("ros__parameters") or {})
+    return out
+
+
+def _dotted(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested parameters as ROS reads them from YAML: ``screen: {seeds: 20}`` is
+    ``screen.seeds``."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            out.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
     return out
 
 

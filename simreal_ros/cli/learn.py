@@ -1,7 +1,7 @@
 """`simreal learn --episodes DIR`: one fine-tuning round off ROS (what the learner node does).
 
 Reads the episode bags, fine-tunes a LoRA adapter (bc, rl, sgft or sysid), screens it in sim
-over seeds (in the profile identified from the bags with identify_dynamics or method
+over seeds (in the profile identified from the bags with sysid.enabled or method
 sysid), stores it with its decision and promotes it only if it passes.
 """
 
@@ -28,7 +28,7 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--method",
         choices=METHODS,
-        help="default: sgft; sysid needs --set identified_profile=PATH (from `simreal "
+        help="default: sgft; sysid needs --set sysid.profile=PATH (from `simreal "
         "sysid`) or identifies from the episodes' bags",
     )
     p.add_argument("--horizon", type=int, help="SGFT horizon H (0 = infinite)")
@@ -74,8 +74,8 @@ def build_config(args: argparse.Namespace):
         "sim_data_dir": args.sim_data,
         "sim_episodes": args.sim_episodes,
         "updates_per_round": args.updates,
-        "screen_seeds": args.screen_seeds,
-        "screen_workers": args.workers,
+        "screen.seeds": args.screen_seeds,
+        "screen.workers": args.workers,
     }
     values.update({k: v for k, v in flags.items() if v is not None})
     from simreal_ros.settings_check import check_node_settings
@@ -133,7 +133,7 @@ def _learn(args: argparse.Namespace) -> int:
     profile = session.screening_profile
     _say(
         f"training {config.method}, then screening in sim profile {profile!r} over "
-        f"{config.screen_seeds} seeds per condition ({', '.join(config.screen_conditions)})"
+        f"{config.screen.seeds} seeds per condition ({', '.join(config.screen.conditions)})"
     )
     evaluate = policy_evaluator(config, lambda: session.screening_profile, robot=session.robot)
 

@@ -17,11 +17,12 @@ the identified simulator before the arm spends any more time on it.
    running policy's LoRA adapter, starting from it. Episodes mix the training and the
    shifted start conditions, so shifted starts are covered at no arm cost.
 
-No RL polish runs here: the teacher search already picks a teacher near the identified
-simulator's best, and an actor-critic step with a BC term costs the 2-core machine more
-than the whole of 1-3 for a gain the student has not shown it needs; ``sac_finetune``
-remains the place for it (method rl/sgft on the arm's own data, anchored to the adapted
-policy).
+No RL polish runs here yet: the student imitates its teacher, and the ceiling measured
+with the stand-in's true dynamics (docs/results.md) shows that the teacher, not the
+identification, caps what this stage reaches (about two thirds of mixed starts). Going
+past it needs an actor-critic step with a BC term in the identified simulator; it is not
+built. ``sac_finetune`` does the arm-data step (method rl/sgft on the arm's own episodes,
+anchored to the adapted policy).
 
 Every profile read here is refused if it is a stand-in (``stand_in: true``): adaptation
 never sees the stand-in's dynamics, only what identification made of its bags.

@@ -4,12 +4,226 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simreal_ros.config_schema import setting, validate
+from simreal_ros.config_schema import group, setting, validate
 from simreal_ros.learner.methods import METHODS, method_traits
 from simreal_ros.policy.config import EXPLORATION_STD_MAX
 from simreal_ros.sim.profiles import check_profile
 
 CRITIC_INITS = ("auto", "fresh", "checkpoint", "checkpoint_lora", "sim_advantage")
+
+
+@dataclass
+class LoraSettings:
+    """The LoRA adapters the learner trains (peft)."""
+
+    rank: int = setting(8, "LoRA rank r.", low=1, high=256, formerly="lora_rank")
+    alpha: int = setting(
+        16, "LoRA alpha (scale = alpha / rank).", low=1, high=4096, formerly="lora_alpha"
+    )
+    dropout: float = setting(
+        0.0, "LoRA dropout on the adapter input.", low=0.0, high=0.9, formerly="lora_dropout"
+    )
+    targets: list[str] = setting(
+        [],
+        "Names of the actor's nn.Linear layers that get adapters; empty = every one.",
+        formerly="lora_targets",
+    )
+
+
+@dataclass
+class ScreenSettings:
+    """How a candidate is screened in sim before it may be promoted."""
+
+    seeds: int = setting(
+        20,
+        "Sim episodes per condition in screening.",
+        low=1,
+        high=10000,
+        dynamic=True,
+        formerly="screen_seeds",
+    )
+    conditions: list[str] = setting(
+        ["train", "shifted"],
+        "Conditions screened; each must pass.",
+        dynamic=True,
+        formerly="screen_conditions",
+    )
+    profile: str = setting(
+        "randomized",
+        "Dynamics profile of the sim used for screening: a shipped name or a YAML path.",
+        formerly="screen_profile",
+    )
+    workers: int = setting(
+        2, "Parallel spawned screening workers.", low=1, high=256, formerly="screen_workers"
+    )
+    safety_filter: bool = setting(
+        True,
+        "Screen behind the safety filter, as the graph runs the policy: a candidate that "
+        "leans on the filter's limits is judged by what the arm would do.",
+        formerly="screen_safety_filter",
+    )
+    first_seed: int = setting(
+        100000,
+        "First screening seed (candidate and running policy share seeds).",
+        low=0,
+        high=2**31 - 1,
+        dynamic=True,
+        formerly="screen_first_seed",
+    )
+
+
+@dataclass
+class PromotionSettings:
+    """The screening gate's rule and thresholds (learner/gate.py)."""
+
+    rule: str = setting(
+        "broken_only",
+        "Screening rule. broken_only: sim kills only what is clearly broken (success floor "
+        "on the Wilson upper bound, safety-filter interventions, non-finite or saturated "
+        "actions, divergence from the base) and never rejects a candidate for doing worse "
+        "than the running policy in a sim known to be misspecified; relative: the strict "
+        "rule, also no worse than the running policy (or the base) by more than "
+        "promotion.tolerance. "
+        "Details: simreal_ros/learner/gate.py.",
+        choices=("broken_only", "relative"),
+        dynamic=True,
+        formerly="gate_rule",
+    )
+    success_floor: float = setting(
+        0.25,
+        "Reject if even the Wilson 95% UPPER bound of the sim success rate is below this "
+        "(sim is confident the candidate fails more than 3 times in 4: 0/20 or 1/20 of 20).",
+        low=0.0,
+        high=1.0,
+        dynamic=True,
+        formerly="promote_success_floor",
+    )
+    ci_low: float = setting(
+        0.0,
+        "Reject unless the Wilson 95% LOWER bound of the sim success rate clears this; it "
+        "certifies in sim, so it is off (0) by default; a strict, certifying gate is 0.3 "
+        "with promotion.rule relative.",
+        low=0.0,
+        high=1.0,
+        dynamic=True,
+        formerly="promote_ci_low",
+    )
+    tolerance: float = setting(
+        0.1,
+        "promotion.rule relative only: reject a candidate whose sim success rate is below the "
+        "running policy's (or the base's, if better) by more.",
+        low=0.0,
+        high=1.0,
+        dynamic=True,
+        formerly="promote_tolerance",
+    )
+    max_intervention_rate: float = setting(
+        0.8,
+        "Reject if the safety filter intervened in more than this share of the screening "
+        "control steps, not counting the velocity/acceleration/jerk shaping every 20 Hz "
+        "step gets (the shipped policies' rates are in docs/learning.md). Needs "
+        "screen.safety_filter.",
+        low=0.0,
+        high=1.0,
+        dynamic=True,
+        formerly="screen_max_intervention_rate",
+    )
+    max_saturated_share: float = setting(
+        0.5,
+        "Reject if more than this share of the actor's action components sit at the tanh "
+        "bound (|a| >= 0.99) in screening. Any non-finite action rejects, whatever this is.",
+        low=0.0,
+        high=1.0,
+        dynamic=True,
+        formerly="screen_max_saturated_share",
+    )
+    max_divergence: float = setting(
+        0.5,
+        "Reject if the mean |candidate action - base action| on the candidate's own "
+        "screening states exceeds this, per component in normalised action units ([-1, 1]; "
+        "times the spec's action scale is rad per step). A quarter of the action range: far "
+        "beyond the trust region's ~1/(2 anchor_weight).",
+        low=0.0,
+        high=2.0,
+        dynamic=True,
+        formerly="screen_max_divergence",
+    )
+
+
+@dataclass
+class SysidSettings:
+    """System identification from the real bags (simreal_ros/sysid)."""
+
+    enabled: bool = setting(
+        False,
+        "Before each round, identify the sim's dynamics from the newest real bags (they "
+        "must carry /forward_position_controller/commands) and screen in the identified "
+        "profile instead of screen.profile; if identification fails, screen.profile is "
+        "used and the reason is logged. Methods sysid and adapt always identify.",
+        formerly="identify_dynamics",
+    )
+    profile: str = setting(
+        "",
+        "A profile YAML written by `simreal sysid`: screen (and, for method sysid, train) "
+        "in it instead of identifying from the bags.",
+        formerly="identified_profile",
+    )
+    max_episodes: int = setting(
+        10, "Newest real episodes an identification uses.", low=2, high=10000,
+        formerly="sysid_max_episodes",
+    )  # fmt: skip
+    evaluations: int = setting(
+        300, "Replays in the first CMA-ES restart of an identification.", low=20, high=10**6,
+        formerly="sysid_evaluations",
+    )  # fmt: skip
+    restarts: int = setting(
+        3, "CMA-ES restarts (the others on bootstrap resamples: the uncertainty).", low=1,
+        high=50, formerly="sysid_restarts",
+    )  # fmt: skip
+    sim_episodes: int = setting(
+        20,
+        "method sysid: episodes per round the running policy plays (exploring) in the "
+        "identified sim; the candidate is fine-tuned on them alone (no real transition "
+        "reaches the update), with the same LoRA adapters and forgetting guards.",
+        low=1,
+        high=100000,
+        formerly="sysid_sim_episodes",
+    )
+
+
+@dataclass
+class AdaptSettings:
+    """Sim-side adaptation (method adapt, learner/adaptation.py)."""
+
+    teacher_episodes: int = setting(
+        16, "method adapt: sim episodes per point of the teacher's grid search", low=1,
+        high=100000, formerly="adapt_teacher_episodes",
+    )  # fmt: skip
+    iterations: int = setting(
+        8, "method adapt: DAgger rounds", low=1, high=1000, formerly="adapt_iterations"
+    )
+    episodes: int = setting(
+        64, "method adapt: sim episodes per DAgger round", low=1, high=100000,
+        formerly="adapt_episodes",
+    )  # fmt: skip
+    bc_steps: int = setting(
+        2000, "method adapt: behaviour-cloning updates per DAgger round", low=1,
+        high=10**7, formerly="adapt_bc_steps",
+    )  # fmt: skip
+    learning_rate: float = setting(
+        1e-3, "method adapt: learning rate of the adapter (clipped to learning_rate_cap)",
+        low=0.0, high=1.0, formerly="adapt_learning_rate",
+    )  # fmt: skip
+    shifted_share: float = setting(
+        0.3, "method adapt: share of the sim episodes that start in the shifted condition",
+        low=0.0, high=1.0, formerly="adapt_shifted_share",
+    )  # fmt: skip
+    log_spread: float = setting(
+        0.1,
+        "method adapt: least half-width of the randomisation around each identified factor "
+        "(log units; wider where identification's restarts spread more)",
+        low=0.0, high=3.0, formerly="adapt_log_spread",
+    )  # fmt: skip
 
 
 @dataclass
@@ -38,12 +252,7 @@ class LearnerConfig:
     )
     seed: int = setting(0, "Seed of sampling and initialisation.", low=0, high=2**31 - 1)
     # LoRA.
-    lora_rank: int = setting(8, "LoRA rank r.", low=1, high=256)
-    lora_alpha: int = setting(16, "LoRA alpha (scale = alpha / rank).", low=1, high=4096)
-    lora_dropout: float = setting(0.0, "LoRA dropout on the adapter input.", low=0.0, high=0.9)
-    lora_targets: list[str] = setting(
-        [], "Names of the actor's nn.Linear layers that get adapters; empty = every one."
-    )
+    lora: LoraSettings = group(LoraSettings, "The LoRA adapters the learner trains (peft).")
     critic_init: str = setting(
         "auto",
         "Critic start: fresh (LayerNorm twin critics, as the SGFT paper trains them), the "
@@ -216,152 +425,19 @@ class LearnerConfig:
         dynamic=True,
     )
     # Screening gate.
-    screen_seeds: int = setting(
-        20, "Sim episodes per condition in screening.", low=1, high=10000, dynamic=True
+    screen: ScreenSettings = group(
+        ScreenSettings, "How a candidate is screened in sim before it may be promoted."
     )
-    screen_conditions: list[str] = setting(
-        ["train", "shifted"],
-        "Conditions screened; each must pass.",
-        dynamic=True,
-    )
-    screen_profile: str = setting(
-        "randomized",
-        "Dynamics profile of the sim used for screening: a shipped name or a YAML path.",
-    )
-    screen_workers: int = setting(2, "Parallel spawned screening workers.", low=1, high=256)
     # System identification (simreal_ros/sysid): the best available model of the arm.
-    identify_dynamics: bool = setting(
-        False,
-        "Before each round, identify the sim's dynamics from the newest real bags (they "
-        "must carry /forward_position_controller/commands) and screen in the identified "
-        "profile instead of screen_profile; if identification fails, screen_profile is "
-        "used and the reason is logged. Methods sysid and adapt always identify.",
-    )
-    identified_profile: str = setting(
-        "",
-        "A profile YAML written by `simreal sysid`: screen (and, for method sysid, train) "
-        "in it instead of identifying from the bags.",
-    )
-    sysid_max_episodes: int = setting(
-        10, "Newest real episodes an identification uses.", low=2, high=10000
-    )
-    sysid_evaluations: int = setting(
-        300, "Replays in the first CMA-ES restart of an identification.", low=20, high=10**6
-    )
-    sysid_restarts: int = setting(
-        3, "CMA-ES restarts (the others on bootstrap resamples: the uncertainty).", low=1,
-        high=50,
-    )  # fmt: skip
-    sysid_sim_episodes: int = setting(
-        20,
-        "method sysid: episodes per round the running policy plays (exploring) in the "
-        "identified sim; the candidate is fine-tuned on them alone (no real transition "
-        "reaches the update), with the same LoRA adapters and forgetting guards.",
-        low=1,
-        high=100000,
+    sysid: SysidSettings = group(
+        SysidSettings, "System identification from the real bags (simreal_ros/sysid)."
     )
     # Sim-side adaptation (method adapt, simreal_ros/learner/adaptation.py).
-    adapt_teacher_episodes: int = setting(
-        16, "method adapt: sim episodes per point of the teacher's grid search", low=1,
-        high=100000,
-    )  # fmt: skip
-    adapt_iterations: int = setting(8, "method adapt: DAgger rounds", low=1, high=1000)
-    adapt_episodes: int = setting(
-        64, "method adapt: sim episodes per DAgger round", low=1, high=100000
+    adapt: AdaptSettings = group(
+        AdaptSettings, "Sim-side adaptation (method adapt, learner/adaptation.py)."
     )
-    adapt_bc_steps: int = setting(
-        2000, "method adapt: behaviour-cloning updates per DAgger round", low=1, high=10**7
-    )
-    adapt_learning_rate: float = setting(
-        1e-3, "method adapt: learning rate of the adapter (clipped to learning_rate_cap)",
-        low=0.0, high=1.0,
-    )  # fmt: skip
-    adapt_shifted_share: float = setting(
-        0.3, "method adapt: share of the sim episodes that start in the shifted condition",
-        low=0.0, high=1.0,
-    )  # fmt: skip
-    adapt_log_spread: float = setting(
-        0.1,
-        "method adapt: least half-width of the randomisation around each identified factor "
-        "(log units; wider where identification's restarts spread more)",
-        low=0.0, high=3.0,
-    )  # fmt: skip
-    screen_safety_filter: bool = setting(
-        True,
-        "Screen behind the safety filter, as the graph runs the policy: a candidate that "
-        "leans on the filter's limits is judged by what the arm would do.",
-    )
-    screen_first_seed: int = setting(
-        100000,
-        "First screening seed (candidate and running policy share seeds).",
-        low=0,
-        high=2**31 - 1,
-        dynamic=True,
-    )
-    gate_rule: str = setting(
-        "broken_only",
-        "Screening rule. broken_only: sim kills only what is clearly broken (success floor "
-        "on the Wilson upper bound, safety-filter interventions, non-finite or saturated "
-        "actions, divergence from the base) and never rejects a candidate for doing worse "
-        "than the running policy in a sim known to be misspecified; relative: the strict "
-        "rule, also no worse than the running policy (or the base) by more than "
-        "promote_tolerance. "
-        "Details: simreal_ros/learner/gate.py.",
-        choices=("broken_only", "relative"),
-        dynamic=True,
-    )
-    promote_success_floor: float = setting(
-        0.25,
-        "Reject if even the Wilson 95% UPPER bound of the sim success rate is below this "
-        "(sim is confident the candidate fails more than 3 times in 4: 0/20 or 1/20 of 20).",
-        low=0.0,
-        high=1.0,
-        dynamic=True,
-    )
-    promote_ci_low: float = setting(
-        0.0,
-        "Reject unless the Wilson 95% LOWER bound of the sim success rate clears this; it "
-        "certifies in sim, so it is off (0) by default; a strict, certifying gate is 0.3 "
-        "with gate_rule relative.",
-        low=0.0,
-        high=1.0,
-        dynamic=True,
-    )
-    promote_tolerance: float = setting(
-        0.1,
-        "gate_rule relative only: reject a candidate whose sim success rate is below the "
-        "running policy's (or the base's, if better) by more.",
-        low=0.0,
-        high=1.0,
-        dynamic=True,
-    )
-    screen_max_intervention_rate: float = setting(
-        0.8,
-        "Reject if the safety filter intervened in more than this share of the screening "
-        "control steps, not counting the velocity/acceleration/jerk shaping every 20 Hz "
-        "step gets (the shipped policies' rates are in docs/learning.md). Needs "
-        "screen_safety_filter.",
-        low=0.0,
-        high=1.0,
-        dynamic=True,
-    )
-    screen_max_saturated_share: float = setting(
-        0.5,
-        "Reject if more than this share of the actor's action components sit at the tanh "
-        "bound (|a| >= 0.99) in screening. Any non-finite action rejects, whatever this is.",
-        low=0.0,
-        high=1.0,
-        dynamic=True,
-    )
-    screen_max_divergence: float = setting(
-        0.5,
-        "Reject if the mean |candidate action - base action| on the candidate's own "
-        "screening states exceeds this, per component in normalised action units ([-1, 1]; "
-        "times the spec's action scale is rad per step). A quarter of the action range: far "
-        "beyond the trust region's ~1/(2 anchor_weight).",
-        low=0.0,
-        high=2.0,
-        dynamic=True,
+    promotion: PromotionSettings = group(
+        PromotionSettings, "The screening gate's rule and thresholds (learner/gate.py)."
     )
     task: str = setting("push", "Task screened and trained.", choices=("push", "reach"))
     critic_warmup_updates: int = setting(
@@ -387,9 +463,9 @@ class LearnerConfig:
 
     def __post_init__(self) -> None:
         validate(self)
-        check_profile(self.screen_profile)
-        if self.identified_profile:
-            check_profile(self.identified_profile)
+        check_profile(self.screen.profile)
+        if self.sysid.profile:
+            check_profile(self.sysid.profile)
         critic_from_checkpoint = self.critic_init in ("checkpoint", "checkpoint_lora")
         if method_traits(self.method).shaped and critic_from_checkpoint and self.horizon != 0:
             raise ValueError(
@@ -401,16 +477,16 @@ class LearnerConfig:
                 "critic_init=sim_advantage is SGFT's warm start (the critic learns the shaped "
                 "return, whose sim value is Q_sim - V_sim); use it with method=sgft."
             )
-        bad = [c for c in self.screen_conditions if c not in ("train", "shifted")]
+        bad = [c for c in self.screen.conditions if c not in ("train", "shifted")]
         if bad:
-            raise ValueError(f"screen_conditions {bad} unknown; use train and/or shifted.")
+            raise ValueError(f"screen.conditions {bad} unknown; use train and/or shifted.")
 
     @property
     def identifies_from_bags(self) -> bool:
         """Rounds first identify the dynamics from the newest real bags (sysid always does,
         unless a profile was identified beforehand)."""
-        identifying = self.identify_dynamics or method_traits(self.method).identifies
-        return identifying and not self.identified_profile
+        identifying = self.sysid.enabled or method_traits(self.method).identifies
+        return identifying and not self.sysid.profile
 
     @property
     def wants_sim_episodes(self) -> bool:

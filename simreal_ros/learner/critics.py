@@ -194,7 +194,7 @@ class Critics:
             raise ValueError("a checkpoint critic has one head; it needs horizon 0 (infinite).")
         critic = copy.deepcopy(checkpoint.model.critic)
         if init == "checkpoint_lora":
-            critic = lora.wrap(critic, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout)
+            critic = lora.wrap(critic, cfg.lora.rank, cfg.lora.alpha, cfg.lora.dropout)
         else:
             for p in critic.parameters():
                 p.requires_grad_(True)

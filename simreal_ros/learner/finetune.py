@@ -248,12 +248,12 @@ class RoundTrainer:
             raise ValueError(
                 "method sysid needs an identified profile: record real episodes with "
                 "/forward_position_controller/commands (the learner identifies from them) "
-                "or set identified_profile to a `simreal sysid` profile.yaml."
+                "or set sysid.profile to a `simreal sysid` profile.yaml."
             )
         env = ArmTaskEnv(task=cfg.task, profile=profile, robot=self.robot)
         act = policy_actions(lora.inner(self.actor_peft), None, cfg.exploration_std_max)
-        first = cfg.seed * 1_000_003 + 500_000 + round_ * cfg.sysid_sim_episodes
-        seeds = range(first, first + cfg.sysid_sim_episodes)
+        first = cfg.seed * 1_000_003 + 500_000 + round_ * cfg.sysid.sim_episodes
+        seeds = range(first, first + cfg.sysid.sim_episodes)
         try:
             fresh, _ = rollout_transitions(
                 env, converter, seeds, "train", act, source="identified_sim",
@@ -285,19 +285,19 @@ class RoundTrainer:
             raise ValueError(
                 "method adapt needs an identified profile: record real episodes with "
                 "/forward_position_controller/commands (the learner identifies from them) "
-                "or set identified_profile to a `simreal sysid` profile.yaml."
+                "or set sysid.profile to a `simreal sysid` profile.yaml."
             )
         settings = AdaptationSettings(
-            teacher_episodes=cfg.adapt_teacher_episodes,
-            iterations=cfg.adapt_iterations,
-            episodes=cfg.adapt_episodes,
-            bc_steps=cfg.adapt_bc_steps,
+            teacher_episodes=cfg.adapt.teacher_episodes,
+            iterations=cfg.adapt.iterations,
+            episodes=cfg.adapt.episodes,
+            bc_steps=cfg.adapt.bc_steps,
             batch_size=max(cfg.batch_size, 256),
-            learning_rate=min(cfg.adapt_learning_rate, cfg.learning_rate_cap),
-            shifted_share=cfg.adapt_shifted_share,
-            log_spread_floor=cfg.adapt_log_spread,
+            learning_rate=min(cfg.adapt.learning_rate, cfg.learning_rate_cap),
+            shifted_share=cfg.adapt.shifted_share,
+            log_spread_floor=cfg.adapt.log_spread,
             seed=cfg.seed * 101 + round_,
-            workers=cfg.screen_workers,
+            workers=cfg.screen.workers,
         )
         result = adapt(
             self.actor_peft, checkpoint_dir, self.checkpoint, profile, out_dir, settings,

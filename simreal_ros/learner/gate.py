@@ -1,7 +1,7 @@
 """Screening gate: a candidate runs on the arm only if sim says it is not broken.
 
 For each screened condition (train, shifted) the candidate and the running policy play
-the SAME seeds in the screening sim (the learner's ``screen_profile``: the best model of
+the SAME seeds in the screening sim (the learner's ``screen.profile``: the best model of
 the arm there is, an identified profile's YAML where one exists, else ``randomized``).
 
 Rule ``broken_only`` (the default): sim kills what is clearly broken and never certifies,

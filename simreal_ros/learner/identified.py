@@ -23,9 +23,9 @@ class IdentifiedDynamics:
         self.identification: dict[str, Any] = {}
 
     def screening_profile(self, config: LearnerConfig) -> str:
-        """The identified profile when there is one, else ``screen_profile`` (randomised by
+        """The identified profile when there is one, else ``screen.profile`` (randomised by
         default)."""
-        return self.profile or config.screen_profile
+        return self.profile or config.screen.profile
 
     def identify(
         self, config: LearnerConfig, bags: Sequence[str | Path], round_: int
@@ -37,18 +37,18 @@ class IdentifiedDynamics:
         from simreal_ros.sysid.output import identification_summary
 
         cfg = config
-        if cfg.identified_profile:
-            return cfg.identified_profile
-        chosen = [str(b) for b in bags][-cfg.sysid_max_episodes :]
+        if cfg.sysid.profile:
+            return cfg.sysid.profile
+        chosen = [str(b) for b in bags][-cfg.sysid.max_episodes :]
         # Named by time: a learner restarted by the loop counts its rounds from 1 again.
         out = (
             Path(cfg.store_root) / "sysid" / f"{time.strftime('%Y%m%d-%H%M%S')}-round{round_ + 1}"
         )
         settings = FitSettings(
-            restarts=cfg.sysid_restarts,
-            evaluations_per_restart=cfg.sysid_evaluations,
-            evaluations_resample=max(20, cfg.sysid_evaluations // 2),
-            threads=cfg.screen_workers,
+            restarts=cfg.sysid.restarts,
+            evaluations_per_restart=cfg.sysid.evaluations,
+            evaluations_resample=max(20, cfg.sysid.evaluations // 2),
+            threads=cfg.screen.workers,
             seed=cfg.seed + round_,
         )
         started = time.time()

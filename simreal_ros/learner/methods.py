@@ -22,7 +22,7 @@ class Method:
     # real: the update reads the recorded transitions; identified_sim: only episodes in
     # the sim identified from them reach it.
     trains_in: str
-    # Identifies the arm's dynamics before every round, whatever identify_dynamics says.
+    # Identifies the arm's dynamics before every round, whatever sysid.enabled says.
     identifies: bool
     # Takes the scripted expert's demonstrations when the loop collects them.
     uses_expert_demos: bool

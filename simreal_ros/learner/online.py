@@ -73,7 +73,7 @@ class OnlineLearner:
         self.on_result = on_result
         # One pool of sim workers for the learner's life (started at its first use): a
         # pool per screening or adaptation stage paid every worker's imports again.
-        self.sim_executor = LocalExecutor(config.screen_workers)
+        self.sim_executor = LocalExecutor(config.screen.workers)
         self.evaluator = evaluator or policy_evaluator(
             config, self._screening_profile, robot=robot, executor=self.sim_executor
         )
@@ -288,7 +288,7 @@ class OnlineLearner:
             self.on_result(result)
 
     def _screening_profile(self) -> str:
-        return self.session.screening_profile if self.session else self.config.screen_profile
+        return self.session.screening_profile if self.session else self.config.screen.profile
 
     def _screening_evaluator(self, *args):
         self.state = "screening"

@@ -109,16 +109,16 @@ class Promotion:
     def screen(
         self, config: LearnerConfig, candidate: Candidate, evaluator: Evaluator, profile: str
     ) -> GateDecision:
-        seeds = [config.screen_first_seed + i for i in range(config.screen_seeds)]
+        seeds = [config.screen.first_seed + i for i in range(config.screen.seeds)]
         return gate_screen(
             evaluator,
             self.checkpoint_dir,
             candidate.adapter_dir,
             self.running_adapter(),
-            config.screen_conditions,
+            config.screen.conditions,
             seeds,
-            config.promote_ci_low,
-            config.promote_tolerance,
+            config.promotion.ci_low,
+            config.promotion.tolerance,
             profile,
             self.baseline_cache,
             gate_settings(config),
@@ -152,13 +152,13 @@ class Promotion:
 def gate_settings(config: LearnerConfig) -> GateSettings:
     """The gate's thresholds from the learner's settings."""
     return GateSettings(
-        rule=config.gate_rule,
-        success_floor=config.promote_success_floor,
-        ci_low=config.promote_ci_low,
-        tolerance=config.promote_tolerance,
-        max_intervention_rate=config.screen_max_intervention_rate,
-        max_saturated_share=config.screen_max_saturated_share,
-        max_divergence=config.screen_max_divergence,
+        rule=config.promotion.rule,
+        success_floor=config.promotion.success_floor,
+        ci_low=config.promotion.ci_low,
+        tolerance=config.promotion.tolerance,
+        max_intervention_rate=config.promotion.max_intervention_rate,
+        max_saturated_share=config.promotion.max_saturated_share,
+        max_divergence=config.promotion.max_divergence,
     )
 
 
@@ -168,10 +168,10 @@ def policy_evaluator(
     """The gate's evaluator on ``robot`` (a ``RobotDescription``): the policy package's
     parallel spawned-worker sim evaluation
     (the deployed, merged form of base + adapter, with the adapter's checksum checked) in
-    ``screen_profile`` (a shipped name or a profile YAML, e.g. an identified one). An
+    ``screen.profile`` (a shipped name or a profile YAML, e.g. an identified one). An
     adapter's actions are compared with the base's on its own states (divergence).
     ``executor`` (``simreal_ros.executor``): where the episodes run; None: a pool of
-    ``screen_workers`` processes per evaluation."""
+    ``screen.workers`` processes per evaluation."""
     from simreal_ros.training.evaluate import PolicySource, evaluate_policy
 
     def evaluate(checkpoint_dir, adapter_dir, condition, seeds) -> EvaluationSummary:
@@ -180,11 +180,11 @@ def policy_evaluator(
         )
         result = evaluate_policy(
             source,
-            profile=profile() if profile else config.screen_profile,
+            profile=profile() if profile else config.screen.profile,
             condition=condition,
             seeds=list(seeds),
-            workers=config.screen_workers,
-            safety_filter=config.screen_safety_filter,
+            workers=config.screen.workers,
+            safety_filter=config.screen.safety_filter,
             reference=None if adapter_dir is None else PolicySource(str(checkpoint_dir)),
             robot=robot,
             executor=executor,

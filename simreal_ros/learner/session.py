@@ -103,16 +103,16 @@ class LearnerSession:
         running = self.store.current()
         self.actor_peft = lora.wrap(
             checkpoint.model.actor,
-            config.lora_rank,
-            config.lora_alpha,
-            config.lora_dropout,
-            config.lora_targets,
+            config.lora.rank,
+            config.lora.alpha,
+            config.lora.dropout,
+            config.lora.targets,
             init_adapter=self.store.load(running).path if running else None,
         )
         self.promotion = Promotion(self.store, checkpoint, self.actor_peft, running, robot)
         self.critics = Critics(config, checkpoint, gamma, sim_data)
         self.trainer = RoundTrainer(config, checkpoint, self.actor_peft, self.critics, robot)
-        self.identified = IdentifiedDynamics(robot, config.identified_profile)
+        self.identified = IdentifiedDynamics(robot, config.sysid.profile)
         if config.learning_rate > config.learning_rate_cap:
             log.warning(
                 "learning_rate %.3g clipped to the cap %.3g",
@@ -123,7 +123,7 @@ class LearnerSession:
     @property
     def screening_profile(self) -> str:
         """Screening runs in the best available model of the arm: the identified profile
-        when there is one, else ``screen_profile`` (randomised by default)."""
+        when there is one, else ``screen.profile`` (randomised by default)."""
         return self.identified.screening_profile(self.config)
 
     def add_sim_data(self, sim: Transitions) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from simreal_ros.config_schema import from_mapping
+from simreal_ros.config_schema import check_names, from_mapping
 from simreal_ros.executor import make_executor
 from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.methods import method_traits
@@ -72,8 +72,7 @@ def learner_config(cfg: RoundsConfig, **values: Any) -> LearnerConfig:
     """The learner's defaults, the given settings, then the --learner KEY=VALUE overrides
     (parsed and validated by the learner's own config schema)."""
     for key, text in cfg.learner_overrides:
-        if key not in LearnerConfig.__dataclass_fields__:
-            raise ValueError(f"--learner {key}=...: LearnerConfig has no field {key!r}.")
+        check_names(LearnerConfig, [key], "--learner setting")
         values[key] = json.loads(text) if text[:1] in "[{" else _scalar(text)
     return from_mapping(LearnerConfig, values)
 

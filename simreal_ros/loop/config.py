@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from simreal_ros.config_schema import setting, shared_setting, validate
+from simreal_ros.config_schema import check_names, setting, shared_setting, validate
 from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.methods import METHODS, method_traits
 from simreal_ros.loop.arm_decision import INCONCLUSIVE
@@ -36,14 +36,14 @@ class LoopConfig:
     )
     # Learner settings the loop sets with its own defaults (small rounds on the stand-in);
     # each is declared once, in LearnerConfig, and graph_overrides hands them all on.
-    identify_dynamics: bool = shared_setting(LearnerConfig, "identify_dynamics", True)
-    sysid_max_episodes: int = shared_setting(LearnerConfig, "sysid_max_episodes", 8)
-    sysid_evaluations: int = shared_setting(LearnerConfig, "sysid_evaluations", 200)
-    sysid_restarts: int = shared_setting(LearnerConfig, "sysid_restarts", 2)
+    identify_dynamics: bool = shared_setting(LearnerConfig, "sysid.enabled", True)
+    sysid_max_episodes: int = shared_setting(LearnerConfig, "sysid.max_episodes", 8)
+    sysid_evaluations: int = shared_setting(LearnerConfig, "sysid.evaluations", 200)
+    sysid_restarts: int = shared_setting(LearnerConfig, "sysid.restarts", 2)
     learner_set: str = setting(
         "",
         "learner settings for this run, KEY=VALUE separated by ';' (YAML values), e.g. "
-        "'gate_rule=relative;promote_ci_low=0.3'",
+        "'promotion.rule=relative;promotion.ci_low=0.3'",
     )
     horizon: int = shared_setting(LearnerConfig, "horizon", 1)
     rounds: int = setting(
@@ -89,8 +89,8 @@ class LoopConfig:
     )  # fmt: skip
     updates_per_round: int = shared_setting(LearnerConfig, "updates_per_round", 300)
     sim_episodes: int = shared_setting(LearnerConfig, "sim_episodes", 10)
-    screen_seeds: int = shared_setting(LearnerConfig, "screen_seeds", 20)
-    screen_workers: int = shared_setting(LearnerConfig, "screen_workers", 2)
+    screen_seeds: int = shared_setting(LearnerConfig, "screen.seeds", 20)
+    screen_workers: int = shared_setting(LearnerConfig, "screen.workers", 2)
     check_episodes: int = setting(
         50,
         "per round and condition: off-ROS stand-in episodes behind the safety filter on the "
@@ -135,25 +135,24 @@ class LoopConfig:
         """Every learner setting this config carries (``shared_setting`` fields), then
         ``learner_set`` on top."""
         shared = {
-            f.name: getattr(self, f.name)
+            f.metadata["shared_name"]: getattr(self, f.name)
             for f in dataclasses.fields(self)
             if f.metadata.get("shared_with") == LearnerConfig.__name__
         }
         return {**shared, **self.learner_overrides()}
 
     def learner_overrides(self) -> dict:
-        """``learner_set`` as a mapping, each key a LearnerConfig setting."""
+        """``learner_set`` as a mapping, each key a LearnerConfig setting (dotted)."""
         import yaml
 
-        known = {f.name for f in dataclasses.fields(LearnerConfig)}
         out = {}
         for item in filter(None, (p.strip() for p in self.learner_set.split(";"))):
             key, sep, value = item.partition("=")
-            key = key.strip()
-            if not sep or key not in known:
+            if not sep:
                 raise ValueError(
                     f"learner_set item {item!r}: write KEY=VALUE with KEY a learner setting "
                     "(see simreal_ros/learner/config.py)."
                 )
-            out[key] = yaml.safe_load(value)
+            out[key.strip()] = yaml.safe_load(value)
+        check_names(LearnerConfig, out, "learner_set setting")
         return out

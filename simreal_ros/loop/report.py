@@ -286,7 +286,7 @@ give).</p>
             identification_rows,
         )
         if identification_rows
-        else "<p>none: screened in the learner's screen_profile</p>"
+        else "<p>none: screened in the learner's screen.profile</p>"
     }
 <h2>Diagnosis</h2>{_table(["round", "label", "evidence"], diagnosis_rows)}
 <h2>Configuration</h2>{_table(["setting", "value"], config_rows)}

@@ -25,10 +25,10 @@ from rclpy.parameter import Parameter
 from simreal_ros import config_schema
 
 
-def _descriptor(field: dataclasses.Field, default: Any) -> ParameterDescriptor:
+def _descriptor(name: str, field: dataclasses.Field, default: Any) -> ParameterDescriptor:
     meta = field.metadata
     descriptor = ParameterDescriptor(
-        name=field.name,
+        name=name,
         description=config_schema.describe(field),
         read_only=not meta.get("dynamic", False),
     )
@@ -85,26 +85,28 @@ def declare_config(
     prefix: str = "",
     apply: Callable[[Any], None] | None = None,
 ) -> Any:
-    """Declare every field of ``config_cls`` and return the validated config.
+    """Declare every setting of ``config_cls`` (a group's as ``group.name``, as
+    generate_parameter_library names nested parameters) and return the validated config.
 
     Values come from the node's parameter overrides (YAML, command line); defaults live
     only in the dataclass. An invalid value raises ValueError naming the parameter.
     ``apply(new_config)`` receives each accepted run-time change of a dynamic setting (it
     may raise ValueError to refuse it); a config with dynamic settings needs one.
     """
-    fields = dataclasses.fields(config_cls)
+    fields = config_schema.settings(config_cls)
+    _refuse_renamed(node, config_cls, prefix)
     values = {}
-    for field in fields:
+    for setting_name, field in fields.items():
         default = _default_of(field)
-        name = prefix + field.name
-        value = _declare(node, name, default, _descriptor(field, default))
+        name = prefix + setting_name
+        value = _declare(node, name, default, _descriptor(name, field, default))
         if isinstance(default, list) and value is None:
             value = []
         if isinstance(default, tuple) and isinstance(value, list):
             value = tuple(value)
-        values[field.name] = value
+        values[setting_name] = value
     config = config_schema.from_mapping(config_cls, values)
-    dynamic = [field.name for field in fields if field.metadata.get("dynamic")]
+    dynamic = [name for name, field in fields.items() if field.metadata.get("dynamic")]
     if dynamic:
         if apply is None:
             raise TypeError(
@@ -115,10 +117,19 @@ def declare_config(
     return config
 
 
+def _refuse_renamed(node: Node, config_cls: type, prefix: str) -> None:
+    """An override under a setting's old name would be ignored by ROS (it declares only the
+    new one): refuse it with the new name."""
+    overrides = getattr(node, "_parameter_overrides", {})
+    moved = config_schema.renamed(config_cls)
+    given = [name[len(prefix) :] for name in overrides if name.startswith(prefix)]
+    config_schema.check_names(config_cls, [name for name in given if name in moved])
+
+
 def _change_handler(config_cls: type, prefix: str, values: dict, apply: Callable):
     """The on-set callback of one config: validate, apply, then remember the new values."""
     current = dict(values)
-    names = {prefix + field.name: field.name for field in dataclasses.fields(config_cls)}
+    names = {prefix + name: name for name in config_schema.settings(config_cls)}
 
     def on_set(parameters: list[Parameter]) -> SetParametersResult:
         changes = {names[p.name]: p.value for p in parameters if p.name in names}

@@ -3,7 +3,7 @@
 ``write_result(result, out_dir, ...)`` writes, only after the fit succeeded:
 
 - ``profile.yaml``: a dynamics profile usable wherever one is (``--dynamics-profile PATH``, the sim
-  bridge's ``profile``, the learner's ``screen_profile``). Identified parameters are fixed
+  bridge's ``profile``, the learner's ``screen.profile``). Identified parameters are fixed
   factors (``scale``) or values (``set``); an unidentifiable one keeps the prior's range
   (the randomised profile's, drawn per reset) or, without one, its nominal value: it is
   not guessed. ``stand_in: false``: an identified model is not a stand-in.

@@ -40,6 +40,44 @@ def test_invalid_values_are_refused_with_the_field_named(values, message):
         config_schema.from_mapping(ExampleConfig, values)
 
 
+@dataclasses.dataclass
+class ScreenGroup:
+    seeds: int = config_schema.setting(20, "episodes", low=1, high=100, formerly="screen_seeds")
+    profile: str = config_schema.setting("nominal", "profile", formerly="screen_profile")
+
+
+@dataclasses.dataclass
+class GroupedConfig:
+    rate_hz: float = config_schema.setting(100.0, "control rate", low=1.0, high=1000.0)
+    screen: ScreenGroup = config_schema.group(ScreenGroup, "screening")
+
+
+def test_a_group_is_named_with_dots_and_given_flat_or_nested():
+    assert list(config_schema.settings(GroupedConfig)) == [
+        "rate_hz", "screen.seeds", "screen.profile"
+    ]  # fmt: skip
+    dotted = config_schema.from_mapping(GroupedConfig, {"screen.seeds": 5, "rate_hz": 2})
+    nested = config_schema.from_mapping(GroupedConfig, {"screen": {"seeds": 5}, "rate_hz": 2})
+    assert dotted == nested and dotted.screen.seeds == 5 and dotted.screen.profile == "nominal"
+    assert config_schema.values_of(dotted)["screen.seeds"] == 5
+    changed = config_schema.updated(dotted, {"screen.profile": "randomized"})
+    assert (changed.screen.profile, changed.screen.seeds, dotted.screen.profile) == (
+        "randomized", 5, "nominal"
+    )  # fmt: skip
+    assert GroupedConfig().screen is not GroupedConfig().screen  # no shared group instance
+
+
+def test_a_grouped_setting_is_validated_and_an_old_name_gets_its_new_one():
+    with pytest.raises(ValueError, match=r"GroupedConfig\.screen\.seeds = 0 is below"):
+        config_schema.from_mapping(GroupedConfig, {"screen": {"seeds": 0}})
+    with pytest.raises(ValueError, match=r"screen_seeds is now screen\.seeds"):
+        config_schema.from_mapping(GroupedConfig, {"screen_seeds": 3})
+    with pytest.raises(ValueError, match=r"unknown GroupedConfig setting\(s\): screen\.seed\b"):
+        config_schema.from_mapping(GroupedConfig, {"screen.seed": 3})
+    with pytest.raises(AttributeError):
+        config_schema.shared_setting(GroupedConfig, "screen_seeds", 1)
+
+
 def test_wilson_interval_matches_reference_values():
     # Reference: 8/10 -> (0.4902, 0.9433) from the Wilson score formula.
     low, high = wilson_interval(8, 10)

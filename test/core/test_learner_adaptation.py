@@ -3,12 +3,11 @@ region: real MuJoCo episodes, the shipped push checkpoint, peft adapters."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
 
+from simreal_ros.config_schema import from_mapping, updated
 from simreal_ros.learner import adaptation, lora
 from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.data import collect_sim_transitions
@@ -174,12 +173,12 @@ def test_the_trust_region_anchors_to_the_parent_not_the_base(tmp_path, small_bas
     from simreal_ros.learner.gate import EvaluationSummary
 
     directory, sim, real = small_base
-    cfg = LearnerConfig(
-        method="rl", checkpoint_dir=str(directory), store_root=str(tmp_path / "models"),
-        updates_per_round=20, batch_size=16, screen_seeds=1, screen_conditions=["train"],
-        screen_workers=1, screen_profile="nominal", anchor_weight=1.0,
-        learning_rate=1e-3,
-    )  # fmt: skip
+    cfg = from_mapping(LearnerConfig, {
+        "method": "rl", "checkpoint_dir": str(directory),
+        "store_root": str(tmp_path / "models"), "updates_per_round": 20, "batch_size": 16,
+        "screen.seeds": 1, "screen.conditions": ["train"], "screen.workers": 1,
+        "screen.profile": "nominal", "anchor_weight": 1.0, "learning_rate": 1e-3,
+    })  # fmt: skip
 
     def passes(checkpoint_dir, adapter_dir, condition, seeds):
         return EvaluationSummary(len(seeds), len(seeds), 0.0, [True] * len(seeds))
@@ -210,12 +209,13 @@ def test_method_adapt_stages_a_candidate_trained_in_the_identified_sim(
     from simreal_ros.learner.gate import EvaluationSummary
 
     directory, sim, real = small_base
-    cfg = LearnerConfig(
-        method="adapt", checkpoint_dir=str(directory), store_root=str(tmp_path / "models"),
-        identified_profile=str(identified), screen_seeds=1, screen_conditions=["train"],
-        screen_workers=1, adapt_teacher_episodes=1, adapt_iterations=1, adapt_episodes=2,
-        adapt_bc_steps=5,
-    )  # fmt: skip
+    cfg = from_mapping(LearnerConfig, {
+        "method": "adapt", "checkpoint_dir": str(directory),
+        "store_root": str(tmp_path / "models"), "sysid.profile": str(identified),
+        "screen.seeds": 1, "screen.conditions": ["train"], "screen.workers": 1,
+        "adapt.teacher_episodes": 1, "adapt.iterations": 1, "adapt.episodes": 2,
+        "adapt.bc_steps": 5,
+    })  # fmt: skip
     assert cfg.identifies_from_bags is False  # given a profile, it does not identify
 
     seen = []
@@ -232,7 +232,7 @@ def test_method_adapt_stages_a_candidate_trained_in_the_identified_sim(
     assert result.decision.promoted and metrics["distance_from_parent"] > 0
     assert metrics["adapt_rows"] > 0 and "adapt_teacher_lead" in metrics
     assert seen and all(profile == str(identified) for profile in seen)
-    unidentified = dataclasses.replace(cfg, identified_profile="", store_root=str(tmp_path / "m2"))
+    unidentified = updated(cfg, {"sysid.profile": "", "store_root": str(tmp_path / "m2")})
     lost = LearnerSession(
         unidentified, sim_data=sim.subset(np.arange(len(sim))), robot=load_robot_description()
     )

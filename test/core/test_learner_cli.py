@@ -37,18 +37,21 @@ def learn(setup, store, options=(), *settings):
     return main([
         "learn", *options, "--episodes", str(setup / "eps"), "--checkpoint", str(setup / "push"),
         "--store", str(store), "--updates", "10", "--screen-seeds", "2", "--workers", "1",
-        "--set", "batch_size=16", "screen_conditions=[train]", "screen_profile=nominal",
-        "critic_warmup_updates=2", "sim_episodes=0", "promote_tolerance=1.0",
+        "--set", "batch_size=16", "screen.conditions=[train]", "screen.profile=nominal",
+        "critic_warmup_updates=2", "sim_episodes=0", "promotion.tolerance=1.0",
         *settings,
     ])  # fmt: skip
 
 
 def test_learn_models_list_show_rollback(setup, tmp_path, capsys):
     store = tmp_path / "models"
-    assert learn(setup, store, ["--method", "sgft", "--horizon", "3"], "promote_ci_low=0") == 0
-    assert learn(setup, store, ["--method", "rl"], "promote_ci_low=0") == 0
+    assert learn(setup, store, ["--method", "sgft", "--horizon", "3"], "promotion.ci_low=0") == 0
+    assert learn(setup, store, ["--method", "rl"], "promotion.ci_low=0") == 0
     # A gate it cannot pass: rejected, exit code 1, still stored with the numbers.
-    assert learn(setup, store, ["--method", "bc"], "promote_ci_low=1", "bc_use_failures=true") == 1
+    rejected = learn(
+        setup, store, ["--method", "bc"], "promotion.ci_low=1", "bc_use_failures=true"
+    )
+    assert rejected == 1
     capsys.readouterr()
     assert main(["models", "list", "--store", str(store)]) == 0
     table = capsys.readouterr().out

@@ -49,25 +49,25 @@ def scale_head(factor):
 
 
 def test_each_breakage_is_rejected_by_its_check_and_an_identity_adapter_passes(reach, tmp_path):
-    cfg = from_mapping(LearnerConfig, dict(
-        task="reach", checkpoint_dir=str(reach), store_root=str(tmp_path / "m"),
-        screen_profile="randomized", screen_workers=1, screen_conditions=["train"],
-    ))  # fmt: skip
-    assert cfg.gate_rule == "broken_only" and cfg.promote_ci_low == 0.0  # the defaults
+    cfg = from_mapping(LearnerConfig, {
+        "task": "reach", "checkpoint_dir": str(reach), "store_root": str(tmp_path / "m"),
+        "screen": {"profile": "randomized", "workers": 1, "conditions": ["train"]},
+    })  # fmt: skip
+    assert cfg.promotion.rule == "broken_only" and cfg.promotion.ci_low == 0.0  # the defaults
     base = load_checkpoint(reach)
     evaluator, cache = policy_evaluator(cfg, robot=load_robot_description()), {}
 
     def gate(directory):
         return screen(
-            evaluator, reach, directory, None, ["train"], SEEDS, cfg.promote_ci_low,
-            cfg.promote_tolerance, cfg.screen_profile, cache, gate_settings(cfg),
+            evaluator, reach, directory, None, ["train"], SEEDS, cfg.promotion.ci_low,
+            cfg.promotion.tolerance, cfg.screen.profile, cache, gate_settings(cfg),
         )  # fmt: skip
 
     identity = gate(adapter(base, tmp_path / "identity"))
     assert identity.promoted, identity.reason
     result = identity.results[0]
     assert result.divergence == pytest.approx(0.0, abs=1e-9)
-    assert 0.0 < result.intervention_rate < cfg.screen_max_intervention_rate
+    assert 0.0 < result.intervention_rate < cfg.promotion.max_intervention_rate
     assert result.saturated_share < 0.05 and result.nonfinite_steps == 0
 
     inverted = gate(adapter(base, tmp_path / "inverted", invert_layer))

@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 
+from simreal_ros.config_schema import from_mapping, updated
 from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.gate import EvaluationSummary
 from simreal_ros.learner.online import EpisodeInfo, OnlineLearner
@@ -41,12 +42,13 @@ def setup(tmp_path_factory):
 
 def tiny_bc_config(root, tmp_path) -> LearnerConfig:
     """A BC round of a few updates on the two recorded episodes; the gate always promotes."""
-    return LearnerConfig(
-        checkpoint_dir=str(root / "push"), store_root=str(tmp_path / "m"), method="bc",
-        bc_use_failures=True, updates_per_round=5, batch_size=8, round_every_episodes=2,
-        min_real_transitions=5, sim_episodes=0, sim_replay=False, screen_seeds=2,
-        screen_conditions=["train"], promote_ci_low=0.0, promote_tolerance=1.0,
-    )  # fmt: skip
+    return from_mapping(LearnerConfig, {
+        "checkpoint_dir": str(root / "push"), "store_root": str(tmp_path / "m"), "method": "bc",
+        "bc_use_failures": True, "updates_per_round": 5, "batch_size": 8,
+        "round_every_episodes": 2, "min_real_transitions": 5, "sim_episodes": 0,
+        "sim_replay": False, "screen.seeds": 2, "screen.conditions": ["train"],
+        "promotion.ci_low": 0.0, "promotion.tolerance": 1.0,
+    })  # fmt: skip
 
 
 def wait(condition, timeout=120.0):
@@ -98,7 +100,6 @@ def test_rounds_run_off_the_caller_thread_and_survive_a_failure(setup, tmp_path)
 
 
 def test_a_run_time_setting_change_applies_from_the_next_round(setup, tmp_path):
-    import dataclasses
 
     root, metas = setup
     cfg = tiny_bc_config(root, tmp_path)
@@ -119,7 +120,7 @@ def test_a_run_time_setting_change_applies_from_the_next_round(setup, tmp_path):
         assert wait(lambda: len(results) == 1), learner.status()
         assert set(seeds_seen) == {2}
         seeds_seen.clear()
-        learner.update_config(dataclasses.replace(cfg, screen_seeds=3))
+        learner.update_config(updated(cfg, {"screen.seeds": 3}))
         learner.request_round()
         assert wait(lambda: len(results) == 2), learner.status()
         assert seeds_seen and set(seeds_seen) == {3}

@@ -9,6 +9,7 @@ import pytest
 import torch
 from core.learner_toy import invert_layer
 
+from simreal_ros.config_schema import from_mapping
 from simreal_ros.learner import lora
 from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.data import collect_sim_transitions
@@ -30,15 +31,16 @@ def reach(shipped_reach):
 
 
 def config(tmp_path, checkpoint, **changes):
-    values = dict(
-        task="reach", checkpoint_dir=str(checkpoint), store_root=str(tmp_path / "models"),
-        method="bc", screen_seeds=len(SEEDS), screen_first_seed=SEEDS[0],
-        screen_conditions=["train"], screen_profile="nominal", screen_workers=1,
-        promote_ci_low=0.5, promote_tolerance=0.1, sim_replay=False, batch_size=64,
-        updates_per_round=200, learning_rate=1e-3, learning_rate_cap=1e-3,
-    )  # fmt: skip
+    values = {
+        "task": "reach", "checkpoint_dir": str(checkpoint),
+        "store_root": str(tmp_path / "models"), "method": "bc", "screen.seeds": len(SEEDS),
+        "screen.first_seed": SEEDS[0], "screen.conditions": ["train"],
+        "screen.profile": "nominal", "screen.workers": 1, "promotion.ci_low": 0.5,
+        "promotion.tolerance": 0.1, "sim_replay": False, "batch_size": 64,
+        "updates_per_round": 200, "learning_rate": 1e-3, "learning_rate_cap": 1e-3,
+    }  # fmt: skip
     values.update(changes)
-    return LearnerConfig(**values)
+    return from_mapping(LearnerConfig, values)
 
 
 def save_adapter(model, base, directory):
@@ -55,7 +57,7 @@ def test_gate_in_mujoco_rejects_sabotage_and_passes_an_identity_adapter(reach, t
 
     def gate(adapter_dir):
         return screen(evaluator, reach, adapter_dir, None, ["train"], SEEDS,
-                      cfg.promote_ci_low, cfg.promote_tolerance, "nominal", cache)  # fmt: skip
+                      cfg.promotion.ci_low, cfg.promotion.tolerance, "nominal", cache)  # fmt: skip
 
     identity = save_adapter(lora.wrap(base.model.actor, rank=8, alpha=16), base, tmp_path / "id")
     passed = gate(identity)
@@ -67,7 +69,7 @@ def test_gate_in_mujoco_rejects_sabotage_and_passes_an_identity_adapter(reach, t
     inverted = gate(save_adapter(inverted_model, base, tmp_path / "inverted"))
     assert not inverted.promoted
     result = inverted.results[0]
-    assert result.success_rate < result.baseline_success_rate - cfg.promote_tolerance
+    assert result.success_rate < result.baseline_success_rate - cfg.promotion.tolerance
     assert "rejected" in inverted.reason and f"/{len(SEEDS)}" in inverted.reason
     print("\ninverted head:", inverted.reason)
 

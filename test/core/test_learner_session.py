@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from simreal_ros.config_schema import from_mapping
 from simreal_ros.learner import lora
 from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.data import collect_sim_transitions
@@ -54,14 +55,15 @@ def data(base_dir):
 
 
 def config(tmp_path, base_dir, **changes):
-    values = dict(
-        checkpoint_dir=str(base_dir), store_root=str(tmp_path / "models"), updates_per_round=15,
-        batch_size=16, critic_warmup_updates=5, screen_seeds=2, screen_conditions=["train"],
-        screen_workers=1, screen_profile="nominal", promote_ci_low=0.0, promote_tolerance=1.0,
-        ewc=True, ewc_fisher_samples=16,
-    )  # fmt: skip
+    values = {
+        "checkpoint_dir": str(base_dir), "store_root": str(tmp_path / "models"),
+        "updates_per_round": 15, "batch_size": 16, "critic_warmup_updates": 5,
+        "screen.seeds": 2, "screen.conditions": ["train"], "screen.workers": 1,
+        "screen.profile": "nominal", "promotion.ci_low": 0.0, "promotion.tolerance": 1.0,
+        "ewc": True, "ewc_fisher_samples": 16,
+    }  # fmt: skip
     values.update(changes)
-    return LearnerConfig(**values)
+    return from_mapping(LearnerConfig, values)
 
 
 def copy_of(t: Transitions) -> Transitions:
@@ -116,8 +118,8 @@ def test_a_rejected_candidate_is_stored_and_training_continues_from_the_running_
     # The relative rule: 0/2 against the base's 2/2 is rejected (broken_only lets 0/2 through:
     # its Wilson upper bound is 0.66, above the success floor).
     cfg = config(
-        tmp_path, base_dir, method="bc", updates_per_round=5, promote_tolerance=0.1,
-        gate_rule="relative",
+        tmp_path, base_dir, method="bc", updates_per_round=5,
+        **{"promotion.tolerance": 0.1, "promotion.rule": "relative"},
     )  # fmt: skip
     session = LearnerSession(cfg, sim_data=copy_of(sim), robot=load_robot_description())
     before = {k: v.clone() for k, v in lora.adapter_state(session.actor_peft).items()}
@@ -262,8 +264,8 @@ def test_sysid_method_trains_only_on_the_identified_sim_and_screens_there(
     identified = tmp_path / "identified.yaml"
     identified.write_text("profile: identified\nscale: {gain.*: 0.4}\nset: {latency_steps: 6}\n")
     cfg = config(
-        tmp_path, base_dir, method="sysid", identified_profile=str(identified),
-        sysid_sim_episodes=2, updates_per_round=10,
+        tmp_path, base_dir, method="sysid", updates_per_round=10,
+        **{"sysid.profile": str(identified), "sysid.sim_episodes": 2},
     )  # fmt: skip
     session = LearnerSession(cfg, sim_data=copy_of(sim), robot=load_robot_description())
     assert session.config.resolved_critic_init == "checkpoint"
@@ -302,7 +304,7 @@ def test_identification_failure_keeps_screening_in_the_configured_profile(tmp_pa
     bag = tmp_path / "bags" / "ep"
     synthetic.write_episode(bag)  # another robot's joint names, and no commands topic
     session = LearnerSession(
-        config(tmp_path, base_dir, method="rl", identify_dynamics=True),
+        config(tmp_path, base_dir, method="rl", **{"sysid.enabled": True}),
         robot=load_robot_description(),
     )
     assert session.identify([bag, bag]) is None

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from simreal_ros import config_schema
 from simreal_ros.loop import orchestrator as orchestrator_module
 from simreal_ros.loop.config import LoopConfig
 from simreal_ros.loop.orchestrator import LoopOrchestrator
@@ -256,19 +257,31 @@ def test_a_completed_run_resumes_to_nothing_and_another_configuration_is_refused
 def test_the_loops_learner_settings_are_the_learners_own_and_all_reach_the_node(tmp_path):
     from simreal_ros.learner.config import LearnerConfig
 
-    learner_fields = {f.name: f for f in dataclasses.fields(LearnerConfig)}
-    loop_fields = {f.name: f for f in dataclasses.fields(LoopConfig)}
-    shared = sorted(set(loop_fields) & set(learner_fields) - {"task", "checkpoint", "seed"})
-    assert {"horizon", "sysid_restarts", "screen_seeds", "updates_per_round"} <= set(shared)
-    for name in shared:  # one description and one range; only the default is the loop's
-        loop_meta = dict(loop_fields[name].metadata)
-        assert loop_meta.pop("shared_with") == "LearnerConfig", name
-        assert loop_meta == dict(learner_fields[name].metadata), name
-    config = LoopConfig(task="reach", sysid_restarts=4, learner_set="screen_seeds=7")
-    learner = orchestrator_module.graph_overrides(config, RunDirectory(tmp_path, "s"))["learner"]
-    assert {name: learner[name] for name in shared} == {
-        name: 7 if name == "screen_seeds" else getattr(config, name) for name in shared
+    learner_settings = config_schema.settings(LearnerConfig)
+    loop_fields = dataclasses.fields(LoopConfig)
+    # Loop field -> the learner setting it sets; a loop field named like a learner setting
+    # must be that setting (not a second declaration of it).
+    shared = {
+        f.name: f.metadata["shared_name"] for f in loop_fields if f.metadata.get("shared_name")
     }
-    LearnerConfig(**learner)  # the node's own schema accepts what the loop hands it
+    own = {f.name for f in loop_fields} - set(shared) - {"task", "checkpoint", "seed"}
+    assert not own & set(learner_settings)
+    assert {"horizon", "sysid.restarts", "screen.seeds", "updates_per_round"} <= set(
+        shared.values()
+    )
+    by_name = {f.name: f for f in loop_fields}
+    for name, setting in shared.items():  # one description and range; the default is the loop's
+        loop_meta = dict(by_name[name].metadata)
+        assert loop_meta.pop("shared_with") == "LearnerConfig", name
+        assert loop_meta.pop("shared_name") == setting
+        assert loop_meta == dict(learner_settings[setting].metadata), name
+    config = LoopConfig(task="reach", sysid_restarts=4, learner_set="screen.seeds=7")
+    learner = orchestrator_module.graph_overrides(config, RunDirectory(tmp_path, "s"))["learner"]
+    assert {setting: learner[setting] for setting in shared.values()} == {
+        setting: 7 if setting == "screen.seeds" else getattr(config, name)
+        for name, setting in shared.items()
+    }
+    assert learner["sysid.restarts"] == 4
+    config_schema.from_mapping(LearnerConfig, learner)  # the node's schema accepts it all
     with pytest.raises(ValueError, match="sysid_restarts"):
         LoopConfig(sysid_restarts=0)  # the learner's range holds in the loop too

@@ -165,11 +165,13 @@ def test_loop_methods_alternate_and_bad_settings_are_refused():
     with pytest.raises(ValueError, match=r"methods \['magic'\] unknown"):
         LoopConfig(methods="sgft,magic")
     overrides = LoopConfig(
-        learner_set="gate_rule=relative; promote_ci_low=0.3"
+        learner_set="promotion.rule=relative; promotion.ci_low=0.3"
     ).learner_overrides()
-    assert overrides == {"gate_rule": "relative", "promote_ci_low": 0.3}
-    with pytest.raises(ValueError, match="KEY a learner setting"):
+    assert overrides == {"promotion.rule": "relative", "promotion.ci_low": 0.3}
+    with pytest.raises(ValueError, match=r"unknown LearnerConfig learner_set setting.*no_such"):
         LoopConfig(learner_set="no_such_setting=1")
+    with pytest.raises(ValueError, match=r"promote_ci_low is now promotion\.ci_low"):
+        LoopConfig(learner_set="promote_ci_low=0.3")  # an old name gets its new one
 
 
 def all_round_seeds(seeds: RoundSeeds, count: int) -> dict[str, list[int]]:

@@ -80,6 +80,22 @@ def test_a_parameter_file_with_an_unknown_setting_is_refused(tmp_path):
         parameter_file_values(path)
 
 
+def test_a_learner_file_takes_nested_groups_and_names_the_new_name_of_an_old_setting(
+    tmp_path,
+):
+    path = tmp_path / "learner.yaml"
+    nested = {"screen": {"seeds": 4, "profile": "nominal"}, "promotion": {"ci_low": 0.3}}
+    path.write_text(yaml.safe_dump({"learner": {"ros__parameters": nested}}))
+    values = parameter_file_values(path)["learner"]
+    assert values == {"screen.seeds": 4, "screen.profile": "nominal", "promotion.ci_low": 0.3}
+    check_node_settings("learner", values, str(path))
+    with pytest.raises(SettingsError, match=r"screen\.seeds = 0 is below.*\(range 1 \.\. 10000\)"):
+        check_node_settings("learner", {"screen.seeds": 0}, str(path))
+    path.write_text(yaml.safe_dump({"learner": {"ros__parameters": {"screen_seeds": 4}}}))
+    with pytest.raises(SettingsError, match=r"'screen_seeds' is now 'screen\.seeds'"):
+        check_node_settings("learner", parameter_file_values(path)["learner"], str(path))
+
+
 def test_the_shipped_graph_and_its_files_pass_the_check():
     from simreal_ros.graph import description
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 from core.bench_loader import sample_efficiency as bench
 
+from simreal_ros import config_schema
 from simreal_ros.learner.critics import critics_trained, fit_sim_critic
 from simreal_ros.learner.stand_in_experiment import PER_JOB_FIELDS, RoundsConfig
 from simreal_ros.learner.stand_in_rounds import arm_config, learner_config, run_experiment
@@ -209,8 +210,15 @@ def test_learner_overrides_go_through_the_learner_schema():
     config = learner_config(cfg, method="sgft", horizon=3)
     assert config.learning_rate == pytest.approx(3e-5) and config.ewc is True
     assert config.method == "sgft" and config.horizon == 3
-    with pytest.raises(ValueError, match="no field 'bogus'"):
+    with pytest.raises(ValueError, match=r"unknown LearnerConfig --learner setting\(s\): bogus"):
         learner_config(RoundsConfig(checkpoint="x", learner_overrides=(("bogus", "1"),)))
+    renamed = (("sysid_restarts", "1"),)
+    with pytest.raises(ValueError, match=r"sysid_restarts is now sysid\.restarts"):
+        learner_config(RoundsConfig(checkpoint="x", learner_overrides=renamed))
+    grouped = learner_config(
+        RoundsConfig(checkpoint="x", learner_overrides=(("sysid.restarts", "1"),))
+    )
+    assert grouped.sysid.restarts == 1
     with pytest.raises(ValueError):  # out of the schema's range
         learner_config(RoundsConfig(checkpoint="x", learner_overrides=(("learning_rate", "5"),)))
 
@@ -218,11 +226,12 @@ def test_learner_overrides_go_through_the_learner_schema():
 def test_the_rounds_carry_learner_settings_in_the_learners_own_schema():
     from simreal_ros.learner.config import LearnerConfig
 
-    learner = {f.name: f for f in dataclasses.fields(LearnerConfig)}
+    learner = config_schema.settings(LearnerConfig)
     for field in dataclasses.fields(RoundsConfig):
         if field.name in learner and field.name not in ("task", "checkpoint", "seed"):
             meta = dict(field.metadata)
             assert meta.pop("shared_with", None) == "LearnerConfig", field.name
+            assert meta.pop("shared_name") == field.name
             assert meta == dict(learner[field.name].metadata), field.name
     with pytest.raises(ValueError, match="updates_per_round = 0 is below its minimum"):
         RoundsConfig(checkpoint="x", updates_per_round=0)

@@ -58,8 +58,8 @@ def test_recorded_episodes_lead_to_a_promoted_adapter_the_policy_runs(
         "checkpoint_dir": str(checkpoint), "store_root": str(store), "method": "sgft",
         "horizon": 1, "updates_per_round": 20, "batch_size": 32, "critic_warmup_updates": 5,
         "sim_episodes": 0, "round_every_episodes": 2, "min_real_transitions": 10,
-        "screen_seeds": 2, "screen_conditions": "[train]", "screen_workers": 1,
-        "screen_profile": "nominal", "promote_ci_low": 0.0, "promote_tolerance": 1.0,
+        "screen.seeds": 2, "screen.conditions": "[train]", "screen.workers": 1,
+        "screen.profile": "nominal", "promotion.ci_low": 0.0, "promotion.tolerance": 1.0,
     }  # fmt: skip
     learner_args = [a for k, v in learner_params.items() for a in ("-p", f"{k}:={v}")]
     processes = []

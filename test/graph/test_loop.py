@@ -39,8 +39,8 @@ ARGS = [
     # (what it recovers is test_sysid_graph.py's subject).
     "--sysid-max-episodes", "2", "--sysid-evaluations", "20", "--sysid-restarts", "1",
     "--learner-set", (
-        "promote_success_floor=0;promote_ci_low=0;screen_max_intervention_rate=1;"
-        "screen_max_saturated_share=1;screen_max_divergence=2;"
+        "promotion.success_floor=0;promotion.ci_low=0;promotion.max_intervention_rate=1;"
+        "promotion.max_saturated_share=1;promotion.max_divergence=2;"
         "learning_rate=1.0;learning_rate_cap=1.0;anchor_weight=0;bc_use_failures=true"
     ),
 ]  # fmt: skip

@@ -12,6 +12,8 @@ from rclpy.parameter import Parameter
 from rostest_helpers import spin_until, wait_for_subscribers
 from simreal_ros.msg import EpisodeEvent, PolicyUpdate
 
+from simreal_ros.config_schema import settings
+from simreal_ros.learner.config import LearnerConfig
 from simreal_ros.learner.sim_episodes import record_rollout
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.learner import LearnerNode
@@ -41,13 +43,13 @@ def base_and_bags(tmp_path_factory):
 
 
 def make_node(rclpy_context, checkpoint_dir, store, **params):
-    values = dict(
-        checkpoint_dir=str(checkpoint_dir), store_root=str(store), method="bc",
-        bc_use_failures=True, updates_per_round=10, batch_size=16, screen_seeds=2,
-        screen_conditions=["train"], screen_workers=1, screen_profile="nominal",
-        promote_ci_low=0.0, promote_tolerance=1.0, round_every_episodes=2,
-        min_real_transitions=10, sim_episodes=0, sim_replay=False,
-    )  # fmt: skip
+    values = {
+        "checkpoint_dir": str(checkpoint_dir), "store_root": str(store), "method": "bc",
+        "bc_use_failures": True, "updates_per_round": 10, "batch_size": 16, "screen.seeds": 2,
+        "screen.conditions": ["train"], "screen.workers": 1, "screen.profile": "nominal",
+        "promotion.ci_low": 0.0, "promotion.tolerance": 1.0, "round_every_episodes": 2,
+        "min_real_transitions": 10, "sim_episodes": 0, "sim_replay": False,
+    }  # fmt: skip
     values.update(params)
     overrides = [Parameter(k, value=v) for k, v in values.items()]
     return LearnerNode(context=rclpy_context, parameter_overrides=overrides)
@@ -71,7 +73,12 @@ def test_episodes_trigger_a_round_and_the_decision_is_published_latched(
     rclpy_context, executor, tmp_path, base_and_bags, ci_low
 ):
     checkpoint_dir, episodes_dir, metas = base_and_bags
-    node = make_node(rclpy_context, checkpoint_dir, tmp_path / "models", promote_ci_low=ci_low)
+    node = make_node(
+        rclpy_context, checkpoint_dir, tmp_path / "models", **{"promotion.ci_low": ci_low}
+    )
+    # The node declares the schema's settings, grouped ones by their dotted names.
+    assert all(node.has_parameter(name) for name in settings(LearnerConfig))
+    assert node.get_parameter("promotion.ci_low").value == ci_low
     probe = rclpy.create_node("probe", context=rclpy_context)
     executor.add_node(node)
     executor.add_node(probe)

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from simreal_ros.config_schema import setting
+from simreal_ros.config_schema import group, setting
 
 
 @dataclasses.dataclass
@@ -122,3 +122,42 @@ def test_node_settings_either_take_effect_or_are_refused(rclpy_context):
     finally:
         runner.destroy_node()
         recorder.destroy_node()
+
+
+@dataclasses.dataclass
+class GateGroup:
+    ci_low: float = setting(
+        0.0, "A bound.", low=0.0, high=1.0, dynamic=True, formerly="promote_ci_low"
+    )
+
+
+@dataclasses.dataclass
+class GroupedNodeConfig:
+    rate_hz: float = setting(20.0, "Loop rate.", low=1.0, high=1000.0)
+    promotion: GateGroup = group(GateGroup, "The gate.")
+
+
+def test_a_group_becomes_dotted_parameters_and_an_old_name_is_refused(rclpy_context):
+    from rclpy.parameter import Parameter
+
+    from simreal_ros.nodes.params import declare_config
+
+    applied = []
+    node = _node(rclpy_context, {"promotion.ci_low": 0.3})
+    try:
+        config = declare_config(node, GroupedNodeConfig, apply=applied.append)
+        assert config.promotion.ci_low == 0.3
+        described = node.describe_parameter("promotion.ci_low")
+        assert described.floating_point_range[0].to_value == 1.0 and not described.read_only
+        result = node.set_parameters([Parameter("promotion.ci_low", value=0.5)])[0]
+        assert result.successful and applied[-1].promotion.ci_low == 0.5
+        refused = node.set_parameters([Parameter("promotion.ci_low", value=2.0)])[0]
+        assert not refused.successful and "promotion.ci_low" in refused.reason
+    finally:
+        node.destroy_node()
+    node = _node(rclpy_context, {"promote_ci_low": 0.3})  # a YAML written before the groups
+    try:
+        with pytest.raises(ValueError, match=r"promote_ci_low is now promotion\.ci_low"):
+            declare_config(node, GroupedNodeConfig, apply=applied.append)
+    finally:
+        node.destroy_node()
