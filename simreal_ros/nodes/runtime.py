@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.impl.implementation_singleton import rclpy_implementation
 from rclpy.node import Node
 
 from simreal_ros.graph.processes import wait_for_handover
@@ -50,6 +51,11 @@ def run_node(
             executor.spin_once(timeout_sec=0.1)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except rclpy_implementation.RCLError:
+        # SIGTERM's handler shuts the context down from the signal: one that lands between
+        # the ok() check and spin_once fails spin_once's own timer. A stop, not a crash.
+        if rclpy.ok():
+            raise
     finally:
         exit_code = getattr(node, "exit_code", None) or 0
         if node is not None:
