@@ -53,26 +53,16 @@ def _message_class(msgtype: str):
     return getattr(importlib.import_module(f"{package}.{kind}"), name)
 
 
-def _robot_joints() -> tuple[list[str], list[str]]:
-    try:
-        from simreal_ros.robot.description import load_robot_description
-
-        robot = load_robot_description()
-        return list(robot.joint_names), list(robot.joint_units)
-    except Exception:  # no usable robot model: episodes simply carry no joint spec
-        return [], []
-
-
 class RecorderNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__("recorder", **kwargs)
-        declare_robot(self)
+        robot = declare_robot(self)  # the graph's arm: its joints are the bags' joint spec
         # The dynamic settings (labels, queue, flushing, disk floor) apply from the next episode.
         self.config: RecorderConfig = declare_config(
             self, RecorderConfig, apply=lambda config: setattr(self, "config", config)
         )
         self.config.data_path.mkdir(parents=True, exist_ok=True)
-        names, units = _robot_joints()
+        names, units = list(robot.joint_names), list(robot.joint_units)
         self._joint_names = list(self.config.joint_names) or names
         self._joint_units = list(self.config.joint_units) or (
             units if not self.config.joint_names else []
