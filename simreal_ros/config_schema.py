@@ -160,6 +160,12 @@ def flatten(config_cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def nested_form(name: str) -> str:
+    """How the dotted setting ``name`` is written in a ROS parameter YAML."""
+    group_name, _, inner = name.partition(".")
+    return f"{group_name}: {{{inner}: ...}}" if inner else f"{name}: ..."
+
+
 def check_names(config_cls: type, names: Any, what: str = "setting") -> None:
     """Refuse a name ``config_cls`` does not have: a renamed one with its new name, any other
     with the list of known names."""
@@ -169,8 +175,10 @@ def check_names(config_cls: type, names: Any, what: str = "setting") -> None:
     if moved:
         raise ValueError(
             f"{config_cls.__name__} {what}(s) renamed: "
-            + ", ".join(f"{n} is now {old[n]}" for n in moved)
-            + " (in a ROS parameter YAML, nest it: e.g. screen: {seeds: 20})."
+            + ", ".join(
+                f"{n} is now {old[n]} (in a parameter YAML: {nested_form(old[n])})" for n in moved
+            )
+            + "."
         )
     unknown = sorted(n for n in names if n not in known)
     if unknown:

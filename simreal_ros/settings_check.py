@@ -19,7 +19,13 @@ from typing import Any
 
 import yaml
 
-from simreal_ros.config_schema import describe, from_mapping, renamed, settings
+from simreal_ros.config_schema import (
+    describe,
+    from_mapping,
+    nested_form,
+    renamed,
+    settings,
+)
 
 # Parameters a node declares besides its config's fields: the graph's arm (declare_robot)
 # and rclpy's own clock switch.
@@ -111,7 +117,7 @@ def check_node_settings(node: str, values: Mapping[str, Any], where: str) -> Non
         if name in moved and name not in known:
             raise SettingsError(
                 f"{where}: {node}'s setting {name!r} is now {moved[name]!r}; give that name "
-                f"(in a parameter YAML, nested: {moved[name].replace('.', ': {', 1)}: ...}})."
+                f"(in a parameter YAML, nested: {nested_form(moved[name])})."
             )
         if name not in known:
             raise SettingsError(
