@@ -38,6 +38,7 @@ from typing import Any
 
 import cma
 import numpy as np
+from scipy.optimize import least_squares
 
 from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.sysid.recording import ReplayEpisode
@@ -162,6 +163,9 @@ class FitSettings:
     max_spread_steps: float = 1.0
     # After the search: at most this many compass moves of one probe each (see _settle).
     settle_moves: int = 8
+    # After the search: least-squares iterations on the segment residuals (see _refine);
+    # 0 skips it. Each costs about two replays per parameter refitted.
+    refine_iterations: int = 6
 
 
 @dataclasses.dataclass
@@ -315,6 +319,12 @@ class _Objective:
         errors = self.simulator.errors(candidates, episodes)
         return np.array([[e.loss for e in row] for row in errors])
 
+    def residuals(self, factor_sets: Sequence[Sequence[float]], episodes) -> np.ndarray:
+        """(candidates, residuals): the scaled segment residuals (``segment_residuals``)."""
+        candidates = [self.candidate(f) for f in factor_sets]
+        self.evaluations += len(candidates)
+        return self.simulator.segment_residuals(candidates, episodes)
+
     def per_segment(self, factor_sets: Sequence[Sequence[float]], episodes) -> np.ndarray:
         """(candidates, segments) losses."""
         candidates = [self.candidate(f) for f in factor_sets]
@@ -431,6 +441,10 @@ def identify(
             continue
         if r == 0:
             x0 = objective.to_x(nominal_start)
+        elif r == 1 and len(parameters) > len(DEFAULT_PARAMETERS):
+            # Anywhere in the box, a richer model's search does not converge within the
+            # restart's budget (per joint: error 3.5x the estimate's, so never counted).
+            continue
         elif r == 1:  # anywhere in the box: finds a ridge of equally good values
             x0 = rng.uniform(low + 0.1 * (high - low), high - 0.1 * (high - low))
         else:
@@ -458,16 +472,28 @@ def identify(
         if e <= full[best] * (1 + settings.restart_tolerance)
     ]  # fmt: skip
     travel = object_travel([episodes[i] for i in fit])
-    estimate = _settle(objective, estimate, fit, settings)
-    for _ in range(3):  # a Newton step can leave a probe's improvement behind: settle again
-        polished = _polish(objective, estimate, fit, settings)
-        if polished == estimate:
-            break
-        estimate = _settle(objective, polished, fit, settings)
+    estimate = _refine(objective, estimate, fit, settings)
+    estimate = _settle(objective, estimate, fit, settings)  # at probe resolution too
 
     estimates, correlations = _identifiability(
         objective, estimate, restarts, fit, settings, travel
     )
+    # The profile holds the parameters without a value at nominal, so the values it gives
+    # must be the best ones given that: a fit that let a loose parameter wander (damping at
+    # its bound) leaves its partners biased along the valley. Refit the others with those
+    # held at nominal and judge them again there.
+    without_value = {i: e.reason for i, e in enumerate(estimates) if not e.identifiable}
+    moved = [i for i in without_value if estimate[i] != nominal_start[i]]
+    if moved and len(without_value) < len(parameters):
+        conditional = [
+            nominal_start[i] if i in without_value else v for i, v in enumerate(estimate)
+        ]
+        hold = list(without_value)
+        conditional = _refine(objective, conditional, fit, settings, hold=hold)
+        estimate = _settle(objective, conditional, fit, settings, hold=hold)
+        estimates, correlations = _identifiability(
+            objective, estimate, restarts, fit, settings, travel, held=without_value
+        )
     identified = absolute_values(estimates, nominal)
     residuals = [r for i in fit for r in simulator.residuals(identified, i)]
     noise = noise_estimate(residuals)
@@ -502,8 +528,9 @@ def select_parameterisation(
     simulator: ReplaySimulator,
     progress=None,
 ) -> tuple[str, list[float], list[dict[str, Any]]]:
-    """Fit each parameterisation (simplest first, each later one from the previous fit) and
-    choose by held-out error with a complexity penalty: the lowest ``log(held-out error) +
+    """Fit each parameterisation (simplest first: a CMA-ES search from nominal; each later
+    one by least squares, ``_refine``, from the previous fit) and choose by held-out error
+    with a complexity penalty: the lowest ``log(held-out error) +
     2 k / n`` (k parameters, n fit segments), so a richer model must lower the held-out
     error by about 2/n per parameter. Without held-out episodes the simplest is chosen.
     Returns the name, its fitted factors and the table of every candidate."""
@@ -517,12 +544,16 @@ def select_parameterisation(
             start = _nominal_factors(params, objective.nominal.get(LATENCY, 0.0))
         else:
             start = _factors_of(objective, previous)
-        weights = np.full(len(fit), 1 / len(fit))
-        budget = search_budget(settings.evaluations_per_restart, params)
-        factors, fit_loss = _run_cma(
-            objective, objective.to_x(start), fit, weights, settings, settings.seed, budget,
-            previous is None,
-        )  # fmt: skip
+        if previous is None or settings.refine_iterations <= 0:
+            weights = np.full(len(fit), 1 / len(fit))
+            budget = search_budget(settings.evaluations_per_restart, params)
+            factors, fit_loss = _run_cma(
+                objective, objective.to_x(start), fit, weights, settings, settings.seed,
+                budget, previous is None,
+            )  # fmt: skip
+        else:  # from the simpler model's fit: a local solve is enough and much cheaper
+            factors = _refine(objective, start, fit, settings)
+            fit_loss = float(objective.per_episode([factors], fit).mean())
         held_loss = float(objective.per_episode([factors], held).mean()) if held else math.nan
         score = math.log(max(held_loss, 1e-12)) + 2 * len(params) / segments if held else None
         table.append({"model": name, "parameters": len(params), "fit_error": fit_loss,
@@ -688,7 +719,85 @@ def _probe_sizes(objective, settings) -> np.ndarray:
     )  # fmt: skip
 
 
-def _settle(objective, estimate, fit, settings) -> list[float]:
+# The central-difference half step of the least-squares Jacobian, in log(factor) (the
+# latency: in units of LATENCY_UNIT steps). Wide on purpose: through contact the replay
+# error is rough at small scales, and a 1% step gave a Jacobian whose Gauss-Newton step
+# pointed a fifth of the way to the minimum (a 10% span pointed at it).
+REFINE_STEP = 0.05
+LATENCY_UNIT = 10.0
+
+
+def _refine(objective, estimate, fit, settings, hold: Sequence[int] = ()) -> list[float]:
+    """Trust-region least squares (scipy's ``least_squares``) on every scaled residual of
+    the fit segments, over the scale factors in log(factor) and the latency in steps (a
+    fractional latency blends the two whole ones, ``ReplaySimulator._controls``), within
+    their bounds; the latency is then rounded to whole steps, as the arm has it, and the
+    others refitted there. Parameters in ``hold`` keep their values.
+
+    Why: a search that samples the error (CMA-ES) and a compass search at probe resolution
+    both stall in a narrow valley: coupled gains, damping and latency, where no move of
+    one parameter by a probe improves while a joint move does. A Gauss-Newton step sees
+    the valley's direction from the residuals' Jacobian (one batched replay of 2 P
+    candidates per iteration); a whole-step latency would hide the gain-latency trade-off
+    from it."""
+    if settings.refine_iterations <= 0:
+        return list(estimate)
+    params = objective.parameters
+    free = [i for i in range(len(params)) if i not in hold]
+    if not free:
+        return list(estimate)
+
+    def to_x(factors: Sequence[float], indices: list[int]) -> np.ndarray:
+        return np.array([
+            factors[i] / LATENCY_UNIT if params[i].is_latency else math.log(factors[i])
+            for i in indices
+        ])  # fmt: skip
+
+    def solve(start: Sequence[float], indices: list[int], iterations: int) -> list[float]:
+        low = to_x([p.low for p in params], indices)
+        high = to_x([p.high for p in params], indices)
+
+        def factors_at(x: np.ndarray) -> list[float]:
+            out = list(start)
+            for k, i in enumerate(indices):
+                out[i] = float(x[k] * LATENCY_UNIT if params[i].is_latency else math.exp(x[k]))
+            return out
+
+        def residual(x: np.ndarray) -> np.ndarray:
+            return objective.residuals([factors_at(x)], fit)[0]
+
+        def jacobian(x: np.ndarray) -> np.ndarray:
+            up = np.minimum(x + REFINE_STEP, high)
+            down = np.maximum(x - REFINE_STEP, low)
+            moved = []
+            for k in range(len(indices)):
+                for end in (up, down):
+                    y = x.copy()
+                    y[k] = end[k]
+                    moved.append(factors_at(y))
+            rows = objective.residuals(moved, fit)
+            return ((rows[0::2] - rows[1::2]) / (up - down)[:, None]).T
+
+        x0 = np.clip(to_x(start, indices), low + 1e-9, high - 1e-9)
+        solution = least_squares(
+            residual, x0, jac=jacobian, bounds=(low, high), method="trf",
+            max_nfev=iterations, xtol=1e-4, ftol=1e-3,
+        )  # fmt: skip
+        return factors_at(solution.x)
+
+    estimate = solve(estimate, free, settings.refine_iterations)
+    lag = next((i for i in free if params[i].is_latency), None)
+    if lag is None:
+        return estimate
+    p = params[lag]
+    estimate[lag] = float(min(max(round(estimate[lag]), p.low), p.high))
+    rest = [i for i in free if i != lag]
+    if rest:
+        estimate = solve(estimate, rest, max(1, settings.refine_iterations // 3))
+    return estimate
+
+
+def _settle(objective, estimate, fit, settings, hold: Sequence[int] = ()) -> list[float]:
     """A compass search at probe resolution from the search's best point: while moving one
     parameter by one probe (×1.25, 2 steps) lowers the mean fit error by at least
     ``min_relative_increase``, take the best such move (at most ``settle_moves``). A
@@ -700,6 +809,8 @@ def _settle(objective, estimate, fit, settings) -> list[float]:
     for _ in range(settings.settle_moves):
         moves = []
         for i, side in enumerate(_probe_sides(objective, estimate, h)):
+            if i in hold:
+                continue
             for offset in side:
                 moved = _moved(objective, estimate, {i: offset})
                 p = objective.parameters[i]
@@ -711,34 +822,6 @@ def _settle(objective, estimate, fit, settings) -> list[float]:
         if not mean[1 + best] < mean[0] * (1 - settings.min_relative_increase):
             break
         estimate = moves[best]
-    return estimate
-
-
-def _polish(objective, estimate, fit, settings, iterations: int = 3) -> list[float]:
-    """Newton steps on the local model from the search's best point (CMA-ES stops near,
-    not at, the minimum of a smooth error), each kept only if the fit error falls; a step
-    moves each parameter at most two probes."""
-    estimate = list(estimate)
-    for _ in range(iterations):
-        model = _local_model(objective, estimate, fit, settings)
-        full_h, full_g = model.hess.mean(axis=0), model.grad.mean(axis=0)
-        kept = _newton_subset(full_h, list(range(len(estimate))), model.h)
-        if not kept:
-            break
-        step = -np.linalg.solve(full_h[np.ix_(kept, kept)], full_g[kept])
-        step = np.clip(step, -2 * model.h[kept], 2 * model.h[kept])
-        if np.max(np.abs(step) / model.h[kept]) < 0.05:
-            break
-        moved = _moved(objective, estimate, dict(zip(kept, step.tolist(), strict=True)))
-        for i, p in enumerate(objective.parameters):
-            if p.is_latency:
-                moved[i] = float(min(max(round(moved[i]), p.low), p.high))
-            else:
-                moved[i] = float(min(max(moved[i], p.low), p.high))
-        after = float(objective.per_segment([moved], fit).mean())
-        if not after < float(model.center.mean()):
-            break
-        estimate = moved
     return estimate
 
 
@@ -772,14 +855,22 @@ def partners_of_dropped(
 
 
 def not_at_minimum(
-    objective, estimate, model: _LocalModel, base: float, min_relative: float
+    objective,
+    estimate,
+    model: _LocalModel,
+    base: float,
+    min_relative: float,
+    held: Sequence[int] = (),
 ) -> str:
     """Why the fit is not at a minimum ("" when it is): a single probe inside the search's
     box that lowers the mean fit error by ``min_relative`` of it means the search stopped on
     a slope, and no value of such a fit is given. (A probe past the box is the bound's
-    business: a factor the data push there gets no value either.)"""
+    business: a factor the data push there gets no value either.) Parameters in ``held``
+    are not moved."""
     drops = [(0.0, 0, 0)]
     for i, p in enumerate(objective.parameters):
+        if i in held:  # held at nominal on purpose (a conditional fit)
+            continue
         for k in (0, 1):
             moved = _moved(objective, estimate, {i: model.sides[i][k]})[i]
             if p.low <= moved <= p.high:
@@ -838,7 +929,7 @@ def _with_cross_terms(objective, estimate, fit, model: _LocalModel, kept: list[i
     return full_h
 
 
-def _identifiability(objective, estimate, restarts, fit, settings, travel):
+def _identifiability(objective, estimate, restarts, fit, settings, travel, held=None):
     """Per parameter: identifiable or not (with the reason), its posterior spread, and the
     correlations of the coupled pairs.
 
@@ -851,8 +942,11 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel):
     ``min_relative_increase``, is flat; a coupled pair with |correlation| (of H^-1) above
     MAX_CORRELATION trades off; either gets no value, as does one whose best value follows
     a parameter without one (``partners_of_dropped``), one whose spread exceeds the
-    settings' maximum or whose restarts disagree.
+    settings' maximum or whose restarts disagree. ``held``: parameter index -> the reason it
+    has no value, for a conditional fit that holds them at nominal (they are not judged
+    again).
     """
+    held = dict(held or {})
     params = objective.parameters
     count = len(params)
     model = _local_model(objective, estimate, fit, settings)
@@ -861,11 +955,16 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel):
     full_h = hess.mean(axis=0)
     base = float(np.mean(center))
     reasons: dict[int, list[str]] = {i: [] for i in range(count)}
-    unsettled = not_at_minimum(objective, estimate, model, base, settings.min_relative_increase)
+    unsettled = not_at_minimum(
+        objective, estimate, model, base, settings.min_relative_increase, held=list(held)
+    )
 
     # Flat: the curvature is not reliably positive over segments, or the error barely rises.
     curved = []
     for i, p in enumerate(params):
+        if i in held:
+            reasons[i].append(held[i])
+            continue
         rise = 0.5 * full_h[i, i] * h[i] ** 2
         t = full_h[i, i] / max(hess[:, i, i].std() / math.sqrt(segments), 1e-300)
         sides = [float(np.mean(losses[1 + 2 * i + k] - center)) for k in (0, 1)]
@@ -941,10 +1040,11 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel):
         spread[kept] = np.sqrt(np.diag(inverse @ gradient_cov @ inverse))
     if unsettled:  # every value of a fit that is not at a minimum is suspect
         for i in range(count):
-            reasons[i].insert(0, unsettled)
+            if i not in held:
+                reasons[i].insert(0, unsettled)
     if travel < MIN_OBJECT_TRAVEL:
         for i, p in enumerate(params):
-            if _is_contact(p.pattern):
+            if _is_contact(p.pattern) and i not in held:
                 reasons[i].insert(
                     0,
                     f"the cube never moved (at most {travel * 1e3:.1f} mm in any fit "
@@ -962,10 +1062,11 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel):
             agree = float(np.exp(logs.max() - logs.min())) <= settings.probe_factor**2
             std = float(np.std(logs))
             limit = settings.max_spread_log
-        if not agree:
+        if not agree and i not in held:  # a held one's reason already says it
             reasons[i].append(f"restarts disagree ({', '.join(f'{v:.3g}' for v in values)})")
         at_bound = (
-            not p.is_latency
+            i not in held
+            and not p.is_latency
             and min(abs(math.log(estimate[i] / p.low)), abs(math.log(p.high / estimate[i]))) < 0.01
         )
         if at_bound:  # the data push it past the box: the box, not the data, set it

@@ -40,6 +40,7 @@ estimated from the residuals (``noise_estimate``).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 
 import mujoco
@@ -225,14 +226,26 @@ class ReplaySimulator:
             models.append(physics.model)
         return models
 
-    def _controls(self, prepared: _Prepared, latency: int) -> np.ndarray:
+    def _controls(self, prepared: _Prepared, latency: float) -> np.ndarray:
+        """The actuator targets per physics step after ``latency`` steps. A fractional
+        latency (only the least-squares refinement asks for one: the arm's is whole) blends
+        the two whole ones around it, so the replay error varies smoothly with it and a
+        Gauss-Newton step can move it together with the gains it trades against."""
+        whole = math.floor(latency)
+        share = latency - whole
+        targets = self._delayed(prepared, whole)
+        if share > 1e-9:
+            targets = (1.0 - share) * targets + share * self._delayed(prepared, whole + 1)
+        control = np.empty((len(targets), self.reference.model.nu))
+        control[:, self.reference.actuator_idx] = targets
+        return control
+
+    @staticmethod
+    def _delayed(prepared: _Prepared, latency: int) -> np.ndarray:
         index = prepared.command_index
         if latency > 0:
             index = np.concatenate([np.full(min(latency, len(index)), -1), index[:-latency]])
-        targets = prepared.commands[index + 1]
-        control = np.empty((len(index), self.reference.model.nu))
-        control[:, self.reference.actuator_idx] = targets
-        return control
+        return prepared.commands[index + 1]
 
     def _rollout(self, candidates, models, jobs: list[tuple[int, _Segment]], length: int):
         """Roll every (episode, segment) job out under every candidate; the simulated
@@ -244,7 +257,7 @@ class ReplaySimulator:
         batch_models = []
         n = 0
         for values, model in zip(candidates, models, strict=True):
-            latency = int(values.get("latency_steps", 0))
+            latency = max(0.0, float(values.get("latency_steps", 0)))
             full = {}
             for episode, segment in jobs:
                 if episode not in full:
@@ -343,6 +356,32 @@ class ReplaySimulator:
                 for c in range(len(candidates))
             ]
         )
+
+    def segment_residuals(
+        self, candidates: Sequence[Mapping[str, float]], episodes: Sequence[int]
+    ) -> np.ndarray:
+        """(candidates, residuals): every scaled residual of the segments of ``episodes``,
+        weighted so that a row's sum of squares is the mean of ``segment_losses`` (the
+        vector a least-squares step works on). A replay that blows up gives a large,
+        finite residual, so a step into it is refused rather than breaking the solver."""
+        jobs = [(e, s) for e in episodes for s in self._prepared[e].segments]
+        sims = self._rollout(candidates, self._models(candidates), jobs, self.segment_steps)
+        parts = []
+        for c in range(len(candidates)):
+            row = []
+            for k, (e, s) in enumerate(jobs):
+                recorded = self._prepared[e].episode
+                joints, objects = sims[c][k]
+                dq = (joints - recorded.joint_positions[s.rows]) / JOINT_SCALE
+                dp = (objects - recorded.object_positions[s.rows]) / OBJECT_SCALE
+                with_pose = np.isfinite(recorded.object_positions[s.rows]).all(axis=1)
+                dp[~with_pose] = 0.0
+                width = dq.shape[1] + np.where(with_pose, 3, 0)
+                weight = 1.0 / np.sqrt(width * len(s.rows) * len(jobs))
+                block = np.hstack([dq, dp]) * weight[:, None]
+                row.append(np.where(np.isfinite(block), block, 1e3).ravel())
+            parts.append(np.concatenate(row))
+        return np.stack(parts)
 
     def residuals(
         self, values: Mapping[str, float], episode: int, whole: bool = False
