@@ -727,6 +727,13 @@ REFINE_STEP = 0.05
 LATENCY_UNIT = 10.0
 
 
+def _refine_iterations(settings, parameters, free: int) -> int:
+    """Least-squares iterations within the replays a search of ``parameters`` would get
+    (``search_budget``), at most ``refine_iterations``: a small budget stays small."""
+    budget = search_budget(settings.evaluations_per_restart, parameters)
+    return max(1, min(settings.refine_iterations, budget // (2 * free + 1)))
+
+
 def _refine(objective, estimate, fit, settings, hold: Sequence[int] = ()) -> list[float]:
     """Trust-region least squares (scipy's ``least_squares``) on every scaled residual of
     the fit segments, over the scale factors in log(factor) and the latency in steps (a
@@ -785,7 +792,8 @@ def _refine(objective, estimate, fit, settings, hold: Sequence[int] = ()) -> lis
         )  # fmt: skip
         return factors_at(solution.x)
 
-    estimate = solve(estimate, free, settings.refine_iterations)
+    iterations = _refine_iterations(settings, params, len(free))
+    estimate = solve(estimate, free, iterations)
     lag = next((i for i in free if params[i].is_latency), None)
     if lag is None:
         return estimate
@@ -793,7 +801,7 @@ def _refine(objective, estimate, fit, settings, hold: Sequence[int] = ()) -> lis
     estimate[lag] = float(min(max(round(estimate[lag]), p.low), p.high))
     rest = [i for i in free if i != lag]
     if rest:
-        estimate = solve(estimate, rest, max(1, settings.refine_iterations // 3))
+        estimate = solve(estimate, rest, max(1, iterations // 3))
     return estimate
 
 
