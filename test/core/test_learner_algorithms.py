@@ -99,11 +99,18 @@ def test_sgft_from_the_sim_advantage_improves_the_real_return(actor, real_data, 
     )  # fmt: skip
     # More updates than from a fresh critic: the toy's gap is in the dynamics, so the sim's
     # action ranking it starts from is wrong by construction and the residual has to undo
-    # it first; the return dips on the way, so judge it past the dip.
-    tuner.train(2000)
+    # it first; the return dips on the way, so judge it past the dip. It also oscillates
+    # by about 0.1 between checkpoints, and where a single checkpoint lands differs by CPU
+    # (horizon 3 at 2000 updates: +0.09 on one Intel host, above 0.1 elsewhere), so the
+    # judge is the mean of the four checkpoints from 2500 to 4000 updates.
+    returns = []
+    for chunk in range(8):
+        tuner.train(500)
+        if chunk >= 4:
+            returns.append(real_return(lora.inner(model)))
     v_sim.check_frozen()
-    before, after = real_return(actor), real_return(lora.inner(model))
-    assert after > before + MIN_GAIN, (horizon, before, after)
+    before, after = real_return(actor), float(np.mean(returns))
+    assert after > before + MIN_GAIN, (horizon, before, returns)
 
 
 def test_sgft_with_short_model_rollouts_learns_the_dynamics_and_improves(actor, real_data):
