@@ -472,7 +472,8 @@ def identify(
         if e <= full[best] * (1 + settings.restart_tolerance)
     ]  # fmt: skip
     travel = object_travel([episodes[i] for i in fit])
-    estimate = _refine(objective, estimate, fit, settings)
+    if start is None or best != 0:  # ``start`` was refined already
+        estimate = _refine(objective, estimate, fit, settings)
     estimate = _settle(objective, estimate, fit, settings)  # at probe resolution too
 
     estimates, correlations = _identifiability(
@@ -725,6 +726,8 @@ def _probe_sizes(objective, settings) -> np.ndarray:
 # pointed a fifth of the way to the minimum (a 10% span pointed at it).
 REFINE_STEP = 0.05
 LATENCY_UNIT = 10.0
+# A Jacobian column this small against the largest is a parameter the replay does not see.
+INERT_COLUMN = 1e-9
 
 
 def _refine_iterations(settings, parameters, free: int) -> int:
@@ -773,17 +776,30 @@ def _refine(objective, estimate, fit, settings, hold: Sequence[int] = ()) -> lis
         def residual(x: np.ndarray) -> np.ndarray:
             return objective.residuals([factors_at(x)], fit)[0]
 
+        # Parameters whose first Jacobian column is zero do not touch the replay here (a
+        # cube the arm never reaches): later iterations skip their 2 replays each.
+        inert: set[int] = set()
+        first: list[bool] = [True]
+
         def jacobian(x: np.ndarray) -> np.ndarray:
             up = np.minimum(x + REFINE_STEP, high)
             down = np.maximum(x - REFINE_STEP, low)
+            active = [k for k in range(len(indices)) if k not in inert]
             moved = []
-            for k in range(len(indices)):
+            for k in active:
                 for end in (up, down):
                     y = x.copy()
                     y[k] = end[k]
                     moved.append(factors_at(y))
             rows = objective.residuals(moved, fit)
-            return ((rows[0::2] - rows[1::2]) / (up - down)[:, None]).T
+            columns = (rows[0::2] - rows[1::2]) / (up - down)[active, None]
+            out = np.zeros((rows.shape[1], len(indices)))
+            out[:, active] = columns.T
+            if first[0]:
+                first[0] = False
+                norms = np.linalg.norm(out, axis=0)
+                inert.update(np.flatnonzero(norms <= INERT_COLUMN * max(norms.max(), 1e-300)))
+            return out
 
         x0 = np.clip(to_x(start, indices), low + 1e-9, high - 1e-9)
         solution = least_squares(
