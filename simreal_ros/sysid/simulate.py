@@ -370,15 +370,8 @@ class ReplaySimulator:
         for c in range(len(candidates)):
             row = []
             for k, (e, s) in enumerate(jobs):
-                recorded = self._prepared[e].episode
-                joints, objects = sims[c][k]
-                dq = (joints - recorded.joint_positions[s.rows]) / JOINT_SCALE
-                dp = (objects - recorded.object_positions[s.rows]) / OBJECT_SCALE
-                with_pose = np.isfinite(recorded.object_positions[s.rows]).all(axis=1)
-                dp[~with_pose] = 0.0
-                width = dq.shape[1] + np.where(with_pose, 3, 0)
-                weight = 1.0 / np.sqrt(width * len(s.rows) * len(jobs))
-                block = np.hstack([dq, dp]) * weight[:, None]
+                block, width, _, _ = self._scaled_errors(s.rows, e, *sims[c][k])
+                block *= (1.0 / np.sqrt(width * len(s.rows) * len(jobs)))[:, None]
                 row.append(np.where(np.isfinite(block), block, 1e3).ravel())
             parts.append(np.concatenate(row))
         return np.stack(parts)
@@ -405,18 +398,26 @@ class ReplaySimulator:
             out.append(np.hstack([measured_q - sim_q, measured_p - sim_p]))
         return out
 
-    def _error(self, rows, episode: int, joints: np.ndarray, objects: np.ndarray):
+    def _scaled_errors(self, rows, episode: int, joints: np.ndarray, objects: np.ndarray):
+        """Simulated minus recorded at ``rows``: the scaled block (T, J + 3) (joints /
+        JOINT_SCALE, object / OBJECT_SCALE, zero where the recording has no pose), each
+        row's width (the terms it scores), and the unscaled joint and posed object errors.
+        The one definition of the error that the loss and the least-squares residuals
+        share."""
         recorded = self._prepared[episode].episode
         dq = joints - recorded.joint_positions[rows]
         dp = objects - recorded.object_positions[rows]
-        with_pose = np.isfinite(dp).all(axis=1)
-        if not np.isfinite(dq).all() or not np.isfinite(dp[with_pose]).all():
-            return TrajectoryError(float("inf"), float("inf"), float("inf"))
-        joint_terms = ((dq / JOINT_SCALE) ** 2).sum(axis=1)
-        object_terms = np.where(with_pose, ((np.nan_to_num(dp) / OBJECT_SCALE) ** 2).sum(1), 0.0)
+        with_pose = np.isfinite(recorded.object_positions[rows]).all(axis=1)
+        scaled_p = np.where(with_pose[:, None], dp / OBJECT_SCALE, 0.0)
         width = dq.shape[1] + np.where(with_pose, 3, 0)
-        loss = float(np.mean((joint_terms + object_terms) / width))
-        object_rms = float(np.sqrt(np.mean(dp[with_pose] ** 2))) if with_pose.any() else np.nan
+        return np.hstack([dq / JOINT_SCALE, scaled_p]), width, dq, dp[with_pose]
+
+    def _error(self, rows, episode: int, joints: np.ndarray, objects: np.ndarray):
+        block, width, dq, dp = self._scaled_errors(rows, episode, joints, objects)
+        if not np.isfinite(block).all():
+            return TrajectoryError(float("inf"), float("inf"), float("inf"))
+        loss = float(np.mean((block**2).sum(axis=1) / width))
+        object_rms = float(np.sqrt(np.mean(dp**2))) if len(dp) else np.nan
         return TrajectoryError(loss, float(np.sqrt(np.mean(dq**2))), object_rms)
 
 

@@ -29,8 +29,11 @@ def graph_bags(tmp_path_factory):
     root = tmp_path_factory.mktemp("sysid_graph")
     profile = root / "known.yaml"
     profile.write_text(yaml.safe_dump({"profile": "known", **KNOWN}))
-    bags = record_through_graph(profile, root / "episodes", 3, seed=11, episode_seconds=1.5)
-    assert len(bags) == 3, bags
+    # 3 to fit, 1 held out: with 2 fit episodes the latency's posterior spread on one CI
+    # run was 1.28 steps (over the 1-step bound for a value), from the same code that
+    # passed on other runs.
+    bags = record_through_graph(profile, root / "episodes", 4, seed=11, episode_seconds=1.5)
+    assert len(bags) == 4, bags
     return bags
 
 
