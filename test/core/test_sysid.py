@@ -74,8 +74,8 @@ def test_known_parameters_are_recovered(known_bags, tmp_path):
         FitParameter("friction.base_geom", 0.2, 5.0),  # never in contact: changes nothing
     )
     result, profile = identify_bags(
-        known_bags / "bags", tmp_path / "out", "push", params, holdout=1, settings=_settings(),
-        robot=ROBOT,
+        known_bags / "bags", tmp_path / "out", "push", params, holdout=1,
+        settings=_settings(restarts=1), robot=ROBOT,
     )  # fmt: skip
     by_name = {p.pattern: p for p in result.parameters}
     gain, latency = by_name["gain.*"], by_name["latency_steps"]
