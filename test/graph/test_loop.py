@@ -26,7 +26,9 @@ from simreal_ros.episodes.dataset import start_command_gap
 from simreal_ros.graph.processes import NodeProcess, graph_environment
 from simreal_ros.robot.description import load_robot_description
 
-pytestmark = [pytest.mark.graph, pytest.mark.slow, pytest.mark.timeout(900)]
+# Serial: the graph, the loop and the learner need about 1.6 cores (154 s alone); beside
+# another worker both ran 2-3x slower than one after the other.
+pytestmark = [pytest.mark.graph, pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(900)]
 
 ARGS = [
     "--task", "reach", "--rounds", "1", "--eval-episodes", "2", "--collect-episodes", "2",
