@@ -778,13 +778,13 @@ def _refine(objective, estimate, fit, settings, hold: Sequence[int] = ()) -> lis
 
         # Parameters whose first Jacobian column is zero do not touch the replay here (a
         # cube the arm never reaches): later iterations skip their 2 replays each.
-        inert: set[int] = set()
-        first: list[bool] = [True]
+        inert: set[int] | None = None  # known after the first Jacobian
 
         def jacobian(x: np.ndarray) -> np.ndarray:
+            nonlocal inert
             up = np.minimum(x + REFINE_STEP, high)
             down = np.maximum(x - REFINE_STEP, low)
-            active = [k for k in range(len(indices)) if k not in inert]
+            active = [k for k in range(len(indices)) if not inert or k not in inert]
             moved = []
             for k in active:
                 for end in (up, down):
@@ -795,10 +795,9 @@ def _refine(objective, estimate, fit, settings, hold: Sequence[int] = ()) -> lis
             columns = (rows[0::2] - rows[1::2]) / (up - down)[active, None]
             out = np.zeros((rows.shape[1], len(indices)))
             out[:, active] = columns.T
-            if first[0]:
-                first[0] = False
+            if inert is None:
                 norms = np.linalg.norm(out, axis=0)
-                inert.update(np.flatnonzero(norms <= INERT_COLUMN * max(norms.max(), 1e-300)))
+                inert = set(np.flatnonzero(norms <= INERT_COLUMN * max(norms.max(), 1e-300)))
             return out
 
         x0 = np.clip(to_x(start, indices), low + 1e-9, high - 1e-9)
