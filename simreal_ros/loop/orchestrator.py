@@ -66,7 +66,8 @@ class LoopGraph(Protocol):
         """The safety filter's interventions since the graph started."""
 
     def check_nodes(self) -> None:
-        """Raise RuntimeError, naming the node, when a node of the graph has exited."""
+        """Raise RuntimeError, naming the node, when a node of the graph has exited, and
+        KeyboardInterrupt when a stop was requested (Ctrl-C, SIGTERM)."""
 
     def announce_recorded(self, bags: Path) -> int:
         """Announce the closed bags under ``bags`` to the learner; returns their count."""
@@ -251,13 +252,13 @@ class LoopOrchestrator:
         episodes: list[EpisodeResult] = []
         incumbent_update, incumbent = self._running_update, graph.policy_version
         if index > 0 and previous is not None:
-            with self._phase(record, "collection"):
+            with self._phase(record, "collection", graph):
                 episodes += self._collect(record, previous, seeds, graph)
-            with self._phase(record, "learner (identify, train, screen)"):
+            with self._phase(record, "learner (identify, train, screen)", graph):
                 self._train(record, summary, graph)
             record.learning_episodes = self._learning_episodes(record, previous, episodes)
         candidate = graph.policy_version
-        with self._phase(record, "evaluation"):
+        with self._phase(record, "evaluation", graph):
             evaluation_episodes = self._evaluation(seeds, graph)
         running_episodes = evaluation_episodes
         candidate_episodes: list[EpisodeResult] = []
@@ -271,7 +272,7 @@ class LoopOrchestrator:
             self.say(f"round {index}: the incumbent {incumbent} plays the same seeds")
             self._switch_policy(graph, incumbent)
             candidate_episodes = evaluation_episodes
-            with self._phase(record, "arm decision (the incumbent's episodes)"):
+            with self._phase(record, "arm decision (the incumbent's episodes)", graph):
                 incumbent_episodes = self._evaluation(seeds, graph)
             decision = decide_on_arm(
                 [trial_row(r) for r in candidate_episodes],
@@ -296,10 +297,10 @@ class LoopOrchestrator:
             episodes, running_episodes, candidate_episodes, incumbent_episodes
         )
         evaluation = [e for e in record.episodes if e["evaluation"]]
-        with self._phase(record, "diagnosis"):
+        with self._phase(record, "diagnosis", graph):
             record.diagnosis = self._diagnose(seeds, evaluation, scores, self._running_update)
         graph_seeds = {c: seeds.evaluation(c, self.config.eval_episodes) for c in CONDITIONS}
-        with self._phase(record, "off-ROS check"):
+        with self._phase(record, "off-ROS check", graph):
             record.check, record.same_seeds = self._check(seeds, graph, graph_seeds)
         record.safety_interventions = graph.safety_interventions - interventions_before
         used = previous.real_episodes_total if previous else 0
@@ -313,8 +314,9 @@ class LoopOrchestrator:
         return record
 
     @contextlib.contextmanager
-    def _phase(self, record: RoundRecord, name: str):
+    def _phase(self, record: RoundRecord, name: str, graph: LoopGraph):
         """One line per phase with its wall time, kept in the record."""
+        graph.check_nodes()
         started = time.monotonic()
         try:
             yield

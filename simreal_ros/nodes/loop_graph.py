@@ -73,6 +73,8 @@ class RosLoopGraph:
         return self._driver.safety_interventions
 
     def check_nodes(self) -> None:
+        if _STOP_REQUESTED.is_set():  # the KeyboardInterrupt may have been lost (below)
+            raise KeyboardInterrupt
         stopped = self._learner_index() if self._learner_stopped else None
         died = self._runner.first_exited(ignore=stopped)
         if died is not None:
@@ -133,7 +135,14 @@ class RosLoopGraph:
         return self._driver.pause_sim(paused)
 
 
+# Set by SIGTERM. The KeyboardInterrupt its handler raises is lost when it lands inside a
+# finalizer (Python prints "Exception ignored" and goes on), so the loop also checks this at
+# every phase (``check_nodes``).
+_STOP_REQUESTED = threading.Event()
+
+
 def _raise_keyboard_interrupt(signum, frame):
+    _STOP_REQUESTED.set()
     raise KeyboardInterrupt
 
 
@@ -167,6 +176,7 @@ def _in_process_nodes(config: LoopConfig, graph_env: dict[str, str], domain: int
     # `finally` (rclpy's own handlers would only shut the context down under us).
     context = Context()
     rclpy.init(context=context, domain_id=domain, signal_handler_options=SignalHandlerOptions.NO)
+    _STOP_REQUESTED.clear()
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     executor = SingleThreadedExecutor(context=context)  # why one thread: trial_runner.SpinningNode
     # The trial runner and the loop driver time everything on the wall clock, so they

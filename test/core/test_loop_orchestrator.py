@@ -211,6 +211,25 @@ def test_a_candidate_that_wins_on_the_arm_keeps_running_without_a_restart(tmp_pa
     assert not [c for c in graph.calls if c[0] in ("stop_learner", "start_learner")]
 
 
+class StoppedInRoundOne(FakeLoopGraph):
+    """A stop (SIGTERM) requested while round 1 collects, whose KeyboardInterrupt was lost
+    (raised inside a finalizer): only the graph's ``check_nodes`` still reports it."""
+
+    def check_nodes(self) -> None:
+        if len(self.trials.played) > 4:  # after round 0's four evaluation episodes
+            raise KeyboardInterrupt
+
+
+def test_a_stop_whose_interrupt_was_lost_ends_the_run_at_the_next_phase(tmp_path, diagnoses):
+    graph = StoppedInRoundOne([update("v0001")])
+    with pytest.raises(KeyboardInterrupt):
+        run_loop(tmp_path, graph, rounds=1, eval_episodes=2)
+    # Round 0 is kept for the resume; round 1 ends after its collection, before training.
+    summary = json.loads((tmp_path / "runs" / "t" / "summary.json").read_text())
+    assert [r["index"] for r in summary["rounds"] if r["complete"]] == [0]
+    assert len(graph.trials.played) > 4 and not graph.calls
+
+
 def test_a_change_of_method_restarts_the_learner_with_it(tmp_path, diagnoses):
     graph = FakeLoopGraph([update("v0001", False, "sgft"), update("v0002", False, "sysid")])
     summary, _, log, opened = run_loop(tmp_path, graph, rounds=2, methods="sgft,sysid")
