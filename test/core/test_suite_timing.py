@@ -6,6 +6,12 @@ import json
 
 import suite_timing
 
+# The budget as given, whatever this host's speed (the scaling has its own tests).
+FIXED_BUDGET = (
+    "[pytest]\nsuite_budget_s = {budget}\nsuite_budget_slack = 0.25\n"
+    "suite_budget_host_scaled = false\n"
+)
+
 
 def test_within_budget_is_ok_everywhere():
     assert suite_timing.budget_verdict(500.0, 600.0, 0.25, ci=True) == "ok"
@@ -74,7 +80,7 @@ def test_a_missing_times_file_says_how_to_make_one(tmp_path, capsys):
 
 def test_the_plugin_writes_the_times_and_fails_ci_past_the_budget(pytester, monkeypatch):
     pytester.makepyfile(test_sleepy="import time\n\ndef test_x():\n    time.sleep(0.2)\n")
-    pytester.makeini("[pytest]\nsuite_budget_s = 0.05\nsuite_budget_slack = 0.25\n")
+    pytester.makeini(FIXED_BUDGET.format(budget=0.05))
     monkeypatch.setenv("CI", "true")
     times = pytester.path / "times.json"
     result = pytester.runpytest("-p", "suite_timing", f"--suite-times={times}")
@@ -89,7 +95,7 @@ def test_the_plugin_writes_the_times_and_fails_ci_past_the_budget(pytester, monk
 
 def test_a_second_run_adds_to_the_first_and_is_judged_on_the_sum(pytester, monkeypatch):
     pytester.makepyfile(test_slow="import time\n\ndef test_x():\n    time.sleep(0.3)\n")
-    pytester.makeini("[pytest]\nsuite_budget_s = 0.5\nsuite_budget_slack = 0.25\n")
+    pytester.makeini(FIXED_BUDGET.format(budget=0.5))
     monkeypatch.setenv("CI", "true")
     times = pytester.path / "times.json"
     assert pytester.runpytest("-p", "suite_timing", f"--suite-times={times}").ret == 0
@@ -98,3 +104,35 @@ def test_a_second_run_adds_to_the_first_and_is_judged_on_the_sum(pytester, monke
     )
     assert result.ret == 1, "two runs of 0.3 s pass a 0.5 s budget by more than 25%"
     assert json.loads(times.read_text())["files"]["test_slow.py"] >= 0.6
+
+
+def test_a_slow_host_grows_the_budget_by_its_slowness_within_a_limit():
+    assert suite_timing.host_scale(0.25, 0.1) == 2.5
+    assert suite_timing.host_scale(0.05, 0.1) == 1.0  # a fast host keeps the budget
+    assert suite_timing.host_scale(5.0, 0.1) == suite_timing.MAX_HOST_SCALE
+    assert suite_timing.host_scale(0.2, None) == 1.0  # a baseline without a host time
+
+
+def test_the_calibration_is_a_short_positive_time():
+    one = suite_timing.host_seconds(repeats=1)
+    assert 0.0 < one < 30.0
+
+
+def test_the_plugin_judges_a_slow_host_against_the_grown_budget(pytester, monkeypatch):
+    pytester.makepyfile(test_slow="import time\n\ndef test_x():\n    time.sleep(0.7)\n")
+    pytester.makeini("[pytest]\nsuite_budget_s = 0.5\nsuite_budget_slack = 0.25\n")
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.setattr(suite_timing, "_baseline", lambda: {"host_seconds": 0.1})
+    times = pytester.path / "times.json"
+    monkeypatch.setattr(suite_timing, "host_seconds", lambda: 0.1)  # the baseline's speed
+    assert pytester.runpytest("-p", "suite_timing", f"--suite-times={times}").ret == 1
+    monkeypatch.setattr(suite_timing, "host_seconds", lambda: 0.2)  # twice as slow
+    result = pytester.runpytest("-p", "suite_timing", f"--suite-times={times}")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            "*against a budget of 1 s (0 s on the baseline's host; "
+            "this one ran the calibration 2.00x slower)*"
+        ]
+    )
+    assert json.loads(times.read_text())["host_s"] == [0.2, 0.2]
