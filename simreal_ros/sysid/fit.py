@@ -33,7 +33,7 @@ import dataclasses
 import fnmatch
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import cma
@@ -429,7 +429,7 @@ def identify(
     )
     objective = _Objective(simulator, parameters)
     nominal = objective.nominal
-    fit, held = split_holdout(len(episodes), holdout)
+    fit, held_out = split_holdout(len(episodes), holdout)
     rng = np.random.default_rng(settings.seed)
     nominal_start = _nominal_factors(parameters, nominal.get(LATENCY, 0.0))
     restarts: list[list[float]] = []
@@ -489,9 +489,8 @@ def identify(
         conditional = [
             nominal_start[i] if i in without_value else v for i, v in enumerate(estimate)
         ]
-        hold = list(without_value)
-        conditional = _refine(objective, conditional, fit, settings, hold=hold)
-        estimate = _settle(objective, conditional, fit, settings, hold=hold)
+        conditional = _refine(objective, conditional, fit, settings, held=without_value)
+        estimate = _settle(objective, conditional, fit, settings, held=without_value)
         estimates, correlations = _identifiability(
             objective, estimate, restarts, fit, settings, travel, held=without_value
         )
@@ -499,13 +498,13 @@ def identify(
     residuals = [r for i in fit for r in simulator.residuals(identified, i)]
     noise = noise_estimate(residuals)
     noise_ci = _noise_ci(residuals, rng)
-    splits = (("fit", fit), ("holdout", held))
+    splits = (("fit", fit), ("holdout", held_out))
     return SysidResult(
         parameters=estimates,
         obs_noise=noise,
         obs_noise_ci=noise_ci,
         fit_sources=[episodes[i].source for i in fit],
-        holdout_sources=[episodes[i].source for i in held],
+        holdout_sources=[episodes[i].source for i in held_out],
         before={k: _report(simulator, {}, v) for k, v in splits},
         after={k: _report(simulator, identified, v) for k, v in splits},
         evaluations=objective.evaluations,
@@ -535,7 +534,7 @@ def select_parameterisation(
     2 k / n`` (k parameters, n fit segments), so a richer model must lower the held-out
     error by about 2/n per parameter. Without held-out episodes the simplest is chosen.
     Returns the name, its fitted factors and the table of every candidate."""
-    fit, held = split_holdout(len(episodes), holdout)
+    fit, held_out = split_holdout(len(episodes), holdout)
     segments = max(1, simulator.segment_count(fit))
     table, fitted = [], {}
     previous: dict[str, float] | None = None
@@ -555,8 +554,10 @@ def select_parameterisation(
         else:  # from the simpler model's fit: a local solve is enough and much cheaper
             factors = _refine(objective, start, fit, settings)
             fit_loss = float(objective.per_episode([factors], fit).mean())
-        held_loss = float(objective.per_episode([factors], held).mean()) if held else math.nan
-        score = math.log(max(held_loss, 1e-12)) + 2 * len(params) / segments if held else None
+        held_loss = (
+            float(objective.per_episode([factors], held_out).mean()) if held_out else math.nan
+        )
+        score = math.log(max(held_loss, 1e-12)) + 2 * len(params) / segments if held_out else None
         table.append({"model": name, "parameters": len(params), "fit_error": fit_loss,
                       "holdout_error": held_loss, "score": score,
                       "replays": objective.evaluations})  # fmt: skip
@@ -737,12 +738,12 @@ def _refine_iterations(settings, parameters, free: int) -> int:
     return max(1, min(settings.refine_iterations, budget // (2 * free + 1)))
 
 
-def _refine(objective, estimate, fit, settings, hold: Sequence[int] = ()) -> list[float]:
+def _refine(objective, estimate, fit, settings, held: Collection[int] = ()) -> list[float]:
     """Trust-region least squares (scipy's ``least_squares``) on every scaled residual of
     the fit segments, over the scale factors in log(factor) and the latency in steps (a
     fractional latency blends the two whole ones, ``ReplaySimulator._controls``), within
     their bounds; the latency is then rounded to whole steps, as the arm has it, and the
-    others refitted there. Parameters in ``hold`` keep their values.
+    others refitted there. Parameters in ``held`` (indices) keep their values.
 
     Why: a search that samples the error (CMA-ES) and a compass search at probe resolution
     both stall in a narrow valley: coupled gains, damping and latency, where no move of
@@ -753,7 +754,7 @@ def _refine(objective, estimate, fit, settings, hold: Sequence[int] = ()) -> lis
     if settings.refine_iterations <= 0:
         return list(estimate)
     params = objective.parameters
-    free = [i for i in range(len(params)) if i not in hold]
+    free = [i for i in range(len(params)) if i not in held]
     if not free:
         return list(estimate)
 
@@ -820,7 +821,7 @@ def _refine(objective, estimate, fit, settings, hold: Sequence[int] = ()) -> lis
     return estimate
 
 
-def _settle(objective, estimate, fit, settings, hold: Sequence[int] = ()) -> list[float]:
+def _settle(objective, estimate, fit, settings, held: Collection[int] = ()) -> list[float]:
     """A compass search at probe resolution from the search's best point: while moving one
     parameter by one probe (×1.25, 2 steps) lowers the mean fit error by at least
     ``min_relative_increase``, take the best such move (at most ``settle_moves``). A
@@ -832,7 +833,7 @@ def _settle(objective, estimate, fit, settings, hold: Sequence[int] = ()) -> lis
     for _ in range(settings.settle_moves):
         moves = []
         for i, side in enumerate(_probe_sides(objective, estimate, h)):
-            if i in hold:
+            if i in held:
                 continue
             for offset in side:
                 moved = _moved(objective, estimate, {i: offset})
@@ -883,7 +884,7 @@ def not_at_minimum(
     model: _LocalModel,
     base: float,
     min_relative: float,
-    held: Sequence[int] = (),
+    held: Collection[int] = (),
 ) -> str:
     """Why the fit is not at a minimum ("" when it is): a single probe inside the search's
     box that lowers the mean fit error by ``min_relative`` of it means the search stopped on
@@ -979,7 +980,7 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel, held=
     base = float(np.mean(center))
     reasons: dict[int, list[str]] = {i: [] for i in range(count)}
     unsettled = not_at_minimum(
-        objective, estimate, model, base, settings.min_relative_increase, held=list(held)
+        objective, estimate, model, base, settings.min_relative_increase, held=held
     )
 
     # Flat: the curvature is not reliably positive over segments, or the error barely rises.

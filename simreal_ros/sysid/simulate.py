@@ -379,45 +379,42 @@ class ReplaySimulator:
     def residuals(
         self, values: Mapping[str, float], episode: int, whole: bool = False
     ) -> list[np.ndarray]:
-        """Measured minus simulated, one (T_s, J + 3) array per segment (object columns NaN
-        without a pose)."""
+        """Simulated minus recorded, unscaled, one (T_s, J + 3) array per segment, rows in
+        time (object columns NaN without a pose): the series ``noise_estimate`` reads."""
         joints, objects = self._simulate([values], [episode], whole)[0][0]
-        episode_data = self._prepared[episode].episode
-        segments = (
-            [self._prepared[episode].whole]
-            if whole or self.segment_steps <= 0
-            else self._prepared[episode].segments
-        )
+        prepared = self._prepared[episode]
+        segments = [prepared.whole] if whole or self.segment_steps <= 0 else prepared.segments
         out, k = [], 0
         for segment in segments:
             rows = segment.rows
-            sim_q, sim_p = joints[k : k + len(rows)], objects[k : k + len(rows)]
+            _, _, dq, dp = self._scaled_errors(
+                rows, episode, joints[k : k + len(rows)], objects[k : k + len(rows)]
+            )
             k += len(rows)
-            measured_q = episode_data.joint_positions[rows]
-            measured_p = episode_data.object_positions[rows]
-            out.append(np.hstack([measured_q - sim_q, measured_p - sim_p]))
+            out.append(np.hstack([dq, dp]))
         return out
 
     def _scaled_errors(self, rows, episode: int, joints: np.ndarray, objects: np.ndarray):
         """Simulated minus recorded at ``rows``: the scaled block (T, J + 3) (joints /
         JOINT_SCALE, object / OBJECT_SCALE, zero where the recording has no pose), each
-        row's width (the terms it scores), and the unscaled joint and posed object errors.
-        The one definition of the error that the loss and the least-squares residuals
-        share."""
+        row's width (the terms it scores), and the unscaled joint and object errors (NaN
+        rows where the recording has no pose). The one definition of the error that the
+        loss, the least-squares residuals and the noise estimate share."""
         recorded = self._prepared[episode].episode
         dq = joints - recorded.joint_positions[rows]
         dp = objects - recorded.object_positions[rows]
         with_pose = np.isfinite(recorded.object_positions[rows]).all(axis=1)
         scaled_p = np.where(with_pose[:, None], dp / OBJECT_SCALE, 0.0)
         width = dq.shape[1] + np.where(with_pose, 3, 0)
-        return np.hstack([dq / JOINT_SCALE, scaled_p]), width, dq, dp[with_pose]
+        return np.hstack([dq / JOINT_SCALE, scaled_p]), width, dq, dp
 
     def _error(self, rows, episode: int, joints: np.ndarray, objects: np.ndarray):
         block, width, dq, dp = self._scaled_errors(rows, episode, joints, objects)
         if not np.isfinite(block).all():
             return TrajectoryError(float("inf"), float("inf"), float("inf"))
         loss = float(np.mean((block**2).sum(axis=1) / width))
-        object_rms = float(np.sqrt(np.mean(dp**2))) if len(dp) else np.nan
+        posed = dp[np.isfinite(dp).all(axis=1)]  # a finite block: NaN only without a pose
+        object_rms = float(np.sqrt(np.mean(posed**2))) if len(posed) else np.nan
         return TrajectoryError(loss, float(np.sqrt(np.mean(dq**2))), object_rms)
 
 

@@ -410,10 +410,10 @@ def test_least_squares_refine_follows_the_valley_and_holds_what_it_is_told():
     assert free[0] == pytest.approx(0.3, rel=0.02) and free[1] == pytest.approx(1.0, rel=0.05)
     assert free[2] == 4.0  # one step at a time while the error falls, and no further
     # Damping held at nominal (a conditional fit): the gain is the best one given that.
-    held = _refine(objective, [0.3 * math.sqrt(9.9), 1.0, 4.0], [0], settings, hold=[1])
+    held = _refine(objective, [0.3 * math.sqrt(9.9), 1.0, 4.0], [0], settings, held=[1])
     assert held[1] == 1.0 and held[0] == pytest.approx(0.3, rel=1e-3)
     # Nothing to refine when every parameter is held or the iterations are 0.
-    assert _refine(objective, wandered, [0], settings, hold=[0, 1, 2]) == wandered
+    assert _refine(objective, wandered, [0], settings, held=[0, 1, 2]) == wandered
     off = dataclasses.replace(settings, refine_iterations=0)
     assert _refine(objective, wandered, [0], off) == wandered
 
