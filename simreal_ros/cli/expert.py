@@ -22,7 +22,11 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument(
-        "--stand-in-tuning", action="store_true", help="the tuning retuned for real_twin"
+        "--retune",
+        "--stand-in-tuning",
+        action="store_true",
+        help="first retune the expert on --profile (its tuning grid, 20 episodes a point on "
+        "other seeds, within the policy's per-tick step), then measure that tuning",
     )
     parser.set_defaults(func=run)
 
@@ -30,12 +34,24 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from simreal_ros.policy.spec import default_spec
     from simreal_ros.robot.description import load_robot_description
-    from simreal_ros.sim.expert import measure_success, stand_in_tuning
+    from simreal_ros.sim.expert import (
+        RETUNE_SEED_OFFSET,
+        measure_success,
+        policy_joint_step,
+        retuned_on,
+    )
 
     robot = load_robot_description()  # --robot
     tuning = None
-    if args.stand_in_tuning:
-        tuning = stand_in_tuning(robot, default_spec(robot, args.task))
+    if args.retune:
+        step = policy_joint_step(robot, default_spec(robot, args.task))
+        tuning, table = retuned_on(
+            args.task, args.condition, args.profile, 20, args.first_seed + RETUNE_SEED_OFFSET,
+            step, robot=robot,
+        )  # fmt: skip
+        print("retuned on " + args.profile + ": " + ", ".join(
+            f"lead {t['lead']:g} speed {t['speed']:g} {t['successes']}/{t['episodes']}"
+            for t in table))  # fmt: skip
     result = measure_success(
         args.task, args.condition, args.profile, args.episodes, args.first_seed, tuning,
         robot=robot,

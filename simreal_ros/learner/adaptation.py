@@ -34,7 +34,6 @@ Sim work is a ``map`` over picklable items (one episode each, its seed inside) o
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import logging
 import math
@@ -56,10 +55,6 @@ log = logging.getLogger("simreal_ros.learner")
 
 PRIOR_PROFILE = "randomized"
 LATENCY = "latency_steps"
-# The teacher's grid: how far it stretches each joint step towards its IK solution, and
-# how fast its tool waypoints move. (1, 1) is the nominal sim's tuning.
-TEACHER_LEADS = (1.0, 2.0, 3.0)
-TEACHER_SPEEDS = (1.0, 1.5, 2.0)
 
 
 class StandInProfileError(ValueError):
@@ -286,10 +281,10 @@ def conditions_for(count: int, shifted_share: float) -> list[str]:
 
 # ---------------------------------------------------------------- the teacher
 def teacher_grid(step: Sequence[float]) -> list[tuple[float, float, tuple[float, ...]]]:
-    """Every (lead, speed) of the grid, each within the policy's per-tick ``step``."""
-    limit = tuple(float(s) for s in step)
-    points = itertools.product(TEACHER_LEADS, TEACHER_SPEEDS)
-    return [(lead, speed, limit) for lead, speed in points]
+    """The expert's tuning grid (``sim.expert.tuning_grid``) as picklable tuples."""
+    from simreal_ros.sim.expert import tuning_grid
+
+    return [(t.command_lead, t.speed_scale, tuple(t.max_joint_step)) for t in tuning_grid(step)]
 
 
 def search_teacher(

@@ -15,7 +15,9 @@ Measure success: ``PYTHONPATH=. python -m simreal_ros.sim.expert --episodes 100`
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -46,13 +48,64 @@ def policy_joint_step(robot: RobotDescription, spec) -> tuple[float, ...]:
     return tuple(float(spec.action_scale[i]) for i in robot.arm_indices)
 
 
-def stand_in_tuning(robot: RobotDescription, spec) -> ExpertTuning:
-    """Retuned for the real_twin stand-in (an arm that tracks ~5x slower), chosen by a
-    sweep ON the stand-in and used only to show the task is feasible there (``simreal
-    premise``), within the policy's own per-tick step; never for training."""
-    return ExpertTuning(
-        command_lead=2.0, speed_scale=1.5, max_joint_step=policy_joint_step(robot, spec)
-    )
+# The teacher's tunings searched on an arm: how far it stretches each joint step towards
+# its IK solution, and how fast its tool waypoints move. (1, 1) is the nominal sim's.
+TEACHER_LEADS = (1.0, 2.0, 3.0)
+TEACHER_SPEEDS = (1.0, 1.5, 2.0)
+# A feasibility check retunes on seeds this far from those it measures on, so the grid's
+# best is not also its own lucky draw.
+RETUNE_SEED_OFFSET = 500_000
+
+
+def tuning_grid(step: Sequence[float]) -> list[ExpertTuning]:
+    """Every (lead, speed) of the grid, each within the per-tick joint ``step``."""
+    limit = tuple(float(s) for s in step)
+    return [
+        ExpertTuning(command_lead=lead, speed_scale=speed, max_joint_step=limit)
+        for lead, speed in itertools.product(TEACHER_LEADS, TEACHER_SPEEDS)
+    ]
+
+
+def retuned_on(
+    task: str,
+    condition: str,
+    profile: str,
+    episodes: int,
+    first_seed: int,
+    step: Sequence[float],
+    *,
+    robot: RobotDescription,
+    grid: Sequence[ExpertTuning] | None = None,
+    finalists: int = 3,
+) -> tuple[ExpertTuning, list[dict]]:
+    """The grid's best tuning on ``profile`` and every point's result. A race: each point
+    runs ``episodes`` (seeds ``first_seed``..), then the best ``finalists`` run twice as
+    many more on further seeds and the best of them wins (ties to the gentler, earlier one):
+    neighbouring points differ by a few percent, more than one pass of 20 episodes
+    resolves. It reads the profile it is given, a stand-in included: it serves
+    feasibility checks (``simreal premise``, ``simreal expert --retune``), never training
+    (adaptation searches its own model)."""
+    grid = list(grid) if grid is not None else tuning_grid(step)
+
+    def run(tuning: ExpertTuning, count: int, seed: int) -> int:
+        result = measure_success(task, condition, profile, count, seed, tuning, robot=robot)
+        return int(result["successes"])
+
+    table = [
+        {"lead": t.command_lead, "speed": t.speed_scale,
+         "successes": run(t, episodes, first_seed), "episodes": episodes}
+        for t in grid
+    ]  # fmt: skip
+
+    def rank(g: int) -> tuple[float, int]:
+        return (table[g]["successes"] / table[g]["episodes"], -g)
+
+    chosen = sorted(range(len(grid)), key=rank, reverse=True)[: max(1, finalists)]
+    for g in chosen:
+        table[g]["successes"] += run(grid[g], 2 * episodes, first_seed + episodes)
+        table[g]["episodes"] += 2 * episodes
+    best = max(chosen, key=rank)  # among the finalists: the others have less evidence
+    return grid[best], table
 
 
 class _IKExpert:

@@ -58,7 +58,8 @@ def identified(tmp_path):
 
 @pytest.fixture
 def no_stand_in_reads(monkeypatch):
-    """Reading any profile file marked stand_in: true raises; so does stand_in_tuning."""
+    """Reading any profile file marked stand_in: true raises; so does retuning the expert
+    on a profile (a feasibility check's tool: it runs the stand-in itself)."""
     real_load = profiles.load_profile_file
 
     def guarded(path):
@@ -68,10 +69,10 @@ def no_stand_in_reads(monkeypatch):
         return profile
 
     def forbidden(*args, **kwargs):
-        raise AssertionError("adaptation called stand_in_tuning")
+        raise AssertionError("adaptation called retuned_on")
 
     monkeypatch.setattr(profiles, "load_profile_file", guarded)
-    monkeypatch.setattr(expert_module, "stand_in_tuning", forbidden)
+    monkeypatch.setattr(expert_module, "retuned_on", forbidden)
 
 
 def test_the_adaptation_profile_narrows_around_identified_values_and_keeps_the_prior(
