@@ -426,3 +426,37 @@ def test_the_search_budget_grows_with_the_parameter_count():
     per_joint = per_joint_parameters(joints)
     assert search_budget(300, per_joint) == round(300 * len(per_joint) / len(DEFAULT_PARAMETERS))
     assert search_budget(300, DEFAULT_PARAMETERS[:2]) == 300  # never below the given budget
+
+
+def test_a_value_that_follows_a_held_partner_gets_none_unless_holding_lowered_the_error():
+    """The fresh-clone demo's case: the cube's mass bounded from below (x1.82 in the fit)
+    and held at nominal moved the table's friction x1.38 -> x1.62; a corrected valley
+    (holding lowers the error) keeps its values."""
+    from simreal_ros.sysid.fit import follows_the_hold, spread_limits
+
+    params = (
+        FitParameter("gain.*", 0.05, 5.0),
+        FitParameter("mass.cube", 0.2, 5.0),
+        FitParameter("friction.table", 0.2, 5.0),
+        FitParameter("latency_steps", 0, 50),
+    )
+    contact = {1, 2}
+
+    def coupled(i, j):
+        return i in contact and j in contact
+
+    limits = spread_limits(params, FitSettings())
+    fit = [0.2, 1.82, 1.38, 14.0]
+    held = [0.2, 1.0, 1.62, 14.0]  # the mass at nominal, the friction refitted
+    args = (params, coupled, fit, held)
+    dropped = follows_the_hold(*args, (0.0310, 0.0312), {1: "bounded"}, [0, 2, 3], limits, 0.01)
+    assert list(dropped) == [2] and "mass.cube" in dropped[2] and "0.16" in dropped[2]
+    # Holding lowered the error by more than 1%: the fit sat in a valley, the values stand.
+    assert follows_the_hold(*args, (0.0310, 0.0250), {1: "bounded"}, [0, 2, 3], limits, 0.01) == {}
+    # A move within the spread limit, or a partner not coupled to the held one, stands.
+    near = [0.2, 1.0, 1.45, 14.0]
+    assert follows_the_hold(params, coupled, fit, near, (0.031, 0.031), {1: ""}, [2], limits,
+                            0.01) == {}  # fmt: skip
+    moved_gain = [0.26, 1.0, 1.38, 14.0]
+    assert follows_the_hold(params, coupled, fit, moved_gain, (0.031, 0.031), {1: ""}, [0],
+                            limits, 0.01) == {}  # fmt: skip
