@@ -36,7 +36,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # command_timeout + 2 ticks) are timed by bench/supervision_faults.py, not here: a loaded
 # CI host must not fail a correct graph.
 RESPAWN_BOUND_S = 20.0
-TRIP_SLACK_S = 0.2
+# About 4x the trip target, as the respawn's bound is 4x its target: a fresh-clone run saw
+# 0.62 s (target 0.32 s) while the respawned policy imported torch beside it.
+TRIP_SLACK_S = 1.0
 STATUS_LAG_S = 1.5
 
 
