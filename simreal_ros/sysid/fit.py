@@ -490,6 +490,7 @@ def identify(
             nominal_start[i] if i in without_value else v for i, v in enumerate(estimate)
         ]
         conditional = _refine(objective, conditional, fit, settings, held=without_value)
+        first_pass = estimates
         unconditional, estimate = (
             estimate,
             _settle(objective, conditional, fit, settings, held=without_value),
@@ -499,15 +500,23 @@ def identify(
         )
         errors = objective.per_episode([unconditional, estimate], fit).mean(axis=1)
         kept = [i for i, e in enumerate(estimates) if e.identifiable]
-        following = follows_the_hold(
+        following, widened = follows_the_hold(
             parameters, lambda i, j: _coupled(objective, i, j), unconditional, estimate,
-            (float(errors[0]), float(errors[1])), without_value, kept,
-            spread_limits(parameters, settings), settings.min_relative_increase,
+            (float(errors[0]), float(errors[1])), without_value,
+            against_the_data(first_pass, without_value, nominal_start, unconditional,
+                             settings.min_relative_increase),
+            kept, spread_limits(parameters, settings), settings.min_relative_increase,
         )  # fmt: skip
         for i, reason in following.items():
             estimates[i] = dataclasses.replace(
                 estimates[i], identifiable=False, value=None, reason=reason, spread=None,
                 interval=None,
+            )  # fmt: skip
+        for i, slide in widened.items():
+            spread = max(estimates[i].spread or 0.0, slide)
+            estimates[i] = dataclasses.replace(
+                estimates[i], spread=spread,
+                interval=_interval(parameters[i], estimates[i].value, spread),
             )  # fmt: skip
     identified = absolute_values(estimates, nominal)
     residuals = [r for i in fit for r in simulator.residuals(identified, i)]
@@ -870,6 +879,26 @@ def spread_limits(parameters: Sequence[FitParameter], settings: FitSettings) -> 
                      for p in parameters])  # fmt: skip
 
 
+def against_the_data(
+    estimates: Sequence[ParameterEstimate],
+    held: Collection[int],
+    nominal: Sequence[float],
+    fitted: Sequence[float],
+    min_relative: float,
+) -> set[int]:
+    """Held parameters whose hold at nominal lies where their data exclude: the probe from
+    the fit's value toward nominal raised the error by ``min_relative`` (a cube mass the
+    data bound from below, held at a nominal under that bound)."""
+    out = set()
+    for i in held:
+        if nominal[i] == fitted[i]:
+            continue
+        toward = 0 if nominal[i] < fitted[i] else 1  # probe_increase is (down, up)
+        if estimates[i].probe_increase[toward] >= min_relative:
+            out.add(i)
+    return out
+
+
 def follows_the_hold(
     parameters: Sequence[FitParameter],
     coupled,
@@ -877,41 +906,69 @@ def follows_the_hold(
     conditional: Sequence[float],
     errors: tuple[float, float],
     held: Collection[int],
+    excluded_holds: Collection[int],
     kept: Sequence[int],
     limits: np.ndarray,
     min_relative: float,
-) -> dict[int, str]:
-    """Kept parameters (index -> the reason they get no value) whose value moved past its
-    limit between the fit and the conditional fit that holds the parameters without a
-    value at nominal, and that are coupled (``coupled(i, j)``) to a held one, where
-    holding did not lower the fit error (``errors``: the fit's, the conditional fit's) by
-    ``min_relative``. Their value then follows where the partner is held, not the data:
-    a cube mass the data bound from below, held at a nominal under that bound, pushed the
-    table's friction from x1.38 to x1.62 (truth x1). Holding that lowers the error corrects
-    a search stuck in a valley (gains beside a damping that wandered off), and those
-    values stand."""
+) -> tuple[dict[int, str], dict[int, float]]:
+    """What holding the parameters without a value at nominal did to the kept ones coupled
+    (``coupled(i, j)``) to a held one, where holding did not lower the fit error
+    (``errors``: the fit's, the conditional fit's) by ``min_relative``. Holding that lowers
+    the error corrects a search stuck in a valley (gains beside a damping that wandered
+    off), and those values stand.
+
+    Returns (kept index -> the reason it gets no value, kept index -> its widened spread).
+    A value that moved past its spread limit because a partner was held where the data
+    exclude (``excluded_holds``) follows the hold, not the data: a cube mass bounded from
+    below at x1.82, held at nominal, pushed the table's friction from x1.38 to x1.62 (truth
+    x1). Where every hold is one the data allow, the value slides along a valley the data
+    leave open: half that slide counts in its spread (gain against a latency the data bound
+    only from above; the spread is at least that), and a slide past twice the limit leaves
+    no value."""
     before, after = errors
     if after < before * (1.0 - min_relative):
-        return {}
-    out = {}
+        return {}, {}
+    dropped, widened = {}, {}
     for k in kept:
         p = parameters[k]
         if p.is_latency:
             shift, unit = abs(conditional[k] - unconditional[k]), "steps"
         else:
             shift, unit = abs(math.log(conditional[k] / unconditional[k])), "in log(factor)"
-        partners = [parameters[h].pattern for h in held if coupled(k, h)]
-        if shift > limits[k] and partners:
-            names = " and ".join(
-                [", ".join(partners[:-1]), partners[-1]] if partners[1:] else partners
+        partners = [h for h in sorted(held) if coupled(k, h)]
+        if shift <= limits[k] or not partners:
+            continue
+        against = [parameters[h].pattern for h in partners if h in excluded_holds]
+        if against:
+            dropped[k] = (
+                f"its value moved {shift:.2g} {unit} when {_names(against)} held at "
+                "nominal where the data exclude it, and holding did not lower the error: "
+                "the value follows the hold, not the data"
             )
-            verb = "were" if partners[1:] else "was"
-            out[k] = (
-                f"its value moved {shift:.2g} {unit} when {names}, which the data do not "
-                f"fix, {verb} held at nominal, and holding did not lower the error: the "
-                "value follows the hold, not the data"
+        elif shift / 2 > limits[k]:
+            names = ", ".join(parameters[h].pattern for h in partners)
+            dropped[k] = (
+                f"its value slides {shift:.2g} {unit} along a valley with {names} (which "
+                "the data do not fix): more than twice its spread limit"
             )
-    return out
+        else:
+            widened[k] = shift / 2
+    return dropped, widened
+
+
+def _names(patterns: Sequence[str]) -> str:
+    if len(patterns) == 1:
+        return f"{patterns[0]} was"
+    return f"{', '.join(patterns[:-1])} and {patterns[-1]} were"
+
+
+def _interval(p: FitParameter, value: float, spread: float | None) -> list[float] | None:
+    """The 95% interval of a value with posterior spread ``spread`` (steps, or log)."""
+    if spread is None:
+        return None
+    if p.is_latency:
+        return [value - 1.96 * spread, value + 1.96 * spread]
+    return [value * math.exp(-1.96 * spread), value * math.exp(1.96 * spread)]
 
 
 def partners_of_dropped(
@@ -1165,12 +1222,7 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel, held=
             reasons[i].append(f"posterior spread {s:.3g} {unit} exceeds {limit:g}")
         identifiable = not reasons[i]
         value = float(estimate[i])
-        interval = None
-        if s is not None:
-            if p.is_latency:
-                interval = [value - 1.96 * s, value + 1.96 * s]
-            else:
-                interval = [value * math.exp(-1.96 * s), value * math.exp(1.96 * s)]
+        interval = _interval(p, value, s)
         increases = [float(np.mean(losses[1 + 2 * i + k] - center) / max(base, 1e-12))
                      for k in (0, 1)]  # fmt: skip
         out.append(

@@ -428,11 +428,17 @@ def test_the_search_budget_grows_with_the_parameter_count():
     assert search_budget(300, DEFAULT_PARAMETERS[:2]) == 300  # never below the given budget
 
 
-def test_a_value_that_follows_a_held_partner_gets_none_unless_holding_lowered_the_error():
-    """The fresh-clone demo's case: the cube's mass bounded from below (x1.82 in the fit)
-    and held at nominal moved the table's friction x1.38 -> x1.62; a corrected valley
-    (holding lowers the error) keeps its values."""
-    from simreal_ros.sysid.fit import follows_the_hold, spread_limits
+def test_a_value_that_follows_a_hold_the_data_exclude_gets_none_and_a_slide_widens_spread():
+    """The fresh-clone demos' cases: the cube's mass bounded from below (x1.82 in the fit)
+    and held at nominal moved the table's friction x1.38 -> x1.62 (no value); a gain that
+    slid beside a latency held where its data allow keeps its value with a wider spread;
+    a corrected valley (holding lowers the error) keeps its values."""
+    from simreal_ros.sysid.fit import (
+        ParameterEstimate,
+        against_the_data,
+        follows_the_hold,
+        spread_limits,
+    )
 
     params = (
         FitParameter("gain.*", 0.05, 5.0),
@@ -449,14 +455,40 @@ def test_a_value_that_follows_a_held_partner_gets_none_unless_holding_lowered_th
     fit = [0.2, 1.82, 1.38, 14.0]
     held = [0.2, 1.0, 1.62, 14.0]  # the mass at nominal, the friction refitted
     args = (params, coupled, fit, held)
-    dropped = follows_the_hold(*args, (0.0310, 0.0312), {1: "bounded"}, [0, 2, 3], limits, 0.01)
+    # The mass's down probe raised the error: nominal lies where its data exclude.
+    probes = [ParameterEstimate("mass.cube", ["m"], False, None, 0.0, [], 0.2, 5.0, [0.05, 0.0])]
+    nominal = [1.0, 1.0, 1.0, 0.0]
+    excluded = against_the_data({1: probes[0]}, [1], nominal, fit, 0.01)
+    assert excluded == {1}
+    dropped, widened = follows_the_hold(*args, (0.0310, 0.0312), [1], excluded, [0, 2, 3],
+                                        limits, 0.01)  # fmt: skip
     assert list(dropped) == [2] and "mass.cube" in dropped[2] and "0.16" in dropped[2]
+    assert widened == {}
     # Holding lowered the error by more than 1%: the fit sat in a valley, the values stand.
-    assert follows_the_hold(*args, (0.0310, 0.0250), {1: "bounded"}, [0, 2, 3], limits, 0.01) == {}
+    assert follows_the_hold(*args, (0.0310, 0.0250), [1], excluded, [0, 2, 3], limits,
+                            0.01) == ({}, {})  # fmt: skip
     # A move within the spread limit, or a partner not coupled to the held one, stands.
     near = [0.2, 1.0, 1.45, 14.0]
-    assert follows_the_hold(params, coupled, fit, near, (0.031, 0.031), {1: ""}, [2], limits,
-                            0.01) == {}  # fmt: skip
+    assert follows_the_hold(params, coupled, fit, near, (0.031, 0.031), [1], excluded, [2],
+                            limits, 0.01) == ({}, {})  # fmt: skip
     moved_gain = [0.26, 1.0, 1.38, 14.0]
-    assert follows_the_hold(params, coupled, fit, moved_gain, (0.031, 0.031), {1: ""}, [0],
-                            limits, 0.01) == {}  # fmt: skip
+    assert follows_the_hold(params, coupled, fit, moved_gain, (0.031, 0.031), [1], excluded,
+                            [0], limits, 0.01) == ({}, {})  # fmt: skip
+
+    # The demo's gain against a latency the data bound only from above (its down probe
+    # flat), held at nominal 0: the hold is one the data allow, so the gain keeps its value
+    # and half its slide (0.17) counts in its spread; a slide past twice the limit does not.
+    def gain_latency(i, j):
+        return {i, j} == {0, 3}
+
+    latency = {3: ParameterEstimate("latency_steps", ["l"], False, None, 0.0, [], 0, 50,
+                                    [0.0, 0.05])}  # fmt: skip
+    assert against_the_data(latency, [3], nominal, fit, 0.01) == set()
+    slid = [0.2 * math.exp(0.17), 1.82, 1.38, 0.0]
+    dropped, widened = follows_the_hold(params, gain_latency, fit, slid, (0.031, 0.031), [3],
+                                        set(), [0, 1, 2], limits, 0.01)  # fmt: skip
+    assert dropped == {} and widened == {0: pytest.approx(0.085)}
+    far = [0.2 * math.exp(0.3), 1.82, 1.38, 0.0]
+    dropped, widened = follows_the_hold(params, gain_latency, fit, far, (0.031, 0.031), [3],
+                                        set(), [0], limits, 0.01)  # fmt: skip
+    assert list(dropped) == [0] and "latency_steps" in dropped[0] and widened == {}
