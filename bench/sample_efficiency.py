@@ -12,7 +12,9 @@ RL fine-tuning (SAC, critic warm-started from the checkpoint), SGFT with H = 1, 
 infinite (fresh critics; H = 1 also with the sim-advantage warm start), and online system
 identification (``sysid``: each round its stand-in episodes are recorded as bags, the sim
 is identified from all of them so far, and the policy is fine-tuned in the identified sim
-alone; it is counted by the stand-in episodes it identified from).
+alone; it is counted by the stand-in episodes it identified from), and the loop's default,
+sim-side adaptation (``adapt``: the same bags and identification, then the sim training
+recipe in the identified sim, learner/adaptation.py, from the running policy).
 
 Each (method, seed) job runs rounds off ROS through the learner's own code path
 (``simreal_ros.learner.stand_in_rounds``): collect K stand-in episodes with the current
@@ -27,13 +29,15 @@ evaluation, shared by all. Intervals are over training seeds on those fixed star
 
 Primary statistic: the normalised area under the success-vs-stand-in-episodes step
 function over the budget (K x rounds; 1.0 = 100% from the start), compared per seed as
-SGFT(H=1) - RL-FT with a percentile bootstrap over seeds. A job stops after two
-consecutive evaluations at the target; its last rate then holds to the budget.
+arm - RL-FT with a percentile bootstrap over seeds, for each arm that brings sim
+knowledge (the SGFT arms, ``sysid`` and ``adapt``; SGFT H=1 is the primary when it runs).
+A job stops after two consecutive evaluations at the target; its last rate then holds to
+the budget.
 
 Secondary: stand-in episodes (and simulated minutes of stand-in data) until the target is
 held on two consecutive evaluations (the first counts); a seed that never does is
 censored at the budget. Reported as the Kaplan-Meier restricted mean up to the budget and
-the RL-FT/SGFT ratio of restricted means with a paired bootstrap; censoring turns the
+the RL-FT/arm ratio of restricted means with a paired bootstrap; censoring turns the
 ratio into a bound and the printout says which. Also: each arm's early dip (lowest success
 in rounds 1-2 minus zero-shot) and SGFT's V_sim-exploit flags.
 
@@ -52,6 +56,9 @@ docs/results.md and the README's results table, not here. Run:
     # the online system identification baseline:
     PYTHONPATH=. .venv/bin/python bench/sample_efficiency.py --quick \
         --methods zero_shot,rl_ft,sysid --out /tmp/se_sysid.json
+    # the loop's default, sim-side adaptation, on the issue's 10-episode budget:
+    PYTHONPATH=. .venv/bin/python bench/sample_efficiency.py --quick --max-rounds 2 \
+        --methods zero_shot,rl_ft,adapt --out /tmp/se_adapt.json
 """
 
 from __future__ import annotations
@@ -85,6 +92,9 @@ METHODS: dict[str, dict[str, Any] | None] = {
     # Online system identification: identify from the stand-in episodes so far, then
     # fine-tune in the identified sim only; counted by the stand-in episodes identified from.
     "sysid": {"method": "sysid", "critic_init": "auto"},
+    # The loop's default: identify as sysid does, then the sim training recipe (DAgger
+    # from the teacher retuned in the identified sim) from the running policy.
+    "adapt": {"method": "adapt"},
 }
 LABELS = {
     "zero_shot": "zero-shot",
@@ -95,10 +105,12 @@ LABELS = {
     "sgft_h3": "SGFT H=3",
     "sgft_hinf": "SGFT H=inf",
     "sysid": "sysid (identified sim)",
+    "adapt": "adapt (sim-side)",
 }
 PRIMARY_METHODS = ("zero_shot", "bc_lora", "rl_ft", "sgft_h1")
 ABLATION_METHODS = ("zero_shot", "rl_ft", "sgft_h1_simadv", "sgft_h3", "sgft_hinf")
 SYSID_METHODS = ("zero_shot", "rl_ft", "sysid")  # the online-identification baseline
+ADAPT_METHODS = ("zero_shot", "rl_ft", "adapt")  # the loop's default against RL-FT
 # Every SGFT arm against RL-FT; the claim under test (the decision lines): RL-FT needs
 # >= 3x SGFT H=1's stand-in episodes, and SGFT under 5 simulated minutes of them.
 EXPERIMENT = Experiment(METHODS, LABELS, reference="rl_ft", primary="sgft_h1",
@@ -242,8 +254,11 @@ def design_warnings(cfg: RoundsConfig) -> list[str]:
             f"{cfg.eval_episodes} evaluation episodes < {MIN_EVAL_EPISODES}: each success "
             "rate is coarse"
         )
-    if "rl_ft" not in cfg.methods or not set(cfg.methods) & set(SGFT_ARMS):
-        out.append("no RL-FT vs SGFT pair among --methods: no decision lines")
+    if "rl_ft" not in cfg.methods or not set(cfg.methods) & set(EXPERIMENT.compared_arms):
+        out.append(
+            f"no RL-FT vs {'/'.join(EXPERIMENT.compared_arms)} pair among --methods: "
+            "no decision lines"
+        )
     return out
 
 

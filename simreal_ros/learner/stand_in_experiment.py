@@ -25,7 +25,7 @@ class Experiment:
     # differ between arms, so a difference in outcome belongs to these fields alone.
     arms: Mapping[str, Mapping[str, Any] | None]
     labels: Mapping[str, str]
-    reference: str = "rl_ft"  # every shaped arm is compared against it
+    reference: str = "rl_ft"  # every compared arm is paired against it
     primary: str = "sgft_h1"  # the comparison the claim is about, when it ran
     ratio_target: float = 3.0  # reference/arm episodes to target, at the CI's lower bound
     minutes_target: float = 5.0  # the arm's simulated minutes of stand-in data to target
@@ -38,6 +38,19 @@ class Experiment:
     def shaped_arms(self) -> tuple[str, ...]:
         """The SGFT arms: those whose reward V_sim shapes."""
         return tuple(m for m, o in self.arms.items() if o and method_traits(o["method"]).shaped)
+
+    @property
+    def compared_arms(self) -> tuple[str, ...]:
+        """The arms compared against the reference: those that bring sim knowledge to the
+        stand-in's episodes (a reward V_sim shapes, or an update in the identified sim)."""
+        return tuple(
+            m
+            for m, o in self.arms.items()
+            if o
+            and m != self.reference
+            and (method_traits(o["method"]).shaped
+                 or method_traits(o["method"]).trains_in == "identified_sim")
+        )  # fmt: skip
 
     def trains(self, arm: str) -> bool:
         return self.arms[arm] is not None

@@ -42,7 +42,9 @@ from simreal_ros.stats import normalised_auc, wilson_interval
 # Training metrics a round row keeps.
 ROUND_METRICS = ("loss", "critic_loss", "actor_loss", "bc_loss", "q_mean", "reward_mean",
                  "alpha", "reward_scale", "value_exploit_flag", "anchor_drift", "q_scale",
-                 "entropy", "updates", "new_real_transitions")  # fmt: skip
+                 "entropy", "updates", "new_real_transitions", "distance_from_parent",
+                 "adapt_teacher_lead", "adapt_teacher_speed", "adapt_teacher_success",
+                 "adapt_dagger_success")  # fmt: skip
 
 
 def evaluate(cfg: RoundsConfig, adapter_dir: str | None, workers: int = 1) -> dict[str, Any]:

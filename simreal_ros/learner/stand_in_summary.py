@@ -1,8 +1,9 @@
 """The stand-in rounds' jobs summarised over seeds (learner.stand_in_rounds): per arm, the
 success-curve AUC, episodes and simulated minutes to the target as Kaplan-Meier restricted
 means (a seed that never holds the target is censored at the budget), the early dip and
-V_sim-exploit flags; per shaped (SGFT) arm, the paired comparison against the reference
-arm (RL-FT) with its verdicts; then the printed table and the success-curve plot."""
+V_sim-exploit flags; per compared arm (SGFT, or one that trains in the identified sim), the
+paired comparison against the reference arm (RL-FT) with its verdicts; then the printed
+table and the success-curve plot."""
 
 from __future__ import annotations
 
@@ -130,7 +131,7 @@ def summarise(
     by_seed = {(j["method"], j["seed"]): j for j in usable}
     reference = experiment.reference
     comparisons = {}
-    for arm in (m for m in cfg.methods if m in experiment.shaped_arms):
+    for arm in (m for m in cfg.methods if m in experiment.compared_arms):
         seeds = sorted(s for m, s in by_seed if m == arm and (reference, s) in by_seed)
         if not seeds:
             continue
@@ -146,14 +147,15 @@ def summarise(
         ratio_ci = paired_bootstrap_ci(rl_t, sg_t, time_ratio, **boot)
         rl_c, sg_c = int(rl_t[:, 1].sum()), int(sg_t[:, 1].sum())
         verdict, note = censored_ratio_verdict(
-            ratio_ci, rl_c, sg_c, experiment.ratio_target, names=("RL-FT", "SGFT")
-        )
+            ratio_ci, rl_c, sg_c, experiment.ratio_target,
+            names=(experiment.labels[reference], experiment.labels[arm]),
+        )  # fmt: skip
         diff_ci = paired_bootstrap_ci(sg_auc, rl_auc, **boot)
         diff = float(np.mean(sg_auc - rl_auc))
         if diff_ci[0] > 0:
             auc_verdict = f"{experiment.labels[arm]} learns faster (CI above 0)"
         elif diff_ci[1] < 0:
-            auc_verdict = "RL-FT learns faster (CI below 0)"
+            auc_verdict = f"{experiment.labels[reference]} learns faster (CI below 0)"
         else:
             auc_verdict = "no difference resolved (CI includes 0)"
         sg_row = methods[arm]
@@ -169,11 +171,11 @@ def summarise(
                 "per_seed": (sg_auc - rl_auc).tolist(),
                 "verdict": auc_verdict,
             },
-            "ratio_rl_over_sgft": {
+            "ratio_reference_over_arm": {
                 "restricted_mean_ratio": time_ratio(rl_t, sg_t),
                 "ci95": list(ratio_ci),
-                "rl_censored": rl_c,
-                "sgft_censored": sg_c,
+                "reference_censored": rl_c,
+                "arm_censored": sg_c,
                 "note": note,
             },
             "verdicts": {
@@ -255,16 +257,17 @@ def format_table(cfg: RoundsConfig, experiment: Experiment, summary: dict[str, A
         )
     for arm, c in summary["comparisons"].items():
         tag = " (primary)" if arm == summary["primary"] else ""
-        d, r, v = c["auc_difference"], c["ratio_rl_over_sgft"], c["verdicts"]
+        d, r, v = c["auc_difference"], c["ratio_reference_over_arm"], c["verdicts"]
+        ref = labels[experiment.reference]
         minutes = summary["methods"][arm]["minutes_to_target"]
         lines += [
-            f"--- {labels[arm]} vs RL-FT{tag}, paired over seeds {c['seeds']}",
-            f"{labels[arm]} - RL-FT AUC: {d['mean']:+.2f} (95% CI {_ci(d['ci95'], '+.2f')}): "
+            f"--- {labels[arm]} vs {ref}{tag}, paired over seeds {c['seeds']}",
+            f"{labels[arm]} - {ref} AUC: {d['mean']:+.2f} (95% CI {_ci(d['ci95'], '+.2f')}): "
             f"{d['verdict']}",
-            f"RL-FT/{labels[arm]} episodes to {cfg.target:.0%} held twice: "
+            f"{ref}/{labels[arm]} episodes to {cfg.target:.0%} held twice: "
             f"{r['restricted_mean_ratio']:.2f} (95% CI {_ci(r['ci95'], '.2f')}); censored "
-            f"{r['rl_censored']}/{len(c['seeds'])} RL-FT, {r['sgft_censored']}/"
-            f"{len(c['seeds'])} SGFT: {r['note']}",
+            f"{r['reference_censored']}/{len(c['seeds'])} {ref}, {r['arm_censored']}/"
+            f"{len(c['seeds'])} {labels[arm]}: {r['note']}",
             f"target ratio >= {experiment.ratio_target:g}x at the CI lower bound: {v['ratio_3x']}",
             f"target < {experiment.minutes_target:g} simulated minutes of stand-in data "
             f"({minutes['restricted_mean']:.2f}, CI {_ci(minutes['ci95'], '.2f')}): "

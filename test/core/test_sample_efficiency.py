@@ -17,6 +17,7 @@ from core.bench_loader import sample_efficiency as bench
 
 from simreal_ros import config_schema
 from simreal_ros.learner.critics import critics_trained, fit_sim_critic
+from simreal_ros.learner.methods import method_traits
 from simreal_ros.learner.stand_in_experiment import PER_JOB_FIELDS, RoundsConfig
 from simreal_ros.learner.stand_in_rounds import arm_config, learner_config, run_experiment
 from simreal_ros.learner.stand_in_summary import format_table
@@ -46,8 +47,8 @@ def base_dir(tmp_path_factory):
 
 
 def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
-    methods = tuple(bench.METHODS)  # all 8 arms
-    assert len(methods) == 8
+    methods = tuple(bench.METHODS)  # all 9 arms
+    assert len(methods) == 9
     cfg = RoundsConfig(
         checkpoint=str(base_dir),
         robot=robot_reference(load_robot_description().source),
@@ -66,7 +67,14 @@ def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
         workers=1,
         fit_v_sim="off",
         # Without this the learner would run update_to_data x new real transitions updates.
-        learner_overrides=(("update_to_data", "0"),),
+        # The adapt arm's sim training at its smallest (shared; only adapt reads them).
+        learner_overrides=(
+            ("update_to_data", "0"),
+            ("adapt.teacher_episodes", "1"),
+            ("adapt.iterations", "1"),
+            ("adapt.episodes", "2"),
+            ("adapt.bc_steps", "5"),
+        ),
         bootstrap_resamples=200,
     )
     lines: list[str] = []
@@ -112,6 +120,12 @@ def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
             assert job["minutes_to_target"] == pytest.approx(last["minutes"])
         if last["evaluated"]:  # BC skips a round with no successful episode to clone
             metrics = last["metrics"]
+            if method == "adapt":  # the sim training recipe: no real transition, no SAC
+                assert "updates" not in metrics and "new_real_transitions" not in metrics
+                assert metrics["distance_from_parent"] > 0
+                assert metrics["adapt_teacher_lead"] > 0 and metrics["adapt_teacher_speed"] > 0
+                assert last["identification"]["episodes"] == cfg.episodes_per_round
+                continue
             assert metrics["updates"] == 4  # update_to_data=0: updates_per_round only
             if method == "sysid":  # trains on identified-sim episodes, not the stand-in's
                 assert metrics["new_real_transitions"] > 0
@@ -122,7 +136,9 @@ def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
             assert method == "bc_lora" and "skipped" in last["metrics"]
             assert last["evaluation"] == zero
     # The actor-critic arms really trained (finite losses from the learner's tuner).
-    actor_critic = [m for m, row in bench.METHODS.items() if row and row["method"] != "bc"]
+    actor_critic = [
+        m for m, row in bench.METHODS.items() if row and method_traits(row["method"]).actor_critic
+    ]
     assert len(actor_critic) == 6
     for method in actor_critic:
         metrics = jobs[method]["rounds"][1]["metrics"]
@@ -152,9 +168,10 @@ def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
     for row in summary["methods"].values():
         assert row["seeds"] == 1 and row["seed_ids"] == [0] and row["time_limited"] == 0
         assert row["zero_shot"] == zero["success"]
-    # One paired comparison against RL-FT per SGFT arm.
+    # One paired comparison against RL-FT per arm that brings sim knowledge.
     sgft_arms = {"sgft_h1", "sgft_h1_simadv", "sgft_h3", "sgft_hinf"}
-    assert set(summary["comparisons"]) == set(bench.SGFT_ARMS) == sgft_arms
+    assert set(bench.SGFT_ARMS) == sgft_arms
+    assert set(summary["comparisons"]) == sgft_arms | {"sysid", "adapt"}
     for arm, comparison in summary["comparisons"].items():
         assert comparison["seeds"] == [0]
         assert comparison["auc_difference"]["mean"] == pytest.approx(
@@ -164,9 +181,9 @@ def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
     assert summary["primary"] == "sgft_h1"
     table = format_table(cfg, experiment, summary)
     assert "STAND-IN (simulated; not a physical arm)" in table
-    for arm in bench.SGFT_ARMS:
+    for arm in summary["comparisons"]:
         assert f"--- {bench.LABELS[arm]} vs RL-FT" in table
-    assert "--- SGFT H=1 vs RL-FT (primary)" in table
+    assert "--- SGFT H=1 vs RL-FT (SAC) (primary)" in table
     assert any("zero-shot: " in line and "real_twin stand-in" in line for line in lines)
     for method in configs:
         assert any(line.split("] ", 1)[-1].startswith(f"{bench.LABELS[method]} seed 0:")

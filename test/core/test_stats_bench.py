@@ -129,7 +129,8 @@ def test_arms_differ_only_in_their_own_rows():
     cfg = RoundsConfig(checkpoint="ckpt", learner_overrides=(("learning_rate", "1e-4"),))
     experiment = bench.EXPERIMENT
     trained = [m for m, row in bench.METHODS.items() if row is not None]
-    groups = (bench.PRIMARY_METHODS, bench.ABLATION_METHODS, bench.SYSID_METHODS)
+    groups = (bench.PRIMARY_METHODS, bench.ABLATION_METHODS, bench.SYSID_METHODS,
+              bench.ADAPT_METHODS)  # fmt: skip
     assert set().union(*groups) == set(bench.METHODS)
     configs = {
         m: dataclasses.asdict(arm_config(cfg, experiment, m, seed=3, store_root="s"))
@@ -156,6 +157,8 @@ def test_arms_differ_only_in_their_own_rows():
             dataclasses.replace(cfg, learner_overrides=(("horizon", "2"),)), experiment, "sgft_h1"
         )
     assert bench.SGFT_ARMS == ("sgft_h1", "sgft_h1_simadv", "sgft_h3", "sgft_hinf")
+    # Compared against RL-FT: the arms that bring sim knowledge, never BC or RL-FT itself.
+    assert experiment.compared_arms == (*bench.SGFT_ARMS, "sysid", "adapt")
 
 
 def test_seeds_are_paired_across_methods_and_fixed_for_evaluation():
@@ -234,9 +237,9 @@ def test_summary_ratio_auc_and_verdicts():
     # KM: 3 of 5 reach at 15, 2 censored at 20: 15 + 5 * 0.4 = 17.
     assert rl_row["episodes_to_target"]["restricted_mean"] == pytest.approx(17.0)
     comparison = summary["comparisons"]["sgft_h1"]
-    ratio = comparison["ratio_rl_over_sgft"]
+    ratio = comparison["ratio_reference_over_arm"]
     assert ratio["restricted_mean_ratio"] == pytest.approx(17.0 / 5.0)
-    assert ratio["rl_censored"] == 2 and ratio["sgft_censored"] == 0
+    assert ratio["reference_censored"] == 2 and ratio["arm_censored"] == 0
     # Resampled, RL-FT's restricted mean stays in 15..20 and SGFT's at 5: CI within 3..4,
     # so the lower bound (RL-FT is censored) already clears 3x.
     assert 3.0 <= ratio["ci95"][0] <= ratio["ci95"][1] <= 4.0
@@ -255,8 +258,9 @@ def test_summary_ratio_auc_and_verdicts():
     assert summary["primary"] == "sgft_h1"
     assert summary["methods"]["sgft_h1"]["value_exploit_flags"] == 5
     table = format_table(cfg, ARMS, summary)
-    assert "STAND-IN" in table and "SGFT H=1 - RL-FT AUC: +" in table
-    assert "RL-FT/SGFT H=1 episodes to 80% held twice: 3.40" in table
+    assert "STAND-IN" in table and "SGFT H=1 - RL-FT (SAC) AUC: +" in table
+    assert "RL-FT (SAC)/SGFT H=1 episodes to 80% held twice: 3.40" in table
+    assert "censored 2/5 RL-FT (SAC), 0/5 SGFT H=1: RL-FT (SAC) censored" in table
     rows = {
         label: next(line for line in table.splitlines() if line.startswith(f"{label:<16} "))
         for label in ("RL-FT (SAC)", "SGFT H=1")
