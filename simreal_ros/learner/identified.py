@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from simreal_ros.atomic_files import write_json_atomic
 from simreal_ros.learner.config import LearnerConfig
 
 log = logging.getLogger("simreal_ros.learner")
@@ -34,7 +35,7 @@ class IdentifiedDynamics:
         profile, or None (and the reason in ``identification``) when they cannot be
         identified from."""
         from simreal_ros.sysid import FitSettings, SysidInputError, identify_bags
-        from simreal_ros.sysid.output import identification_summary
+        from simreal_ros.sysid.output import KEPT_PREVIOUS, identification_summary
 
         cfg = config
         if cfg.sysid.profile:
@@ -68,8 +69,18 @@ class IdentifiedDynamics:
             self.identification = {"error": str(error), "profile": fallback}
             log.warning("identification failed, screening in %s: %s", fallback, error)
             return None
+        summary = identification_summary(result.to_dict(), str(profile))
+        if not summary["values"] and self.profile:
+            # Finding nothing is a failure of this fit, not evidence of nominal dynamics:
+            # the earlier profile, identified from part of the same bags, stays the best
+            # model (an adaptation in the prior undid a good round on the stand-in).
+            self.identification = summary | {"kept_previous": self.profile}
+            write_json_atomic(out / KEPT_PREVIOUS, {"kept_previous": self.profile})
+            log.warning("identification from %d bags gave no value; keeping %s",
+                        len(chosen), self.profile)  # fmt: skip
+            return self.profile
         self.profile = str(profile)
-        self.identification = identification_summary(result.to_dict(), str(profile))
+        self.identification = summary
         log.info("identified dynamics from %d bags in %.0f s: %s", len(chosen),
                  time.time() - started, profile)  # fmt: skip
         return str(profile)

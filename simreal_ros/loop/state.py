@@ -203,10 +203,14 @@ def latest_identification(models: Path, since: float) -> dict[str, Any]:
     if not found:
         return {}
     path = max(found, key=lambda p: p.stat().st_mtime)
-    from simreal_ros.sysid.output import identification_summary
+    from simreal_ros.sysid.output import KEPT_PREVIOUS, identification_summary
 
     data = json.loads(path.read_text())
-    return identification_summary(data, data.get("profile_path", ""))
+    summary = identification_summary(data, data.get("profile_path", ""))
+    kept = path.parent / KEPT_PREVIOUS
+    if kept.is_file():
+        summary |= json.loads(kept.read_text())
+    return summary
 
 
 def describe_identification(identification: dict[str, Any]) -> str:
@@ -216,4 +220,9 @@ def describe_identification(identification: dict[str, Any]) -> str:
         f"identified from {identification.get('episodes', 0)} episodes: {values or 'nothing'}"
         f" (error {before:.3f} -> {after:.3f}); unidentifiable: "
         f"{', '.join(identification.get('unidentifiable', [])) or 'none'}"
+        + (
+            f"; the learner kept the earlier profile {identification['kept_previous']}"
+            if identification.get("kept_previous")
+            else ""
+        )
     )

@@ -181,6 +181,10 @@ def plot_fit(result: SysidResult, simulator: ReplaySimulator, path: Path) -> Non
     plt.close(fig)
 
 
+# Beside a sysid.json whose identification gave no value: the profile the learner kept.
+KEPT_PREVIOUS = "kept_previous.json"
+
+
 def identification_summary(report: dict, profile: str) -> dict:
     """What the learner's metadata, the loop's summary and its report keep of one
     identification; ``report`` is ``SysidResult.to_dict()`` or a written sysid.json."""

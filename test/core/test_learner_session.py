@@ -4,6 +4,10 @@ peft adapters, the policy package's sim evaluation as the gate, the atomic store
 from __future__ import annotations
 
 import dataclasses
+import json
+import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -310,6 +314,57 @@ def test_identification_failure_keeps_screening_in_the_configured_profile(tmp_pa
     assert session.identify([bag, bag]) is None
     assert session.screening_profile == "nominal"
     assert "cannot be used" in session.identified.identification["error"]
+
+
+def test_an_identification_that_finds_nothing_keeps_the_earlier_profile(
+    tmp_path, base_dir, monkeypatch
+):
+    """Round 2's fit from 10 bags gave no value where round 1's from 5 gave the gain; the
+    adaptation then trained in the prior and undid round 1 (34/50 -> 12/50 on the
+    stand-in). The earlier profile stays; the loop's line says so. (identify_bags is
+    replaced: this tests the learner's bookkeeping around it.)"""
+    import simreal_ros.sysid as sysid
+    from simreal_ros.loop.state import describe_identification, latest_identification
+
+    def report(values):
+        side = {"loss": 1.0}
+        params = [{"pattern": "gain.*", "identifiable": "gain.*" in values,
+                   "value": values.get("gain.*"), "spread": 0.01}]  # fmt: skip
+        return {"parameters": params, "before": {"fit": side, "holdout": side},
+                "after": {"fit": side, "holdout": side}}  # fmt: skip
+
+    answers = [{"gain.*": 0.2}, {}]
+
+    def identify_bags(bags, out, task, **_):
+        Path(out).mkdir(parents=True)
+        profile = Path(out) / "profile.yaml"
+        profile.write_text("name: identified\n")
+        written = report(answers.pop(0))
+        (Path(out) / "sysid.json").write_text(json.dumps(written))
+        return SimpleNamespace(to_dict=lambda: written), profile
+
+    monkeypatch.setattr(sysid, "identify_bags", identify_bags)
+    session = LearnerSession(
+        config(tmp_path, base_dir, method="adapt"), robot=load_robot_description()
+    )
+    first = session.identify(["a", "b"])
+    assert session.identified.identification["values"] == {"gain.*": 0.2}
+    since = time.time() - 1
+    session.round = 1  # the next round's identification (its own directory)
+    second = session.identify(["a", "b", "c"])
+    assert second == first == session.screening_profile
+    kept = session.identified.identification
+    assert kept["values"] == {} and kept["kept_previous"] == first
+    latest = latest_identification(tmp_path / "models", since)
+    assert latest["kept_previous"] == first
+    assert f"kept the earlier profile {first}" in describe_identification(latest)
+    # Without an earlier profile, finding nothing is what there is.
+    fresh = LearnerSession(
+        config(tmp_path / "fresh", base_dir, method="adapt"), robot=load_robot_description()
+    )
+    answers.append({})
+    assert fresh.identify(["a", "b"]) != first
+    assert "kept_previous" not in fresh.identified.identification
 
 
 def test_v_sim_annotates_each_transition_once_and_only_for_sgft(tmp_path, base_dir, data):
