@@ -503,8 +503,8 @@ def identify(
         following, widened = follows_the_hold(
             parameters, lambda i, j: _coupled(objective, i, j), unconditional, estimate,
             (float(errors[0]), float(errors[1])), without_value,
-            against_the_data(first_pass, without_value, nominal_start, unconditional,
-                             settings.min_relative_increase),
+            against_the_data(parameters, first_pass, without_value, nominal_start,
+                             unconditional, settings),
             kept, spread_limits(parameters, settings), settings.min_relative_increase,
         )  # fmt: skip
         for i, reason in following.items():
@@ -880,21 +880,29 @@ def spread_limits(parameters: Sequence[FitParameter], settings: FitSettings) -> 
 
 
 def against_the_data(
+    parameters: Sequence[FitParameter],
     estimates: Sequence[ParameterEstimate],
     held: Collection[int],
     nominal: Sequence[float],
     fitted: Sequence[float],
-    min_relative: float,
+    settings: FitSettings,
 ) -> set[int]:
-    """Held parameters whose hold at nominal lies where their data exclude: the probe from
-    the fit's value toward nominal raised the error by ``min_relative`` (a cube mass the
-    data bound from below, held at a nominal under that bound)."""
+    """Held parameters whose hold at nominal lies where their data exclude: nominal is at
+    least a probe away from the fit's value, and the probe toward it raised the error by
+    ``min_relative_increase`` (a cube mass the data bound from below at x1.82, held at
+    nominal). A nominal within a probe is within what the probes resolve (a damping of
+    x0.97 held at 1)."""
     out = set()
     for i in held:
-        if nominal[i] == fitted[i]:
+        if parameters[i].is_latency:
+            distance, reach = abs(nominal[i] - fitted[i]), settings.probe_steps
+        else:
+            distance = abs(math.log(nominal[i] / fitted[i]))
+            reach = math.log(settings.probe_factor)
+        if distance < reach:
             continue
         toward = 0 if nominal[i] < fitted[i] else 1  # probe_increase is (down, up)
-        if estimates[i].probe_increase[toward] >= min_relative:
+        if estimates[i].probe_increase[toward] >= settings.min_relative_increase:
             out.add(i)
     return out
 
