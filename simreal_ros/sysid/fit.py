@@ -504,7 +504,8 @@ def identify(
             parameters, lambda i, j: _coupled(objective, i, j), unconditional, estimate,
             (float(errors[0]), float(errors[1])), without_value,
             against_the_data(parameters, first_pass, without_value, nominal_start,
-                             unconditional, settings),
+                             unconditional, _probe_sizes(objective, settings),
+                             settings.min_relative_increase),
             kept, spread_limits(parameters, settings), settings.min_relative_increase,
         )  # fmt: skip
         for i, reason in following.items():
@@ -885,24 +886,20 @@ def against_the_data(
     held: Collection[int],
     nominal: Sequence[float],
     fitted: Sequence[float],
-    settings: FitSettings,
+    probes: np.ndarray,
+    min_relative: float,
 ) -> set[int]:
     """Held parameters whose hold at nominal lies where their data exclude: nominal is at
-    least a probe away from the fit's value, and the probe toward it raised the error by
-    ``min_relative_increase`` (a cube mass the data bound from below at x1.82, held at
+    least a probe (``probes``) away from the fit's value, and the probe toward it raised
+    the error by ``min_relative`` (a cube mass the data bound from below at x1.82, held at
     nominal). A nominal within a probe is within what the probes resolve (a damping of
     x0.97 held at 1)."""
     out = set()
     for i in held:
-        if parameters[i].is_latency:
-            distance, reach = abs(nominal[i] - fitted[i]), settings.probe_steps
-        else:
-            distance = abs(math.log(nominal[i] / fitted[i]))
-            reach = math.log(settings.probe_factor)
-        if distance < reach:
+        if _local_distance(parameters[i], nominal[i], fitted[i]) < probes[i]:
             continue
         toward = 0 if nominal[i] < fitted[i] else 1  # probe_increase is (down, up)
-        if estimates[i].probe_increase[toward] >= settings.min_relative_increase:
+        if estimates[i].probe_increase[toward] >= min_relative:
             out.add(i)
     return out
 
@@ -939,10 +936,8 @@ def follows_the_hold(
     dropped, widened = {}, {}
     for k in kept:
         p = parameters[k]
-        if p.is_latency:
-            shift, unit = abs(conditional[k] - unconditional[k]), "steps"
-        else:
-            shift, unit = abs(math.log(conditional[k] / unconditional[k])), "in log(factor)"
+        shift = _local_distance(p, conditional[k], unconditional[k])
+        unit = "steps" if p.is_latency else "in log(factor)"
         partners = [h for h in sorted(held) if coupled(k, h)]
         if shift <= limits[k] or not partners:
             continue
@@ -962,6 +957,11 @@ def follows_the_hold(
         else:
             widened[k] = shift / 2
     return dropped, widened
+
+
+def _local_distance(p: FitParameter, a: float, b: float) -> float:
+    """|a - b| in the parameter's local coordinates (steps, or log factor), as probed."""
+    return abs(a - b) if p.is_latency else abs(math.log(a / b))
 
 
 def _names(patterns: Sequence[str]) -> str:

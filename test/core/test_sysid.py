@@ -452,21 +452,24 @@ def test_a_value_that_follows_a_hold_the_data_exclude_gets_none_and_a_slide_wide
         return i in contact and j in contact
 
     limits = spread_limits(params, FitSettings())
+    # The probes' sizes: x1.25 (log) for the factors, 2 steps for the latency.
+    probes_log = np.array([math.log(1.25)] * 3 + [2.0])
     fit = [0.2, 1.82, 1.38, 14.0]
     held = [0.2, 1.0, 1.62, 14.0]  # the mass at nominal, the friction refitted
     args = (params, coupled, fit, held)
     # The mass's down probe raised the error: nominal lies where its data exclude.
     probes = [ParameterEstimate("mass.cube", ["m"], False, None, 0.0, [], 0.2, 5.0, [0.05, 0.0])]
     nominal = [1.0, 1.0, 1.0, 0.0]
-    excluded = against_the_data(params, {1: probes[0]}, [1], nominal, fit, FitSettings())
+    excluded = against_the_data(params, {1: probes[0]}, [1], nominal, fit, probes_log, 0.01)
     assert excluded == {1}
     # The fresh-clone demo after that: a damping fitted at x0.97, whose up probe (x1.25)
     # raised the error, held at 1: within a probe, so not against the data.
     near_nominal = [0.2, 0.97, 1.38, 14.0]
     up_bound = {1: dataclasses.replace(probes[0], probe_increase=[0.0, 0.05])}
-    assert against_the_data(params, up_bound, [1], nominal, near_nominal, FitSettings()) == set()
+    near = against_the_data(params, up_bound, [1], nominal, near_nominal, probes_log, 0.01)
+    assert near == set()
     assert against_the_data(params, up_bound, [1], nominal, [0.2, 0.5, 1.38, 14.0],
-                            FitSettings()) == {1}  # fmt: skip
+                            probes_log, 0.01) == {1}  # fmt: skip
     dropped, widened = follows_the_hold(*args, (0.0310, 0.0312), [1], excluded, [0, 2, 3],
                                         limits, 0.01)  # fmt: skip
     assert list(dropped) == [2] and "mass.cube" in dropped[2] and "0.16" in dropped[2]
@@ -490,7 +493,7 @@ def test_a_value_that_follows_a_hold_the_data_exclude_gets_none_and_a_slide_wide
 
     latency = {3: ParameterEstimate("latency_steps", ["l"], False, None, 0.0, [], 0, 50,
                                     [0.0, 0.05])}  # fmt: skip
-    assert against_the_data(params, latency, [3], nominal, fit, FitSettings()) == set()
+    assert against_the_data(params, latency, [3], nominal, fit, probes_log, 0.01) == set()
     slid = [0.2 * math.exp(0.17), 1.82, 1.38, 0.0]
     dropped, widened = follows_the_hold(params, gain_latency, fit, slid, (0.031, 0.031), [3],
                                         set(), [0, 1, 2], limits, 0.01)  # fmt: skip
