@@ -70,7 +70,7 @@ class IdentifiedDynamics:
             log.warning("identification failed, screening in %s: %s", fallback, error)
             return None
         summary = identification_summary(result.to_dict(), str(profile))
-        if not summary["values"] and self.profile:
+        if not summary["values"] and not summary["bounded"] and self.profile:
             # Finding nothing is a failure of this fit, not evidence of nominal dynamics:
             # the earlier profile, identified from part of the same bags, stays the best
             # model (an adaptation in the prior undid a good round on the stand-in).

@@ -215,11 +215,15 @@ def latest_identification(models: Path, since: float) -> dict[str, Any]:
 
 def describe_identification(identification: dict[str, Any]) -> str:
     values = ", ".join(f"{k} {v:.3g}" for k, v in identification.get("values", {}).items())
+    ranges = identification.get("bounded", {})
+    bounded = ", ".join(f"{k} {lo:.3g}..{hi:.3g}" for k, (lo, hi) in ranges.items())
+    unfixed = [p for p in identification.get("unidentifiable", []) if p not in ranges]
     before, after = identification.get("fit_error", [float("nan")] * 2)
     return (
         f"identified from {identification.get('episodes', 0)} episodes: {values or 'nothing'}"
-        f" (error {before:.3f} -> {after:.3f}); unidentifiable: "
-        f"{', '.join(identification.get('unidentifiable', [])) or 'none'}"
+        f" (error {before:.3f} -> {after:.3f}); "
+        + (f"bounded, not fixed: {bounded}; " if bounded else "")
+        + f"unidentifiable: {', '.join(unfixed) or 'none'}"
         + (
             f"; the learner kept the earlier profile {identification['kept_previous']}"
             if identification.get("kept_previous")

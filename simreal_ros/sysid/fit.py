@@ -185,6 +185,10 @@ class ParameterEstimate:
     # where the error has no minimum there (a flat or falling direction).
     spread: float | None = None
     interval: list[float] | None = None  # 95%: factor (or steps) low, high
+    # Without a value, but bounded on both sides by the data (a spread past the limit, or
+    # a slide along a valley): the 95% range within the search's box, which the profile
+    # randomises over instead of the prior's range. None: the data do not bound it.
+    bounded: list[float] | None = None
 
     def absolute(self, nominal: Mapping[str, float]) -> dict[str, float]:
         if self.value is None:
@@ -479,16 +483,16 @@ def identify(
     estimates, correlations = _identifiability(
         objective, estimate, restarts, fit, settings, travel
     )
-    # The profile holds the parameters without a value at nominal, so the values it gives
-    # must be the best ones given that: a fit that let a loose parameter wander (damping at
-    # its bound) leaves its partners biased along the valley. Refit the others with those
-    # held at nominal and judge them again there.
+    # The profile holds a parameter without a value at nominal (within the prior's range),
+    # or, where the data bound it, over that range around its fit. The values it gives must
+    # be the best ones given that: a fit that let a loose parameter wander (damping at its
+    # bound) leaves its partners biased along the valley. Refit the others with the loose
+    # ones at nominal and the bounded ones where they were fitted, and judge them there.
     without_value = {i: e.reason for i, e in enumerate(estimates) if not e.identifiable}
-    moved = [i for i in without_value if estimate[i] != nominal_start[i]]
+    at_nominal = [i for i in without_value if estimates[i].bounded is None]
+    moved = [i for i in at_nominal if estimate[i] != nominal_start[i]]
     if moved and len(without_value) < len(parameters):
-        conditional = [
-            nominal_start[i] if i in without_value else v for i, v in enumerate(estimate)
-        ]
+        conditional = [nominal_start[i] if i in at_nominal else v for i, v in enumerate(estimate)]
         conditional = _refine(objective, conditional, fit, settings, held=without_value)
         first_pass = estimates
         unconditional, estimate = (
@@ -498,27 +502,26 @@ def identify(
         estimates, correlations = _identifiability(
             objective, estimate, restarts, fit, settings, travel, held=without_value
         )
+        for i in without_value:  # judged in the first pass, not again
+            estimates[i] = dataclasses.replace(estimates[i], bounded=first_pass[i].bounded)
         errors = objective.per_episode([unconditional, estimate], fit).mean(axis=1)
         kept = [i for i, e in enumerate(estimates) if e.identifiable]
+        limits = spread_limits(parameters, settings)
         following, widened = follows_the_hold(
             parameters, lambda i, j: _coupled(objective, i, j), unconditional, estimate,
-            (float(errors[0]), float(errors[1])), without_value,
-            against_the_data(parameters, first_pass, without_value, nominal_start,
+            (float(errors[0]), float(errors[1])), at_nominal,
+            against_the_data(parameters, first_pass, at_nominal, nominal_start,
                              unconditional, _probe_sizes(objective, settings),
                              settings.min_relative_increase),
-            kept, spread_limits(parameters, settings), settings.min_relative_increase,
+            kept, limits, settings.min_relative_increase,
         )  # fmt: skip
         for i, reason in following.items():
             estimates[i] = dataclasses.replace(
                 estimates[i], identifiable=False, value=None, reason=reason, spread=None,
                 interval=None,
             )  # fmt: skip
-        for i, slide in widened.items():
-            spread = max(estimates[i].spread or 0.0, slide)
-            estimates[i] = dataclasses.replace(
-                estimates[i], spread=spread,
-                interval=_interval(parameters[i], estimates[i].value, spread),
-            )  # fmt: skip
+        for i, (slide, along) in widened.items():
+            estimates[i] = _widened(parameters[i], estimates[i], slide, along, limits[i])
     identified = absolute_values(estimates, nominal)
     residuals = [r for i in fit for r in simulator.residuals(identified, i)]
     noise = noise_estimate(residuals)
@@ -915,21 +918,21 @@ def follows_the_hold(
     kept: Sequence[int],
     limits: np.ndarray,
     min_relative: float,
-) -> tuple[dict[int, str], dict[int, float]]:
-    """What holding the parameters without a value at nominal did to the kept ones coupled
+) -> tuple[dict[int, str], dict[int, tuple[float, str]]]:
+    """What holding the parameters in ``held`` at nominal did to the kept ones coupled
     (``coupled(i, j)``) to a held one, where holding did not lower the fit error
     (``errors``: the fit's, the conditional fit's) by ``min_relative``. Holding that lowers
     the error corrects a search stuck in a valley (gains beside a damping that wandered
     off), and those values stand.
 
-    Returns (kept index -> the reason it gets no value, kept index -> its widened spread).
-    A value that moved past its spread limit because a partner was held where the data
-    exclude (``excluded_holds``) follows the hold, not the data: a cube mass bounded from
-    below at x1.82, held at nominal, pushed the table's friction from x1.38 to x1.62 (truth
-    x1). Where every hold is one the data allow, the value slides along a valley the data
-    leave open: half that slide counts in its spread (gain against a latency the data bound
-    only from above; the spread is at least that), and a slide past twice the limit leaves
-    no value."""
+    Returns (kept index -> the reason it gets no value, kept index -> (the spread its
+    slide adds, what it slid along)). A value that moved past its spread limit because a
+    partner was held where the data exclude (``excluded_holds``) follows the hold, not the
+    data: a cube mass bounded from below at x1.82, held at nominal, pushed the table's
+    friction from x1.38 to x1.62 (truth x1). Where every hold is one the data allow, the
+    value slides along a valley the data leave open: half that slide counts in its spread
+    (gain against a latency the data bound only from above), so both ends lie within its
+    95% range."""
     before, after = errors
     if after < before * (1.0 - min_relative):
         return {}, {}
@@ -948,15 +951,30 @@ def follows_the_hold(
                 "nominal where the data exclude it, and holding did not lower the error: "
                 "the value follows the hold, not the data"
             )
-        elif shift / 2 > limits[k]:
-            names = ", ".join(parameters[h].pattern for h in partners)
-            dropped[k] = (
-                f"its value slides {shift:.2g} {unit} along a valley with {names} (which "
-                "the data do not fix): more than twice its spread limit"
-            )
         else:
-            widened[k] = shift / 2
+            names = ", ".join(parameters[h].pattern for h in partners)
+            widened[k] = (
+                shift / 2,
+                f"its value slides {shift:.2g} {unit} along a valley with {names} (which "
+                "the data do not fix)",
+            )
     return dropped, widened
+
+
+def _widened(
+    p: FitParameter, estimate: ParameterEstimate, slide: float, along: str, limit: float
+) -> ParameterEstimate:
+    """``estimate`` with ``slide`` (``along``: what it slid along) counted in its spread;
+    past ``limit`` it keeps no value, only the range the data bound."""
+    spread = max(estimate.spread or 0.0, slide)
+    interval = _interval(p, estimate.value, spread)
+    if spread <= limit:
+        return dataclasses.replace(estimate, spread=spread, interval=interval)
+    return dataclasses.replace(  # the range reaches back to where it slid from
+        estimate, identifiable=False, value=None, spread=spread, interval=interval,
+        bounded=_data_range(p, estimate.value, spread, reach=2 * slide),
+        reason=f"{along}: its spread {spread:.2g} exceeds {limit:g}",
+    )  # fmt: skip
 
 
 def _local_distance(p: FitParameter, a: float, b: float) -> float:
@@ -979,6 +997,16 @@ def _interval(p: FitParameter, value: float, spread: float | None) -> list[float
     return [value * math.exp(-1.96 * spread), value * math.exp(1.96 * spread)]
 
 
+def _data_range(p: FitParameter, value: float, spread: float, reach: float = 0.0) -> list[float]:
+    """The 95% interval of ``value`` (at least ``reach`` either side, in local coordinates)
+    within the search's box: what a profile randomises over for a value the data bound but
+    do not fix."""
+    width = max(1.96 * spread, reach)
+    low, high = (value - width, value + width) if p.is_latency else (
+        value * math.exp(-width), value * math.exp(width))  # fmt: skip
+    return [max(low, p.low), min(high, p.high)]
+
+
 def partners_of_dropped(
     full_h: np.ndarray, kept: list[int], h: np.ndarray, limits: np.ndarray
 ) -> dict[int, tuple[int, float]]:
@@ -986,15 +1014,23 @@ def partners_of_dropped(
     limit when a parameter not kept moves by its probe ``h``: kept index -> (the dropped
     one, the shift). The conditional minimum of the kept set K moves by
     -H_KK^-1 H_Ki h_i (the local quadratic); repeated until no kept parameter follows one
-    that is not kept, since a parameter left out makes its own partners suspect."""
+    that is not kept, since a parameter left out makes its own partners suspect.
+
+    A cross term is capped at sqrt(H_kk H_ii), what an error with a minimum allows: a
+    partner whose own probes barely change the error cannot move a value far, and a
+    corner replay through contact that says otherwise is noise (a latency fitted at the
+    truth was dropped as following a table friction the data left flat)."""
     kept = list(kept)
     found: dict[int, tuple[int, float]] = {}
+    curvature = np.clip(np.diag(full_h), 0.0, None)
     while kept:
         dropped = [i for i in range(len(h)) if i not in kept]
         if not dropped:
             break
         inverse = np.linalg.inv(full_h[np.ix_(kept, kept)])
-        shifts = np.abs(inverse @ full_h[np.ix_(kept, dropped)]) * h[dropped]  # (K, D)
+        cap = np.sqrt(np.outer(curvature[kept], curvature[dropped]))
+        cross = np.clip(full_h[np.ix_(kept, dropped)], -cap, cap)
+        shifts = np.abs(inverse @ cross) * h[dropped]  # (K, D)
         worst = np.argmax(shifts, axis=1)
         moving = {
             kept[k]: (dropped[int(worst[k])], float(shifts[k, worst[k]]))
@@ -1175,9 +1211,12 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel, held=
         )
         kept.remove(worst)
     # A kept parameter whose best value moves with a dropped one's (held at nominal in the
-    # identified model, whatever the arm's value) is not fixed by the data either.
+    # identified model, whatever the arm's value) is not fixed by the data either. It is
+    # bounded: a partner the data do not fix is uncertain by at least a probe, so the shift
+    # per probe counts as its spread.
     limits = spread_limits(params, settings)
     coupling = _with_cross_terms(objective, estimate, fit, model, kept)
+    follows: dict[int, float] = {}
     for j, (i, shift) in partners_of_dropped(coupling, kept, h, limits).items():
         unit = "steps" if params[j].is_latency else "in log(factor)"
         reasons[j].append(
@@ -1185,6 +1224,7 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel, held=
             "data do not fix, moves one probe"
         )
         kept.remove(j)
+        follows[j] = shift
     spread = np.full(count, np.nan)
     if kept:
         # Sandwich: the minimum moves by -H^-1 g; g's covariance from the segments.
@@ -1225,11 +1265,15 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel, held=
         if at_bound:  # the data push it past the box: the box, not the data, set it
             reasons[i].append(f"at the search's bound ({p.low:g}..{p.high:g})")
         s = float(spread[i]) if np.isfinite(spread[i]) else None
+        value = float(estimate[i])
+        bounded = None
         if s is not None and s > limit and not reasons[i]:
             unit = "steps" if p.is_latency else "in log(factor)"
             reasons[i].append(f"posterior spread {s:.3g} {unit} exceeds {limit:g}")
+            bounded = _data_range(p, value, s)
+        elif i in follows and len(reasons[i]) == 1:  # following a partner, nothing else
+            bounded = _data_range(p, value, follows[i])
         identifiable = not reasons[i]
-        value = float(estimate[i])
         interval = _interval(p, value, s)
         increases = [float(np.mean(losses[1 + 2 * i + k] - center) / max(base, 1e-12))
                      for k in (0, 1)]  # fmt: skip
@@ -1247,6 +1291,7 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel, held=
                 reason="; ".join(reasons[i]),
                 spread=s,
                 interval=interval,
+                bounded=bounded,
             )
         )
     return out, correlations

@@ -4,9 +4,10 @@
 
 - ``profile.yaml``: a dynamics profile usable wherever one is (``--dynamics-profile PATH``, the sim
   bridge's ``profile``, the learner's ``screen.profile``). Identified parameters are fixed
-  factors (``scale``) or values (``set``); an unidentifiable one keeps the prior's range
-  (the randomised profile's, drawn per reset) or, without one, its nominal value: it is
-  not guessed. ``stand_in: false``: an identified model is not a stand-in.
+  factors (``scale``) or values (``set``). One the data bound but do not fix (its 95% range
+  wider than the limit) is drawn per reset from that range; any other unidentifiable one
+  keeps the prior's range (the randomised profile's) or, without one, its nominal value:
+  it is not guessed. ``stand_in: false``: an identified model is not a stand-in.
 - ``sysid.json``: every estimate with its uncertainty and identifiability, the noise, and
   the fit error before and after on the fit and held-out episodes.
 - ``fit.png``: replayed trajectories (nominal, identified) against the recording.
@@ -42,6 +43,15 @@ def profile_document(result: SysidResult, name: str, prior: str = PRIOR_PROFILE)
             else:
                 for key in p.pattern.split("|"):  # a group of joints: each by name
                     scale[key] = round(float(p.value), 6)
+            continue
+        if p.bounded is not None:  # the range the data bound, not the prior's
+            low, high = p.bounded
+            if p.pattern == LATENCY:
+                values[LATENCY] = [max(0, round(low)), round(high)]
+            else:
+                for key in p.pattern.split("|"):
+                    scale[key] = [round(float(low), 6), round(float(high), 6)]
+            randomized = True
             continue
         entry = prior_profile.scale.get(p.pattern)
         if entry is None and p.pattern != LATENCY:  # a joint of a prior's group (gain.*)
@@ -103,7 +113,13 @@ def _header(result: SysidResult, prior: str) -> str:
                 f"#   {split}: {b.loss:.3f} nominal -> {a.loss:.3f} identified "
                 f"(joint RMS {b.joint_rms * 1e3:.1f} -> {a.joint_rms * 1e3:.1f} mrad)"
             )
-    gone = result.unidentifiable()
+    ranged = [p.pattern for p in result.parameters if p.bounded is not None]
+    if ranged:
+        lines.append(
+            "# Bounded, not fixed, by these episodes (drawn from the range the data allow): "
+            + ", ".join(ranged)
+        )
+    gone = [p for p in result.unidentifiable() if p not in ranged]
     if gone:
         lines.append(
             f"# Unidentifiable from these episodes (kept at the {prior} profile's range, or "
@@ -193,6 +209,7 @@ def identification_summary(report: dict, profile: str) -> dict:
         "profile": str(profile),
         "values": {p["pattern"]: p["value"] for p in parameters if p["identifiable"]},
         "unidentifiable": [p["pattern"] for p in parameters if not p["identifiable"]],
+        "bounded": {p["pattern"]: p["bounded"] for p in parameters if p.get("bounded")},
         "spread": {p["pattern"]: p.get("spread") for p in parameters if p["identifiable"]},
         "model": report.get("model", ""),
         "obs_noise": report.get("obs_noise"),
@@ -222,10 +239,13 @@ def format_result(result: SysidResult, hidden: dict[str, float] | None = None) -
     )
     for p in result.parameters:
         shown = "-" if p.value is None else f"{p.value:.4g}"
+        if p.bounded is not None:
+            shown = f"{p.bounded[0]:.3g}..{p.bounded[1]:.3g}"
         spread = "-" if p.spread is None else f"{p.spread:.2g}"
         spread += "" if p.pattern == LATENCY else " log"
         name = p.pattern if len(p.pattern) <= 20 else p.pattern[:17] + "..."
-        row = f"{name:<20} {shown:>10} {spread:>8}  {'yes' if p.identifiable else 'NO'}"
+        verdict = "yes" if p.identifiable else ("range" if p.bounded else "NO")
+        row = f"{name:<20} {shown:>10} {spread:>8}  {verdict}"
         if hidden is not None:
             truth = hidden.get(p.pattern)
             if truth is not None and p.value is not None:

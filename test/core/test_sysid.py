@@ -93,6 +93,7 @@ def test_known_parameters_are_recovered(known_bags, tmp_path):
     assert document["scale"]["gain.*"] == pytest.approx(gain.value, rel=1e-4)
     assert document["set"]["latency_steps"] == round(latency.value)
     assert "friction.base_geom" not in document["scale"]  # unidentifiable: not guessed
+    assert by_name["friction.base_geom"].bounded is None  # flat: not even a range
     env = TaskEnvironment(
         EnvironmentConfig(profile=str(profile), episode_seconds=0.2), robot=ROBOT
     )
@@ -263,6 +264,56 @@ def test_a_per_joint_gain_gap_is_found_per_joint(per_joint_bags, tmp_path):
     assert document["spread"]["gain.elbow_joint"]["unit"] == "log_factor"
 
 
+def test_a_value_the_data_bound_but_do_not_fix_is_drawn_from_that_range(tmp_path):
+    """A parameter without a value but with the range the data bound goes into the profile
+    as that range (drawn per reset), not the prior's; adaptation keeps it, and the loop's
+    line names it apart from the unidentifiable ones."""
+    from simreal_ros.learner.adaptation import adaptation_profile
+    from simreal_ros.loop.state import describe_identification
+    from simreal_ros.sim.profiles import load_profile
+    from simreal_ros.sysid.fit import ErrorReport, ParameterEstimate, SysidResult
+    from simreal_ros.sysid.output import identification_summary, write_result
+
+    def estimate(pattern, value=None, bounded=None, reason=""):
+        return ParameterEstimate(
+            pattern, [pattern], value is not None, value, 0.0, [], 0.0 if bounded else 0.05,
+            50.0, [0.1, 0.1], reason=reason, spread=0.01 if value else None, bounded=bounded,
+        )  # fmt: skip
+
+    error = ErrorReport(1.0, 0.01, 0.01, 3)
+    result = SysidResult(
+        parameters=[
+            estimate("gain.*", 0.2),
+            estimate("mass.cube", bounded=[1.1, 2.9], reason="posterior spread 0.25"),
+            estimate("latency_steps", bounded=[11.7, 16.3], reason="follows friction.table"),
+            estimate("friction.table", reason="flat"),
+        ],
+        obs_noise=0.001, obs_noise_ci=(0.0009, 0.0011), fit_sources=["a", "b"],
+        holdout_sources=[], before={"fit": error, "holdout": error},
+        after={"fit": error, "holdout": error}, evaluations=1, seconds=1.0, settings={},
+        nominal={"gain.elbow_joint": 2000.0},
+    )  # fmt: skip
+    path = write_result(result, tmp_path / "out")
+    document = yaml.safe_load(path.read_text())
+    assert document["scale"]["mass.cube"] == [1.1, 2.9]
+    assert document["set"]["latency_steps"] == [12, 16]
+    assert document["scale"]["friction.table"] == [0.6, 1.4]  # the prior's range
+    assert document["scale"]["gain.*"] == 0.2 and document["randomize_each_reset"] is True
+    profile = load_profile(str(path))
+    nominal = ArmPhysics(ROBOT).nominal_dynamics
+    draws = [profile.sample(nominal, np.random.default_rng(k)) for k in range(20)]
+    assert all(1.1 <= d["mass.cube"] / nominal["mass.cube"] <= 2.9 for d in draws)
+    assert all(12 <= d["latency_steps"] <= 16 for d in draws)
+    assert adaptation_profile(path, tmp_path / "adapt").read_text().count("1.1") >= 1
+    adapted = load_profile(str(tmp_path / "adapt" / "adaptation_profile.yaml"))
+    assert adapted.scale["mass.cube"] == (1.1, 2.9)
+    summary = identification_summary(result.to_dict(), str(path))
+    assert summary["bounded"] == {"mass.cube": [1.1, 2.9], "latency_steps": [11.7, 16.3]}
+    line = describe_identification(summary)
+    assert "bounded, not fixed: mass.cube 1.1..2.9, latency_steps 11.7..16.3" in line
+    assert line.endswith("unidentifiable: friction.table")
+
+
 def test_segments_restart_from_the_recording(known_bags):
     """The true dynamics replay the recording segment by segment about as well as whole, and
     a short-horizon replay starts each segment at the recorded state."""
@@ -303,6 +354,13 @@ def test_a_value_that_follows_a_dropped_parameter_is_not_given():
     assert partners_of_dropped(weak, [1, 2, 3], h, limits) == {}
     # Nothing dropped: nothing to follow.
     assert partners_of_dropped(full_h, [0, 1, 2, 3], h, limits) == {}
+    # A partner whose own probes leave the error flat (curvature 0.001) cannot move a value
+    # by more than an error with a minimum allows: a cross term of 0.9 from a noisy corner
+    # replay is capped at sqrt(1 x 0.001).
+    flat_partner = full_h.copy()
+    flat_partner[0, 0] = 0.001
+    flat_partner[1, 3] = flat_partner[3, 1] = 0.0
+    assert partners_of_dropped(flat_partner, [1, 2, 3], h, limits) == {}
 
 
 def test_along_a_flat_direction_the_least_constrained_parameter_is_dropped():
@@ -435,6 +493,7 @@ def test_a_value_that_follows_a_hold_the_data_exclude_gets_none_and_a_slide_wide
     a corrected valley (holding lowers the error) keeps its values."""
     from simreal_ros.sysid.fit import (
         ParameterEstimate,
+        _widened,
         against_the_data,
         follows_the_hold,
         spread_limits,
@@ -497,8 +556,21 @@ def test_a_value_that_follows_a_hold_the_data_exclude_gets_none_and_a_slide_wide
     slid = [0.2 * math.exp(0.17), 1.82, 1.38, 0.0]
     dropped, widened = follows_the_hold(params, gain_latency, fit, slid, (0.031, 0.031), [3],
                                         set(), [0, 1, 2], limits, 0.01)  # fmt: skip
-    assert dropped == {} and widened == {0: pytest.approx(0.085)}
+    assert dropped == {} and list(widened) == [0]
+    assert widened[0][0] == pytest.approx(0.085) and "latency_steps" in widened[0][1]
+    gain = ParameterEstimate("gain.*", ["g"], True, slid[0], 0.0, [], 0.05, 5.0, [0.5, 0.5],
+                             spread=0.01)  # fmt: skip
+    kept = _widened(params[0], gain, *widened[0], limits[0])
+    assert kept.identifiable and kept.spread == pytest.approx(0.085) and kept.bounded is None
+    # A slide past twice the limit: no value, but the range the data bound (the slide
+    # either side of the conditional value, so the fit's own value lies inside it).
     far = [0.2 * math.exp(0.3), 1.82, 1.38, 0.0]
     dropped, widened = follows_the_hold(params, gain_latency, fit, far, (0.031, 0.031), [3],
                                         set(), [0], limits, 0.01)  # fmt: skip
-    assert list(dropped) == [0] and "latency_steps" in dropped[0] and widened == {}
+    assert dropped == {} and widened[0][0] == pytest.approx(0.15)
+    ranged = _widened(params[0], dataclasses.replace(gain, value=far[0]), *widened[0],
+                      limits[0])  # fmt: skip
+    assert not ranged.identifiable and ranged.value is None and "latency_steps" in ranged.reason
+    low, high = ranged.bounded
+    assert low <= fit[0] * (1 + 1e-9) and far[0] < high
+    assert math.log(high / low) == pytest.approx(2 * 0.3)
