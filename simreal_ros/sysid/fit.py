@@ -420,10 +420,14 @@ def identify(
     progress=None,
     simulator: ReplaySimulator | None = None,
     start: Sequence[float] | None = None,
+    prior: Mapping[str, tuple[float, float]] | None = None,
 ) -> SysidResult:
     """Identify ``parameters`` from ``episodes``; ``holdout`` episodes only evaluate.
     ``start``: the factors of a converged fit of ``parameters`` (model selection's), which
-    stands for restart 0 (default: restart 0 searches from the nominal model)."""
+    stands for restart 0 (default: restart 0 searches from the nominal model). ``prior``:
+    pattern -> the range the profile draws a parameter without a value from
+    (``output.prior_ranges``); a value must hold across its partners' ranges
+    (``across_the_prior``). None: no such check."""
     settings = settings or FitSettings()
     started = time.monotonic()
     if simulator is None and robot is None:
@@ -521,7 +525,17 @@ def identify(
                 interval=None,
             )  # fmt: skip
         for i, (slide, along) in widened.items():
-            estimates[i] = _widened(parameters[i], estimates[i], slide, along, limits[i])
+            estimates[i] = _widened(
+                parameters[i], estimates[i], slide, along, limits[i], unconditional[i]
+            )
+    if prior:
+        limits = spread_limits(parameters, settings)
+        found = across_the_prior(objective, estimate, fit, settings, estimates, prior, limits)
+        for i, (ends, d) in found.items():
+            pattern = parameters[d].pattern
+            estimates[i] = _spans_the_prior(
+                parameters[i], estimates[i], ends, pattern, prior[pattern]
+            )
     identified = absolute_values(estimates, nominal)
     residuals = [r for i in fit for r in simulator.residuals(identified, i)]
     noise = noise_estimate(residuals)
@@ -962,18 +976,74 @@ def follows_the_hold(
 
 
 def _widened(
-    p: FitParameter, estimate: ParameterEstimate, slide: float, along: str, limit: float
-) -> ParameterEstimate:
-    """``estimate`` with ``slide`` (``along``: what it slid along) counted in its spread;
-    past ``limit`` it keeps no value, only the range the data bound."""
-    spread = max(estimate.spread or 0.0, slide)
+    p: FitParameter, estimate: ParameterEstimate, slide: float, along: str, limit: float,
+    slid_from: float,
+) -> ParameterEstimate:  # fmt: skip
+    """``estimate`` with ``slide`` (``along``: what it slid along, from ``slid_from``)
+    counted in its spread; past ``limit`` it keeps no value, only the range the data bound,
+    which reaches back to where it slid from."""
+    own = estimate.spread or 0.0
+    spread = max(own, slide)
     interval = _interval(p, estimate.value, spread)
     if spread <= limit:
         return dataclasses.replace(estimate, spread=spread, interval=interval)
-    return dataclasses.replace(  # the range reaches back to where it slid from
+    return dataclasses.replace(
         estimate, identifiable=False, value=None, spread=spread, interval=interval,
-        bounded=_data_range(p, estimate.value, spread, reach=2 * slide),
+        bounded=_data_range(p, [estimate.value, slid_from], own),
         reason=f"{along}: its spread {spread:.2g} exceeds {limit:g}",
+    )  # fmt: skip
+
+
+def across_the_prior(
+    objective, estimate, fit, settings, estimates, prior, limits
+) -> dict[int, tuple[list[float], int]]:
+    """Values that do not hold across what the profile draws for their partners: a kept
+    parameter coupled to one the profile draws from the prior's range (``prior``: pattern
+    -> (low, high); no value, no range of its own) whose best value, refitted with that
+    partner at either end of the range, moves by more than its limit. Returns kept index ->
+    (its best values at the ends, the partner). The quadratic checks are local: a cube
+    mass flat at x0.55 let a table friction of x1.7 stand (truth: friction x1, mass x2.5),
+    a trade the probes around the fit do not see. One least-squares refit of the partner's
+    coupled values per end."""
+    params = objective.parameters
+    kept = [i for i, e in enumerate(estimates) if e.identifiable]
+    found: dict[int, tuple[list[float], int, float]] = {}
+    for d, e in enumerate(estimates):
+        if e.identifiable or e.bounded is not None or params[d].pattern not in prior:
+            continue
+        partners = [k for k in kept if _coupled(objective, k, d)]
+        if not partners:
+            continue
+        held = [i for i in range(len(params)) if i not in partners]
+        ends = []
+        for end in prior[params[d].pattern]:
+            start = list(estimate)
+            start[d] = float(min(max(end, params[d].low), params[d].high))
+            ends.append(_refine(objective, start, fit, settings, held=held))
+        for k in partners:
+            values = [float(point[k]) for point in ends]
+            shift = max(_local_distance(params[k], v, estimate[k]) for v in values)
+            if shift > limits[k] and shift > found.get(k, ([], d, 0.0))[2]:
+                found[k] = (values, d, shift)
+    return {k: (values, d) for k, (values, d, _) in found.items()}
+
+
+def _spans_the_prior(
+    p: FitParameter, estimate: ParameterEstimate, ends: Sequence[float], partner: str,
+    prior_range: tuple[float, float],
+) -> ParameterEstimate:  # fmt: skip
+    """``estimate`` without a value, bounded by its best values (``ends``) across its
+    ``partner``'s prior range and its own spread."""
+    low, high = prior_range
+    shown = ", ".join(f"{v:.3g}" for v in ends)
+    return dataclasses.replace(
+        estimate, identifiable=False, value=None,
+        bounded=_data_range(p, [estimate.value, *ends], estimate.spread or 0.0),
+        reason=(
+            f"its best value moves to {shown} as {partner}, which the data do not fix, "
+            f"goes to the ends of the prior's range ({low:g}..{high:g}) that the profile "
+            "draws it from"
+        ),
     )  # fmt: skip
 
 
@@ -997,13 +1067,15 @@ def _interval(p: FitParameter, value: float, spread: float | None) -> list[float
     return [value * math.exp(-1.96 * spread), value * math.exp(1.96 * spread)]
 
 
-def _data_range(p: FitParameter, value: float, spread: float, reach: float = 0.0) -> list[float]:
-    """The 95% interval of ``value`` (at least ``reach`` either side, in local coordinates)
-    within the search's box: what a profile randomises over for a value the data bound but
-    do not fix."""
-    width = max(1.96 * spread, reach)
-    low, high = (value - width, value + width) if p.is_latency else (
-        value * math.exp(-width), value * math.exp(width))  # fmt: skip
+def _data_range(p: FitParameter, values: Sequence[float], spread: float) -> list[float]:
+    """The range covering ``values``, each with its 95% interval (``spread``: steps, or
+    log), within the search's box: what a profile randomises over for a value the data bound
+    but do not fix."""
+    width = 1.96 * spread
+    if p.is_latency:
+        low, high = min(values) - width, max(values) + width
+    else:
+        low, high = min(values) * math.exp(-width), max(values) * math.exp(width)
     return [max(low, p.low), min(high, p.high)]
 
 
@@ -1270,9 +1342,9 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel, held=
         if s is not None and s > limit and not reasons[i]:
             unit = "steps" if p.is_latency else "in log(factor)"
             reasons[i].append(f"posterior spread {s:.3g} {unit} exceeds {limit:g}")
-            bounded = _data_range(p, value, s)
+            bounded = _data_range(p, [value], s)
         elif i in follows and len(reasons[i]) == 1:  # following a partner, nothing else
-            bounded = _data_range(p, value, follows[i])
+            bounded = _data_range(p, [value], follows[i])
         identifiable = not reasons[i]
         interval = _interval(p, value, s)
         increases = [float(np.mean(losses[1 + 2 * i + k] - center) / max(base, 1e-12))

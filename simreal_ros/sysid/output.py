@@ -18,6 +18,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ import yaml
 
 from simreal_ros.atomic_files import write_text_atomic
 from simreal_ros.sim.profiles import load_profile
-from simreal_ros.sysid.fit import LATENCY, SysidResult
+from simreal_ros.sysid.fit import LATENCY, FitParameter, SysidResult
 from simreal_ros.sysid.simulate import ReplaySimulator
 
 PRIOR_PROFILE = "randomized"
@@ -53,26 +54,16 @@ def profile_document(result: SysidResult, name: str, prior: str = PRIOR_PROFILE)
                     scale[key] = [round(float(low), 6), round(float(high), 6)]
             randomized = True
             continue
-        entry = prior_profile.scale.get(p.pattern)
-        if entry is None and p.pattern != LATENCY:  # a joint of a prior's group (gain.*)
-            entry = next(
-                (
-                    v
-                    for k, v in prior_profile.scale.items()
-                    if all(fnmatch.fnmatchcase(n, k) for n in p.names)
-                ),
-                None,
-            )
-        if p.pattern == LATENCY:
-            entry = prior_profile.set.get(LATENCY)
-            if entry is not None:
-                values[LATENCY] = list(entry) if isinstance(entry, tuple) else entry
-                randomized = randomized or isinstance(entry, tuple)
+        entry = prior_entry(prior_profile, p.pattern, p.names)
+        if entry is None:
             continue
-        if entry is not None:
+        randomized = randomized or isinstance(entry, tuple)
+        entry = list(entry) if isinstance(entry, tuple) else entry
+        if p.pattern == LATENCY:
+            values[LATENCY] = entry
+        else:
             for key in p.pattern.split("|"):
-                scale[key] = list(entry) if isinstance(entry, tuple) else entry
-            randomized = randomized or isinstance(entry, tuple)
+                scale[key] = entry
     if np.isfinite(result.obs_noise):
         values["obs_noise"] = round(float(result.obs_noise), 6)
     return {
@@ -89,6 +80,36 @@ def profile_document(result: SysidResult, name: str, prior: str = PRIOR_PROFILE)
         },
         "unidentifiable": result.unidentifiable_reasons(),
     }
+
+
+def prior_entry(prior_profile, pattern: str, names: Sequence[str]):
+    """The prior profile's entry for a fit parameter: a (low, high) range, a fixed value, or
+    None. A joint of a prior's group (``gain.*``) takes the group's."""
+    if pattern == LATENCY:
+        return prior_profile.set.get(LATENCY)
+    entry = prior_profile.scale.get(pattern)
+    if entry is None:
+        entry = next(
+            (v for k, v in prior_profile.scale.items()
+             if all(fnmatch.fnmatchcase(n, k) for n in names)),
+            None,
+        )  # fmt: skip
+    return entry
+
+
+def prior_ranges(
+    parameters: Sequence[FitParameter], prior: str = PRIOR_PROFILE
+) -> dict[str, tuple[float, float]]:
+    """Per fit pattern, the range the prior profile draws it from (a factor, or latency
+    steps), where it draws one: what the identified profile gives a parameter it cannot
+    fix, and so what a value must hold across (``identify``'s ``prior``)."""
+    prior_profile = load_profile(prior)
+    out = {}
+    for p in parameters:
+        entry = prior_entry(prior_profile, p.pattern, p.pattern.split("|"))
+        if isinstance(entry, tuple):
+            out[p.pattern] = (float(entry[0]), float(entry[1]))
+    return out
 
 
 def _rounded(value):

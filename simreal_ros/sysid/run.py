@@ -15,7 +15,7 @@ from simreal_ros.sysid.fit import (
     select_parameterisation,
 )
 from simreal_ros.sysid.fit import identify as fit_dynamics
-from simreal_ros.sysid.output import write_result
+from simreal_ros.sysid.output import prior_ranges, write_result
 from simreal_ros.sysid.recording import read_replay_episodes
 from simreal_ros.sysid.simulate import ReplaySimulator
 
@@ -53,7 +53,7 @@ def identify_bags(
         parameters = options[model]
     result = fit_dynamics(
         episodes, parameters, holdout, settings, robot, progress=progress, simulator=simulator,
-        start=start,
+        start=start, prior=prior_ranges(parameters),
     )  # fmt: skip
     result.model, result.model_selection = model, table
     if table:

@@ -314,6 +314,65 @@ def test_a_value_the_data_bound_but_do_not_fix_is_drawn_from_that_range(tmp_path
     assert line.endswith("unidentifiable: friction.table")
 
 
+class _ProductValley:
+    """A synthetic fit error in which the data fix the table's friction times the cube's
+    mass (1.7, as a heavy cube on a nominal table would look), and the gain on its own."""
+
+    def __init__(self, coupling: float) -> None:
+        self.coupling = coupling  # 1: only the product is fixed; 0: the friction alone
+        self.parameters = [
+            FitParameter("friction.table", 0.2, 5.0),
+            FitParameter("mass.cube", 0.2, 5.0),
+            FitParameter("gain.*", 0.05, 5.0),
+        ]
+        self.names = [["friction.table"], ["mass.cube"], ["gain.elbow_joint"]]
+
+    def residuals(self, factor_sets, fit):
+        return np.array([
+            [math.log(f[0] / 1.7) + self.coupling * math.log(f[1]), math.log(f[2] / 0.2)]
+            for f in factor_sets
+        ])  # fmt: skip
+
+
+def test_a_value_that_does_not_hold_across_its_partners_prior_range_gets_that_range():
+    """The fresh-clone demo's trade: a table friction fitted at x1.7 beside a cube mass the
+    probes found flat at nominal. Refitted with the mass at either end of the prior's range
+    (which the profile draws it from), the friction's best value moves past its limit: no
+    value, the range it spans. A friction the data fix on its own, and a gain not coupled
+    to the mass, keep their values."""
+    from simreal_ros.sysid.fit import (
+        ParameterEstimate,
+        _spans_the_prior,
+        across_the_prior,
+        spread_limits,
+    )
+
+    def estimate(pattern, value):
+        return ParameterEstimate(pattern, [pattern], value is not None, value, 0.0, [], 0.05,
+                                 5.0, [0.1, 0.1], spread=0.02 if value else None)  # fmt: skip
+
+    estimates = [estimate("friction.table", 1.7), estimate("mass.cube", None),
+                 estimate("gain.*", 0.2)]  # fmt: skip
+    prior = {"mass.cube": (0.6, 1.6), "friction.table": (0.6, 1.4), "gain.*": (0.75, 1.25)}
+    settings = FitSettings()
+    limits = spread_limits(_ProductValley(1.0).parameters, settings)
+    point = [1.7, 1.0, 0.2]
+    found = across_the_prior(_ProductValley(1.0), point, [0], settings, estimates, prior,
+                             limits)  # fmt: skip
+    assert list(found) == [0]
+    ends, partner = found[0]
+    assert partner == 1 and ends == pytest.approx([1.7 / 0.6, 1.7 / 1.6], rel=1e-3)
+    ranged = _spans_the_prior(_ProductValley(1.0).parameters[0], estimates[0], ends,
+                              "mass.cube", prior["mass.cube"])  # fmt: skip
+    assert not ranged.identifiable and ranged.value is None and "mass.cube" in ranged.reason
+    low, high = ranged.bounded
+    assert low == pytest.approx(1.7 / 1.6 * math.exp(-1.96 * 0.02), rel=1e-3)
+    assert high == pytest.approx(1.7 / 0.6 * math.exp(1.96 * 0.02), rel=1e-3)
+    # Weakly coupled (the friction's best value moves 0.05 x log(mass)): it holds.
+    assert across_the_prior(_ProductValley(0.05), point, [0], settings, estimates, prior,
+                            limits) == {}  # fmt: skip
+
+
 def test_segments_restart_from_the_recording(known_bags):
     """The true dynamics replay the recording segment by segment about as well as whole, and
     a short-horizon replay starts each segment at the recorded state."""
@@ -560,17 +619,17 @@ def test_a_value_that_follows_a_hold_the_data_exclude_gets_none_and_a_slide_wide
     assert widened[0][0] == pytest.approx(0.085) and "latency_steps" in widened[0][1]
     gain = ParameterEstimate("gain.*", ["g"], True, slid[0], 0.0, [], 0.05, 5.0, [0.5, 0.5],
                              spread=0.01)  # fmt: skip
-    kept = _widened(params[0], gain, *widened[0], limits[0])
+    kept = _widened(params[0], gain, *widened[0], limits[0], fit[0])
     assert kept.identifiable and kept.spread == pytest.approx(0.085) and kept.bounded is None
-    # A slide past twice the limit: no value, but the range the data bound (the slide
-    # either side of the conditional value, so the fit's own value lies inside it).
+    # A slide past twice the limit: no value, but the range the data bound, from where it
+    # slid from to where it slid to.
     far = [0.2 * math.exp(0.3), 1.82, 1.38, 0.0]
     dropped, widened = follows_the_hold(params, gain_latency, fit, far, (0.031, 0.031), [3],
                                         set(), [0], limits, 0.01)  # fmt: skip
     assert dropped == {} and widened[0][0] == pytest.approx(0.15)
     ranged = _widened(params[0], dataclasses.replace(gain, value=far[0]), *widened[0],
-                      limits[0])  # fmt: skip
+                      limits[0], fit[0])  # fmt: skip
     assert not ranged.identifiable and ranged.value is None and "latency_steps" in ranged.reason
-    low, high = ranged.bounded
-    assert low <= fit[0] * (1 + 1e-9) and far[0] < high
-    assert math.log(high / low) == pytest.approx(2 * 0.3)
+    low, high = ranged.bounded  # both ends, each with the value's own 95% interval
+    assert low == pytest.approx(fit[0] * math.exp(-1.96 * 0.01))
+    assert high == pytest.approx(far[0] * math.exp(1.96 * 0.01))
