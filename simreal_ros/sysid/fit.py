@@ -487,6 +487,7 @@ def identify(
     estimates, correlations = _identifiability(
         objective, estimate, restarts, fit, settings, travel
     )
+    estimates = _no_wider_than_the_prior(parameters, estimates, prior)
     # The profile holds a parameter without a value at nominal (within the prior's range),
     # or, where the data bound it, over that range around its fit. The values it gives must
     # be the best ones given that: a fit that let a loose parameter wander (damping at its
@@ -536,6 +537,7 @@ def identify(
             estimates[i] = _spans_the_prior(
                 parameters[i], estimates[i], ends, pattern, prior[pattern]
             )
+        estimates = _no_wider_than_the_prior(parameters, estimates, prior)
     identified = absolute_values(estimates, nominal)
     residuals = [r for i in fit for r in simulator.residuals(identified, i)]
     noise = noise_estimate(residuals)
@@ -1045,6 +1047,27 @@ def _spans_the_prior(
             "draws it from"
         ),
     )  # fmt: skip
+
+
+def _no_wider_than_the_prior(
+    parameters: Sequence[FitParameter], estimates: list[ParameterEstimate], prior
+) -> list[ParameterEstimate]:
+    """A range that holds the prior's whole range says less than the prior, so the profile
+    keeps the prior's (a cube mass of 0.26..5, following a damping the data do not fix,
+    beside a prior of 0.6..1.6). A range that leaves out part of the prior's, or lies
+    outside it (a latency of 12..16 beside 0..10), stands."""
+    out = []
+    for p, e in zip(parameters, estimates, strict=True):
+        wide = (prior or {}).get(p.pattern)
+        if e.bounded is not None and wide and e.bounded[0] <= wide[0] and e.bounded[1] >= wide[1]:
+            low, high = e.bounded
+            e = dataclasses.replace(
+                e, bounded=None,
+                reason=f"{e.reason}; the range the data allow ({low:.3g}..{high:.3g}) holds "
+                f"the prior's ({wide[0]:g}..{wide[1]:g}), which the profile keeps",
+            )  # fmt: skip
+        out.append(e)
+    return out
 
 
 def _local_distance(p: FitParameter, a: float, b: float) -> float:

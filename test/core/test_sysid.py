@@ -373,6 +373,28 @@ def test_a_value_that_does_not_hold_across_its_partners_prior_range_gets_that_ra
                             limits) == {}  # fmt: skip
 
 
+def test_a_range_wider_than_the_prior_leaves_the_prior():
+    """The per-joint benchmark's cube mass, following a damping the data do not fix, came
+    out 0.26..5: it says less than the prior's 0.6..1.6, which the profile keeps. A latency
+    range outside the prior's, or one that leaves out part of it, stands."""
+    from simreal_ros.sysid.fit import ParameterEstimate, _no_wider_than_the_prior
+
+    params = [FitParameter("mass.cube", 0.2, 5.0), FitParameter("latency_steps", 0, 50),
+              FitParameter("friction.table", 0.2, 5.0)]  # fmt: skip
+    ranges = [[0.257, 5.0], [12.0, 16.0], [1.4, 1.92]]
+    estimates = [
+        ParameterEstimate(p.pattern, [p.pattern], False, None, 0.0, [], p.low, p.high,
+                          [0.1, 0.1], reason="follows", bounded=r)
+        for p, r in zip(params, ranges, strict=True)
+    ]  # fmt: skip
+    prior = {"mass.cube": (0.6, 1.6), "latency_steps": (0.0, 10.0),
+             "friction.table": (0.6, 1.4)}  # fmt: skip
+    mass, latency, friction = _no_wider_than_the_prior(params, estimates, prior)
+    assert mass.bounded is None and "holds the prior's (0.6..1.6)" in mass.reason
+    assert latency.bounded == [12.0, 16.0] and friction.bounded == [1.4, 1.92]
+    assert _no_wider_than_the_prior(params, estimates, None) == estimates
+
+
 def test_segments_restart_from_the_recording(known_bags):
     """The true dynamics replay the recording segment by segment about as well as whole, and
     a short-horizon replay starts each segment at the recorded state."""
