@@ -6,6 +6,7 @@ the identified simulator before the arm spends any more time on it.
 
 1. ``adaptation_profile``: the identified profile with narrow randomisation around each
    identified value (its restart spread from ``sysid.json`` beside it, at least a floor),
+   the values the data bound but do not fix over the range identification gave them, and
    the unidentified parameters drawn from the prior (``randomized``), the way the
    identification writes them.
 2. ``search_teacher``: the scripted teacher's settings (``sim.expert.ExpertTuning``) are
