@@ -373,26 +373,30 @@ def test_a_value_that_does_not_hold_across_its_partners_prior_range_gets_that_ra
                             limits) == {}  # fmt: skip
 
 
-def test_a_range_wider_than_the_prior_leaves_the_prior():
-    """The per-joint benchmark's cube mass, following a damping the data do not fix, came
-    out 0.26..5: it says less than the prior's 0.6..1.6, which the profile keeps. A latency
-    range outside the prior's, or one that leaves out part of it, stands."""
-    from simreal_ros.sysid.fit import ParameterEstimate, _no_wider_than_the_prior
+def test_a_range_is_set_against_the_prior_the_narrower_statement_leading():
+    """The benchmark's cases: a cube mass of 0.26..5 and a damping of 0.53..9.5 (the second
+    drew dampings the arm does not have, and a seed fell from 34/50 to 8/50) are wider than
+    the prior's ranges, so they are drawn where both allow; a latency outside the prior's,
+    and a friction narrower than it, stand."""
+    from simreal_ros.sysid.fit import ParameterEstimate, _with_the_prior
 
-    params = [FitParameter("mass.cube", 0.2, 5.0), FitParameter("latency_steps", 0, 50),
-              FitParameter("friction.table", 0.2, 5.0)]  # fmt: skip
-    ranges = [[0.257, 5.0], [12.0, 16.0], [1.4, 1.92]]
+    params = [FitParameter("mass.cube", 0.2, 5.0), FitParameter("damping.*", 0.1, 10.0),
+              FitParameter("latency_steps", 0, 50), FitParameter("friction.table", 0.2, 5.0),
+              FitParameter("gain.*", 0.05, 5.0)]  # fmt: skip
+    ranges = [[0.257, 5.0], [0.53, 9.5], [12.0, 16.0], [1.4, 1.92], [0.1, 0.6]]
     estimates = [
         ParameterEstimate(p.pattern, [p.pattern], False, None, 0.0, [], p.low, p.high,
                           [0.1, 0.1], reason="follows", bounded=r)
         for p, r in zip(params, ranges, strict=True)
     ]  # fmt: skip
-    prior = {"mass.cube": (0.6, 1.6), "latency_steps": (0.0, 10.0),
-             "friction.table": (0.6, 1.4)}  # fmt: skip
-    mass, latency, friction = _no_wider_than_the_prior(params, estimates, prior)
-    assert mass.bounded is None and "holds the prior's (0.6..1.6)" in mass.reason
+    prior = {"mass.cube": (0.6, 1.6), "damping.*": (0.5, 2.0), "latency_steps": (0.0, 10.0),
+             "friction.table": (0.6, 1.4), "gain.*": (0.75, 1.25)}  # fmt: skip
+    mass, damping, latency, friction, gain = _with_the_prior(params, estimates, prior)
+    assert mass.bounded == [0.6, 1.6] and "wider than the prior's 0.6..1.6" in mass.reason
+    assert damping.bounded == [0.53, 2.0]
     assert latency.bounded == [12.0, 16.0] and friction.bounded == [1.4, 1.92]
-    assert _no_wider_than_the_prior(params, estimates, None) == estimates
+    assert gain.bounded == [0.1, 0.6]  # wider, but apart from the prior's: the data win
+    assert _with_the_prior(params, estimates, None) == estimates
 
 
 def test_segments_restart_from_the_recording(known_bags):
