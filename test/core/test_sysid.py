@@ -374,27 +374,27 @@ def test_a_value_that_does_not_hold_across_its_partners_prior_range_gets_that_ra
 
 
 def test_a_range_is_set_against_the_prior_the_narrower_statement_leading():
-    """The benchmark's cases: a cube mass of 0.26..5 and a damping of 0.53..9.5 (the second
-    drew dampings the arm does not have, and a seed fell from 34/50 to 8/50) are wider than
-    the prior's ranges, so they are drawn where both allow; a latency outside the prior's,
-    and a friction narrower than it, stand."""
+    """The benchmark's cases: a cube mass of 0.26..5 and a tool mass of 0.63..1.42 are wider
+    than the prior's ranges, so they are drawn where both allow; a latency of 8.1..19.9,
+    whose centre lies past the prior's 0..10, and a friction narrower than the prior's,
+    stand."""
     from simreal_ros.sysid.fit import ParameterEstimate, _with_the_prior
 
-    params = [FitParameter("mass.cube", 0.2, 5.0), FitParameter("damping.*", 0.1, 10.0),
+    params = [FitParameter("mass.cube", 0.2, 5.0), FitParameter("mass.tool", 0.2, 5.0),
               FitParameter("latency_steps", 0, 50), FitParameter("friction.table", 0.2, 5.0),
               FitParameter("gain.*", 0.05, 5.0)]  # fmt: skip
-    ranges = [[0.257, 5.0], [0.53, 9.5], [12.0, 16.0], [1.4, 1.92], [0.1, 0.6]]
+    ranges = [[0.257, 5.0], [0.63, 1.42], [8.09, 19.91], [1.4, 1.92], [0.1, 0.6]]
     estimates = [
         ParameterEstimate(p.pattern, [p.pattern], False, None, 0.0, [], p.low, p.high,
                           [0.1, 0.1], reason="follows", bounded=r)
         for p, r in zip(params, ranges, strict=True)
     ]  # fmt: skip
-    prior = {"mass.cube": (0.6, 1.6), "damping.*": (0.5, 2.0), "latency_steps": (0.0, 10.0),
+    prior = {"mass.cube": (0.6, 1.6), "mass.tool": (0.8, 1.3), "latency_steps": (0.0, 10.0),
              "friction.table": (0.6, 1.4), "gain.*": (0.75, 1.25)}  # fmt: skip
-    mass, damping, latency, friction, gain = _with_the_prior(params, estimates, prior)
+    mass, tool, latency, friction, gain = _with_the_prior(params, estimates, prior)
     assert mass.bounded == [0.6, 1.6] and "wider than the prior's 0.6..1.6" in mass.reason
-    assert damping.bounded == [0.53, 2.0]
-    assert latency.bounded == [12.0, 16.0] and friction.bounded == [1.4, 1.92]
+    assert tool.bounded == [0.8, 1.3]
+    assert latency.bounded == [8.09, 19.91] and friction.bounded == [1.4, 1.92]
     assert gain.bounded == [0.1, 0.6]  # wider, but apart from the prior's: the data win
     assert _with_the_prior(params, estimates, None) == estimates
 
