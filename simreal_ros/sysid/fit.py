@@ -488,6 +488,7 @@ def identify(
         objective, estimate, restarts, fit, settings, travel
     )
     estimates = _with_the_prior(parameters, estimates, prior)
+    limits = spread_limits(parameters, settings)
     # The profile holds a parameter without a value at nominal (within the prior's range),
     # or, where the data bound it, over that range around its fit. The values it gives must
     # be the best ones given that: a fit that let a loose parameter wander (damping at its
@@ -511,7 +512,6 @@ def identify(
             estimates[i] = dataclasses.replace(estimates[i], bounded=first_pass[i].bounded)
         errors = objective.per_episode([unconditional, estimate], fit).mean(axis=1)
         kept = [i for i, e in enumerate(estimates) if e.identifiable]
-        limits = spread_limits(parameters, settings)
         following, widened = follows_the_hold(
             parameters, lambda i, j: _coupled(objective, i, j), unconditional, estimate,
             (float(errors[0]), float(errors[1])), at_nominal,
@@ -530,7 +530,6 @@ def identify(
                 parameters[i], estimates[i], slide, along, limits[i], unconditional[i]
             )
     if prior:
-        limits = spread_limits(parameters, settings)
         found = across_the_prior(objective, estimate, fit, settings, estimates, prior, limits)
         for i, (ends, d) in found.items():
             pattern = parameters[d].pattern
@@ -1103,12 +1102,8 @@ def _data_range(p: FitParameter, values: Sequence[float], spread: float) -> list
     """The range covering ``values``, each with its 95% interval (``spread``: steps, or
     log), within the search's box: what a profile randomises over for a value the data bound
     but do not fix."""
-    width = 1.96 * spread
-    if p.is_latency:
-        low, high = min(values) - width, max(values) + width
-    else:
-        low, high = min(values) * math.exp(-width), max(values) * math.exp(width)
-    return [max(low, p.low), min(high, p.high)]
+    return [max(_interval(p, min(values), spread)[0], p.low),
+            min(_interval(p, max(values), spread)[1], p.high)]  # fmt: skip
 
 
 def partners_of_dropped(
