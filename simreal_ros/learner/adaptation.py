@@ -77,7 +77,8 @@ def model_profile(name_or_path: str | Path) -> DynamicsProfile:
 # ---------------------------------------------------------------- the simulator
 def identified_spread(profile_path: str | Path) -> dict[str, float]:
     """Per identified parameter, the restarts' spread from ``sysid.json`` beside the
-    profile (log of a factor, or latency steps); empty when there is none."""
+    profile (log of a factor, or latency steps), by the profile's keys (a group of joints
+    fitted as one, ``gain.a|gain.b``, gives each joint its spread); empty when none."""
     report = Path(profile_path).with_name("sysid.json")
     if not report.is_file():
         return {}
@@ -89,7 +90,8 @@ def identified_spread(profile_path: str | Path) -> dict[str, float]:
     for p in parameters:
         std = p.get("std")
         if p.get("identifiable") and isinstance(std, int | float) and math.isfinite(std):
-            out[str(p["pattern"])] = float(std)
+            for key in str(p["pattern"]).split("|"):
+                out[key] = float(std)
     return out
 
 

@@ -58,17 +58,28 @@ class DynamicsProfile:
         return self.stand_in
 
     def sample(self, nominal: Mapping[str, float], rng: np.random.Generator) -> dict[str, float]:
-        """Absolute dynamics values for one episode, from the nominal values."""
-        values: dict[str, float] = {}
-        for pattern, entry in self.scale.items():
-            matches = [name for name in nominal if fnmatch.fnmatchcase(name, pattern)]
-            if not matches:
+        """Absolute dynamics values for one episode, from the nominal values. Where patterns
+        overlap, the narrowest (fewest matches; a tie to the later) sets a parameter,
+        whatever their order: ``gain.*`` beside ``gain.elbow_joint`` leaves the elbow's."""
+        matched: dict[str, list[str]] = {}
+        for pattern in self.scale:
+            matched[pattern] = [name for name in nominal if fnmatch.fnmatchcase(name, pattern)]
+            if not matched[pattern]:
                 raise ValueError(
                     f"profile {self.name}: scale key {pattern!r} matches no dynamics "
                     f"parameter; known: {', '.join(nominal)}."
                 )
-            for name in matches:
-                values[name] = nominal[name] * _draw(entry, rng)
+        owner: dict[str, str] = {}
+        for pattern, names in matched.items():
+            for name in names:
+                if name not in owner or len(names) <= len(matched[owner[name]]):
+                    owner[name] = pattern
+        values: dict[str, float] = {}
+        for pattern, entry in self.scale.items():
+            for name in matched[pattern]:
+                factor = _draw(entry, rng)  # drawn either way: the stream stays per pattern
+                if owner[name] == pattern:
+                    values[name] = nominal[name] * factor
         for name, entry in self.set.items():
             value = _draw(entry, rng)
             values[name] = float(round(value)) if name == "latency_steps" else value

@@ -3,6 +3,8 @@ region: real MuJoCo episodes, the shipped push checkpoint, peft adapters."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -17,8 +19,11 @@ from simreal_ros.policy.spec import default_spec
 from simreal_ros.robot.description import load_robot_description
 from simreal_ros.sim import expert as expert_module
 from simreal_ros.sim import profiles
+from simreal_ros.sim.physics import ArmPhysics
 from simreal_ros.training.model import ActorCritic, Architecture
 from simreal_ros.training.torch_checkpoint import load_checkpoint, save_checkpoint
+
+ARM = load_robot_description()
 
 # A model of the arm as `simreal sysid` writes one: the values it identified from the
 # real_twin stand-in's bags (docs/results.md: gain x0.197, latency 10 steps, noise 0.0015),
@@ -94,6 +99,31 @@ def test_the_adaptation_profile_narrows_around_identified_values_and_keeps_the_p
     assert made.set["latency_steps"] == (8.0, 12.0)  # the 2-step floor
     assert made.scale["mass.cube"] == (0.6, 1.6)  # unidentified: the prior's range
     assert made.set["obs_noise"] == 0.0015
+
+
+def test_joint_values_identified_apart_survive_the_prior_group_in_the_adaptation_sim(
+    tmp_path,
+):
+    # A per-joint-group fit names each joint; the prior's gain.* must not draw over them
+    # (it did: adaptation then trained in the prior's gains and retuned a nominal teacher).
+    identified = tmp_path / "groups" / "profile.yaml"
+    identified.parent.mkdir()
+    arm = [f"gain.{j}" for j in ARM.arm_joint_names]
+    gains = "".join(f"  {key}: 0.2\n" for key in arm)
+    identified.write_text(
+        "profile: groups\nstand_in: false\nscale:\n" + gains + "set:\n  latency_steps: 14\n"
+    )
+    group = "|".join(arm)
+    fitted = {"pattern": group, "value": 0.2, "std": 0.2, "identifiable": True}
+    identified.with_name("sysid.json").write_text(json.dumps({"parameters": [fitted]}))
+    made = profiles.load_profile(adaptation.adaptation_profile(identified, tmp_path / "out"))
+    assert made.scale[arm[0]] == pytest.approx((0.2 * np.exp(-0.4), 0.2 * np.exp(0.4)), rel=1e-4)
+    nominal = ArmPhysics(ARM).nominal_dynamics
+    for seed in range(5):
+        values = made.sample(nominal, np.random.default_rng(seed))
+        for key in arm:
+            factor = values[key] / nominal[key]
+            assert 0.2 * np.exp(-0.4) - 1e-9 <= factor <= 0.2 * np.exp(0.4) + 1e-9, key
 
 
 def test_adaptation_refuses_a_stand_in_profile(tmp_path):

@@ -142,3 +142,19 @@ def test_bad_profile_files_are_refused(tmp_path):
     typo.write_text("profile: typo\nscale:\n  mass.cuube: 2.0\n")
     with pytest.raises(ValueError, match="matches no dynamics"):
         load_profile(typo).sample(ArmPhysics(ARM).nominal_dynamics, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("broad_first", [True, False])
+def test_the_narrower_key_sets_a_parameter_whatever_the_order(tmp_path, broad_first):
+    # A user's arm (or identification) names one joint beside a group: the joint keeps its
+    # own value, the group's covers the rest, in either order of the keys.
+    keys = ["  gain.*: [0.75, 1.25]", "  gain.elbow_joint: 0.2"]
+    path = tmp_path / "overlap.yaml"
+    lines = keys if broad_first else keys[::-1]
+    path.write_text("profile: overlap\nscale:\n" + "\n".join(lines) + "\n")
+    nominal = ArmPhysics(ARM).nominal_dynamics
+    for seed in range(5):
+        values = load_profile(path).sample(nominal, np.random.default_rng(seed))
+        assert values["gain.elbow_joint"] == pytest.approx(0.2 * nominal["gain.elbow_joint"])
+        shoulder = values["gain.shoulder_lift_joint"] / nominal["gain.shoulder_lift_joint"]
+        assert 0.75 <= shoulder <= 1.25
