@@ -10,8 +10,10 @@ the identified simulator before the arm spends any more time on it.
    the unidentified parameters drawn from the prior (``randomized``), the way the
    identification writes them.
 2. ``search_teacher``: the scripted teacher's settings (``sim.expert.ExpertTuning``) are
-   re-tuned by a grid search in that simulator, within the policy's own per-tick step
-   (the spec's action scale): the teacher must be able to show what the student can do.
+   re-tuned by a race over a grid in that simulator, within the policy's own per-tick
+   step (the spec's action scale): the teacher must be able to show what the student can
+   do. The running policy runs the race too, on the same seeds; where it already matches
+   the best teacher, imitation would only pull it down, and it stands unchanged.
 3. ``dagger``: the project's own sim training recipe (``training.pretrain``'s DAgger: roll
    out the student mixed with the teacher with a decaying probability, label every
    visited state with the teacher's action, behaviour-clone on everything) on the
@@ -297,33 +299,50 @@ def search_teacher(
     settings: AdaptationSettings,
     robot: RobotDescription,
     executor: Any = None,
+    student_state: dict[str, np.ndarray] | None = None,
 ) -> dict[str, Any]:
-    """``robot``'s teacher's best grid point in ``profile``; ties go to the smaller lead
-    and speed (the gentler teacher). Returns the chosen tuning and every point's success."""
-    from simreal_ros.sim.expert import policy_joint_step
+    """``robot``'s teacher's best grid point in ``profile``, by ``sim.expert.race`` (ties
+    to the smaller lead and speed: the gentler teacher). With ``student_state`` (the
+    running policy) the student runs every stage of the race on the same seeds, so the
+    two compare on equal evidence. Returns the chosen tuning, every point's tally, the
+    teacher's success and the student's (None without it)."""
+    from simreal_ros.sim.expert import policy_joint_step, race
 
     model_profile(profile)
     grid = teacher_grid(policy_joint_step(robot, checkpoint.spec))
     reference = robot_reference(robot.source)
-    count = settings.teacher_episodes
+    student = len(grid)  # the race's last point, when there is a student
+    points = len(grid) + (student_state is not None)
+
+    def run(indices: Sequence[int], count: int, seed: int) -> list[int]:
+        conditions = conditions_for(count, settings.shifted_share)
+        jobs = [
+            EpisodeJob(checkpoint_dir, str(profile), checkpoint.spec.task, seed + i,
+                       conditions[i], grid[g] if g < student else grid[0],
+                       None if g < student else student_state, 0.0, reference,
+                       settings.safety_filter)
+            for g in indices
+            for i in range(count)
+        ]  # fmt: skip
+        results = run_map(run_episode, jobs, settings.workers, executor, "teacher search")
+        return [
+            sum(e.success for e in results[k * count : (k + 1) * count])
+            for k in range(len(indices))
+        ]
+
     first = settings.seed * 1_000_003 + 300_000
-    conditions = conditions_for(count, settings.shifted_share)
-    jobs = [
-        EpisodeJob(checkpoint_dir, str(profile), checkpoint.spec.task, first + i, conditions[i],
-                   point, robot=reference, safety_filter=settings.safety_filter)
-        for point in grid
-        for i in range(count)
-    ]  # fmt: skip
-    results = run_map(run_episode, jobs, settings.workers, executor, "teacher search")
-    table = []
-    for g, point in enumerate(grid):
-        episodes = results[g * count : (g + 1) * count]
-        table.append(
-            {"lead": point[0], "speed": point[1], "successes": sum(e.success for e in episodes),
-             "episodes": count}
-        )  # fmt: skip
-    best = max(range(len(grid)), key=lambda g: (table[g]["successes"], -g))
-    return {"tuning": grid[best], "table": table, "success": table[best]["successes"] / count}
+    always = [student] if student_state is not None else []
+    best, tally = race(run, points, settings.teacher_episodes, first, always=always)
+    table = [
+        {"lead": p[0], "speed": p[1], **row}
+        for p, row in zip(grid, tally[: len(grid)], strict=True)
+    ]
+    rate = tally[best]["successes"] / tally[best]["episodes"]
+    student_rate = None
+    if student_state is not None:
+        student_rate = tally[student]["successes"] / tally[student]["episodes"]
+    return {"tuning": grid[best], "table": table, "success": rate,
+            "episodes": tally[best]["episodes"], "student_success": student_rate}  # fmt: skip
 
 
 # ---------------------------------------------------------------- DAgger
@@ -435,23 +454,36 @@ def adapt(
         identified, out_dir, settings.log_spread_floor, settings.latency_spread_floor
     )
     say(f"adaptation: training in {profile} (around {identified})")
-    search = search_teacher(checkpoint_dir, checkpoint, str(profile), settings, robot, executor)
+    search = search_teacher(
+        checkpoint_dir, checkpoint, str(profile), settings, robot, executor,
+        actor_numpy_state(parent),
+    )  # fmt: skip
     lead, speed, _ = search["tuning"]
+    teacher, student = search["success"], search["student_success"]
     say(
         f"adaptation: teacher retuned in the identified sim: lead {lead}, speed {speed} "
-        f"({search['success']:.0%} of {settings.teacher_episodes}; "
+        f"({teacher:.0%} of {search['episodes']}; the running policy {student:.0%}; "
         f"{time.time() - started:.0f} s)"
     )
-    result = dagger(
-        actor_peft, checkpoint_dir, checkpoint, str(profile), search["tuning"], settings,
-        robot, executor, say,
-    )  # fmt: skip
+    # Imitating a teacher the student already matches can only pull it down to the
+    # teacher: the running policy then stands as the candidate.
+    imitate = teacher > student
+    if imitate:
+        result = dagger(
+            actor_peft, checkpoint_dir, checkpoint, str(profile), search["tuning"], settings,
+            robot, executor, say,
+        )  # fmt: skip
+    else:
+        say("adaptation: the running policy matches the best teacher here; no DAgger")
+        result = {"history": [], "obs": np.zeros((0, 0), np.float32)}
     moved = distance_from_parent(actor_peft, parent, result["obs"])
     last = result["history"][-1] if result["history"] else {}
     metrics = {
         "adapt_teacher_lead": float(lead),
         "adapt_teacher_speed": float(speed),
-        "adapt_teacher_success": float(search["success"]),
+        "adapt_teacher_success": float(teacher),
+        "adapt_parent_success": float(student),
+        "adapt_imitated": float(imitate),
         "adapt_dagger_success": float(last.get("success", 0.0)),
         "adapt_bc_loss": float(last.get("bc_loss", 0.0)),
         "adapt_rows": float(last.get("rows", 0)),

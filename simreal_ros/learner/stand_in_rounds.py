@@ -44,7 +44,7 @@ ROUND_METRICS = ("loss", "critic_loss", "actor_loss", "bc_loss", "q_mean", "rewa
                  "alpha", "reward_scale", "value_exploit_flag", "anchor_drift", "q_scale",
                  "entropy", "updates", "new_real_transitions", "distance_from_parent",
                  "adapt_teacher_lead", "adapt_teacher_speed", "adapt_teacher_success",
-                 "adapt_dagger_success")  # fmt: skip
+                 "adapt_parent_success", "adapt_imitated", "adapt_dagger_success")  # fmt: skip
 
 
 def evaluate(cfg: RoundsConfig, adapter_dir: str | None, workers: int = 1) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -66,6 +66,36 @@ def tuning_grid(step: Sequence[float]) -> list[ExpertTuning]:
     ]
 
 
+def race(
+    run: Callable[[Sequence[int], int, int], Sequence[int]],
+    points: int,
+    episodes: int,
+    first_seed: int,
+    finalists: int = 3,
+    always: Sequence[int] = (),
+) -> tuple[int, list[dict]]:
+    """A race among ``points`` candidates (indices; ``run(indices, count, seed)`` returns
+    each one's successes over seeds ``seed``..``seed + count``): every point runs
+    ``episodes``, then the best ``finalists`` and the ``always`` points run twice as many
+    more on further seeds. Neighbouring grid points differ by a few percent, more than one
+    pass of 20 episodes resolves. Returns the best finalist outside ``always`` (ties to the
+    earlier, gentler one; the others have less evidence) and each point's tally."""
+    everyone = list(range(points))
+    table = [{"successes": int(n), "episodes": episodes} for n in run(everyone, episodes,
+                                                                       first_seed)]  # fmt: skip
+
+    def rank(g: int) -> tuple[float, int]:
+        return (table[g]["successes"] / table[g]["episodes"], -g)
+
+    contenders = [g for g in everyone if g not in always]
+    chosen = sorted(contenders, key=rank, reverse=True)[: max(1, finalists)]
+    second = chosen + [g for g in always if g not in chosen]
+    for g, n in zip(second, run(second, 2 * episodes, first_seed + episodes), strict=True):
+        table[g]["successes"] += int(n)
+        table[g]["episodes"] += 2 * episodes
+    return max(chosen, key=rank), table
+
+
 def retuned_on(
     task: str,
     condition: str,
@@ -78,33 +108,24 @@ def retuned_on(
     grid: Sequence[ExpertTuning] | None = None,
     finalists: int = 3,
 ) -> tuple[ExpertTuning, list[dict]]:
-    """The grid's best tuning on ``profile`` and every point's result. A race: each point
-    runs ``episodes`` (seeds ``first_seed``..), then the best ``finalists`` run twice as
-    many more on further seeds and the best of them wins (ties to the gentler, earlier one):
-    neighbouring points differ by a few percent, more than one pass of 20 episodes
-    resolves. It reads the profile it is given, a stand-in included: it serves
-    feasibility checks (``simreal premise``, ``simreal expert --retune``), never training
-    (adaptation searches its own model)."""
+    """The grid's best tuning on ``profile`` and every point's result, by ``race``. It
+    reads the profile it is given, a stand-in included: it serves feasibility checks
+    (``simreal premise``, ``simreal expert --retune``), never training (adaptation
+    searches its own model)."""
     grid = list(grid) if grid is not None else tuning_grid(step)
 
-    def run(tuning: ExpertTuning, count: int, seed: int) -> int:
-        result = measure_success(task, condition, profile, count, seed, tuning, robot=robot)
-        return int(result["successes"])
+    def run(indices: Sequence[int], count: int, seed: int) -> list[int]:
+        return [
+            int(measure_success(task, condition, profile, count, seed, grid[g],
+                                robot=robot)["successes"])
+            for g in indices
+        ]  # fmt: skip
 
+    best, tally = race(run, len(grid), episodes, first_seed, finalists)
     table = [
-        {"lead": t.command_lead, "speed": t.speed_scale,
-         "successes": run(t, episodes, first_seed), "episodes": episodes}
-        for t in grid
-    ]  # fmt: skip
-
-    def rank(g: int) -> tuple[float, int]:
-        return (table[g]["successes"] / table[g]["episodes"], -g)
-
-    chosen = sorted(range(len(grid)), key=rank, reverse=True)[: max(1, finalists)]
-    for g in chosen:
-        table[g]["successes"] += run(grid[g], 2 * episodes, first_seed + episodes)
-        table[g]["episodes"] += 2 * episodes
-    best = max(chosen, key=rank)  # among the finalists: the others have less evidence
+        {"lead": t.command_lead, "speed": t.speed_scale, **row}
+        for t, row in zip(grid, tally, strict=True)
+    ]
     return grid[best], table
 
 

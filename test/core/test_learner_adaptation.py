@@ -126,6 +126,59 @@ def test_joint_values_identified_apart_survive_the_prior_group_in_the_adaptation
             assert 0.2 * np.exp(-0.4) - 1e-9 <= factor <= 0.2 * np.exp(0.4) + 1e-9, key
 
 
+def test_the_race_gives_finalists_and_the_student_more_evidence_and_picks_among_finalists():
+    # Point i succeeds with probability rates[i]; deterministic draws per (point, seed).
+    rates = [0.2, 0.6, 0.65, 0.5, 0.9]  # the last is the student: always runs, never picked
+    calls = []
+
+    def run(indices, count, seed):
+        calls.append((list(indices), count, seed))
+        out = []
+        for g in indices:
+            draws = np.random.default_rng([g, seed]).random(count)
+            out.append(int((draws < rates[g]).sum()))
+        return out
+
+    best, table = expert_module.race(run, 5, 20, 1000, finalists=2, always=[4])
+    assert calls[0] == ([0, 1, 2, 3, 4], 20, 1000)
+    assert sorted(calls[1][0]) == sorted({*calls[1][0]}) and 4 in calls[1][0]
+    assert len(calls[1][0]) == 3 and calls[1][1:] == (40, 1020)  # fresh seeds, twice as many
+    assert best in (1, 2) and best != 4
+    assert table[best]["episodes"] == 60 and table[4]["episodes"] == 60
+    assert table[0]["episodes"] == 20  # out in the first pass
+    rate = {g: table[g]["successes"] / table[g]["episodes"] for g in calls[1][0] if g != 4}
+    assert rate[best] == max(rate.values())
+
+
+def test_a_running_policy_that_matches_the_best_teacher_is_kept_as_it_is(
+    tmp_path, identified, monkeypatch
+):
+    checkpoint_dir = str(ckpt.shipped_checkpoint("push"))
+    checkpoint = load_checkpoint(checkpoint_dir)
+    actor_peft = lora.wrap(checkpoint.model.actor, 8, 16)
+    before = lora.adapter_state(actor_peft)
+    grid = adaptation.teacher_grid((0.1,) * 6)
+
+    def search(*args, **kwargs):
+        return {"tuning": grid[4], "table": [], "success": 0.7, "episodes": 48,
+                "student_success": 0.75}  # fmt: skip
+
+    def dagger(*args, **kwargs):
+        raise AssertionError("DAgger ran toward a teacher the student already beats")
+
+    monkeypatch.setattr(adaptation, "search_teacher", search)
+    monkeypatch.setattr(adaptation, "dagger", dagger)
+    result = adaptation.adapt(
+        actor_peft, checkpoint_dir, checkpoint, identified, tmp_path / "adapt",
+        adaptation.AdaptationSettings(workers=1), load_robot_description(),
+    )  # fmt: skip
+    metrics = result["metrics"]
+    assert metrics["adapt_imitated"] == 0.0 and metrics["distance_from_parent"] == 0.0
+    assert metrics["adapt_parent_success"] == 0.75
+    after = lora.adapter_state(actor_peft)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
 def test_adaptation_refuses_a_stand_in_profile(tmp_path):
     with pytest.raises(adaptation.StandInProfileError, match="stand-in"):
         adaptation.adaptation_profile("real_twin", tmp_path)
