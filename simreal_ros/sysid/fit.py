@@ -741,9 +741,25 @@ def _flat_direction(full_h: np.ndarray, kept: list[int], h: np.ndarray) -> np.nd
     at the resolution asked of each, and the parameter that moves most along it is the one
     the data constrain least. (Scaling by each one's own curvature instead would make a
     well-fixed parameter coupled to two loose ones look the loosest.)"""
+    value, direction = _flattest(full_h, kept, h)
+    return direction if value <= 0 else None
+
+
+def looser_of_pair(full_h: np.ndarray, i: int, j: int, h: np.ndarray) -> int:
+    """Of a pair the data fix only in combination, the one that moves most (in probe
+    units) along the pair's flattest direction. Only it is left without a value: the
+    other is then judged by how far it follows it (``partners_of_dropped``), so a gain
+    that trades with a damping the data leave loose keeps a range, not the prior's."""
+    _, direction = _flattest(full_h, [i, j], h)
+    return (i, j)[int(np.argmax(np.abs(direction)))]
+
+
+def _flattest(full_h: np.ndarray, kept: list[int], h: np.ndarray) -> tuple[float, np.ndarray]:
+    """The smallest curvature among ``kept`` in probe units and its direction (see
+    ``_flat_direction``)."""
     scale = h[kept]
     values, vectors = np.linalg.eigh(full_h[np.ix_(kept, kept)] * np.outer(scale, scale))
-    return vectors[:, 0] if values[0] <= 0 else None
+    return float(values[0]), vectors[:, 0]
 
 
 def _probe_sides(objective, estimate, h: np.ndarray) -> list[tuple[float, float]]:
@@ -1286,11 +1302,13 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel, held=
             correlations.append({"a": params[i].pattern, "b": params[j].pattern,
                                  "correlation": rho})  # fmt: skip
             if abs(rho) > MAX_CORRELATION:
-                for x, y in ((i, j), (j, i)):
-                    reasons[x].append(
-                        f"trades off against {params[y].pattern} (posterior correlation "
-                        f"{rho:+.2f}): the data fix only their combination"
-                    )
+                loose = looser_of_pair(full_h, i, j, h)
+                other = j if loose == i else i
+                reasons[loose].append(
+                    f"trades off against {params[other].pattern} (posterior correlation "
+                    f"{rho:+.2f}): the data fix only their combination, and it moves most "
+                    "along it"
+                )
     kept = [i for i in curved if not reasons[i]]
     # Jointly: while the kept parameters' Hessian has a direction without a minimum, the
     # parameter that moves most along it is left without a value.

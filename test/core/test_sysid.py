@@ -465,6 +465,29 @@ def test_along_a_flat_direction_the_least_constrained_parameter_is_dropped():
     assert _newton_subset(full_h, [0, 1, 2], h) == [0, 2]
 
 
+def test_of_a_trading_pair_only_the_looser_loses_its_value_and_the_other_is_judged_after():
+    from simreal_ros.sysid.fit import looser_of_pair, partners_of_dropped
+
+    # The fresh-clone demo's pair: gain and damping at posterior correlation +0.99, both
+    # dropped, so the adaptation trained in the prior's gains. Along the pair's flat
+    # direction the damping moves ten probes per probe of the gain (in probe units), so
+    # only the damping goes; the gain keeps a value because it follows the damping by
+    # less than its limit.
+    h = np.array([math.log(1.25), math.log(1.25)])
+    flat = np.array([0.1, 1.0]) / np.linalg.norm([0.1, 1.0])
+    across = np.array([1.0, -0.1]) / np.linalg.norm([1.0, -0.1])
+    in_probes = 0.01 * np.outer(flat, flat) + 40.0 * np.outer(across, across)
+    full_h = in_probes / np.outer(h, h)
+    rho = -full_h[0, 1] / math.sqrt(full_h[0, 0] * full_h[1, 1])
+    assert abs(rho) > 0.95  # the pair rule's threshold (MAX_CORRELATION)
+    assert looser_of_pair(full_h, 0, 1, h) == looser_of_pair(full_h, 1, 0, h) == 1
+    limits = np.array([math.log(1.25), math.log(1.25)])
+    assert partners_of_dropped(full_h, [0], h, limits) == {}
+    # Swapped roles: the gain is the loose one.
+    swapped = full_h[::-1, ::-1]
+    assert looser_of_pair(swapped, 0, 1, h) == 0
+
+
 def test_a_value_the_error_bounds_from_one_side_only_is_not_given():
     from simreal_ros.sysid.fit import one_sided_bound
 
