@@ -26,7 +26,8 @@ def add_parser(subparsers) -> None:
         "--stand-in-tuning",
         action="store_true",
         help="first retune the expert on --profile (its tuning grid, 20 episodes a point on "
-        "other seeds, within the policy's per-tick step), then measure that tuning",
+        "other seeds, within the widest per-tick step sim adaptation may give the policy), "
+        "then measure that tuning",
     )
     parser.set_defaults(func=run)
 
@@ -37,14 +38,15 @@ def run(args) -> int:
     from simreal_ros.sim.expert import (
         RETUNE_SEED_OFFSET,
         measure_success,
-        policy_joint_step,
         retuned_on,
+        widest_joint_step,
     )
 
     robot = load_robot_description()  # --robot
     tuning = None
     if args.retune:
-        step = policy_joint_step(robot, default_spec(robot, args.task))
+        # Within the widest step sim adaptation may give a policy (its velocity limit).
+        step = widest_joint_step(robot, default_spec(robot, args.task))
         tuning, table = retuned_on(
             args.task, args.condition, args.profile, 20, args.first_seed + RETUNE_SEED_OFFSET,
             step, robot=robot,

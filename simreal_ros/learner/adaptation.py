@@ -10,9 +10,12 @@ the identified simulator before the arm spends any more time on it.
    the unidentified parameters drawn from the prior (``randomized``), the way the
    identification writes them.
 2. ``search_teacher``: the scripted teacher's settings (``sim.expert.ExpertTuning``) are
-   re-tuned by a race over a grid in that simulator, within the policy's own per-tick
-   step (the spec's action scale): the teacher must be able to show what the student can
-   do. The running policy runs the race too, on the same seeds; where it already matches
+   re-tuned by a race over a grid in that simulator, at each per-tick step the student
+   may run with (``step_choices``: the base's action scale, the running version's, and
+   the arm joints' velocity limit): the teacher must be able to show what the student
+   can do. An arm that follows its targets slowly needs the wider step; the chosen step
+   becomes the candidate's (``action_scale`` in its metadata, ``policy.spec.version_spec``).
+   The running policy runs the race too, on the same seeds; where it already matches
    the best teacher, imitation would only pull it down, and it stands unchanged.
 3. ``dagger``: the project's own sim training recipe (``training.pretrain``'s DAgger: roll
    out the student mixed with the teacher with a decaying probability, label every
@@ -20,12 +23,10 @@ the identified simulator before the arm spends any more time on it.
    running policy's LoRA adapter, starting from it. Episodes mix the training and the
    shifted start conditions, so shifted starts are covered at no arm cost.
 
-No RL polish runs here yet: the student imitates its teacher, and the ceiling measured
-with the stand-in's true dynamics (docs/results.md) shows that the teacher, not the
-identification, caps what this stage reaches (about two thirds of mixed starts). Going
-past it needs an actor-critic step with a BC term in the identified simulator; it is not
-built. ``sac_finetune`` does the arm-data step (method rl/sgft on the arm's own episodes,
-anchored to the adapted policy).
+No RL polish runs here yet: the student imitates its teacher, so the teacher's level in
+the identified sim caps this stage (docs/results.md). ``sac_finetune`` does the arm-data
+step (method rl/sgft on the arm's own episodes, anchored to the adapted policy, in its
+units).
 
 Every profile read here is refused if it is a stand-in (``stand_in: true``): adaptation
 never sees the stand-in's dynamics, only what identification made of its bags.
@@ -178,6 +179,7 @@ class EpisodeJob:
     teacher_probability: float = 0.0
     robot: str = ""  # the arm, as ``robot_reference`` names it (required; a worker loads it)
     safety_filter: bool = False  # behind the safety filter, as the graph runs the policy
+    action_scale: tuple[float, ...] | None = None  # the student's per-tick step (None: spec's)
 
 
 @dataclasses.dataclass
@@ -206,7 +208,12 @@ def run_episode(job: EpisodeJob) -> EpisodeData:
     robot = load_robot_description(job.robot)
     model_profile(job.profile)
     policy = build_policy(
-        PolicySource(job.checkpoint_dir, actor_state=job.actor_state, version="student"),
+        PolicySource(
+            job.checkpoint_dir,
+            actor_state=job.actor_state,
+            version="student",
+            action_scale=job.action_scale,
+        ),
         robot=robot,
     )
     converter = policy.converter
@@ -292,6 +299,27 @@ def teacher_grid(step: Sequence[float]) -> list[tuple[float, float, tuple[float,
     return [(t.command_lead, t.speed_scale, tuple(t.max_joint_step)) for t in tuning_grid(step)]
 
 
+def step_choices(spec, robot: RobotDescription, parent_scale: Sequence[float]) -> list[tuple]:
+    """The per-tick steps (whole ``action_scale`` tuples) a teacher and its student may use,
+    gentlest first: the base's, the running version's, and the arm joints widened to their
+    velocity limit. An arm that follows its targets slowly needs the wider step: within
+    the base's, the scripted teacher reaches 77% of the real_twin stand-in's starts, and
+    28 of 30 with the step at the velocity limit (docs/results.md)."""
+    from simreal_ros.policy.spec import widest_action_scale
+
+    widest = widest_action_scale(spec, robot, robot.arm_indices)
+    choices: list[tuple] = []
+    for scale in (tuple(spec.action_scale), tuple(parent_scale), widest):
+        if tuple(float(v) for v in scale) not in choices:
+            choices.append(tuple(float(v) for v in scale))
+    return choices
+
+
+def step_factor(scale: Sequence[float], spec, robot: RobotDescription) -> float:
+    """How many times the base's per-tick step ``scale`` allows, at most over the arm joints."""
+    return max(float(scale[i]) / float(spec.action_scale[i]) for i in robot.arm_indices)
+
+
 def search_teacher(
     checkpoint_dir: str,
     checkpoint,
@@ -300,16 +328,25 @@ def search_teacher(
     robot: RobotDescription,
     executor: Any = None,
     student_state: dict[str, np.ndarray] | None = None,
+    parent_scale: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     """``robot``'s teacher's best grid point in ``profile``, by ``sim.expert.race`` (ties
-    to the smaller lead and speed: the gentler teacher). With ``student_state`` (the
-    running policy) the student runs every stage of the race on the same seeds, so the
-    two compare on equal evidence. Returns the chosen tuning, every point's tally, the
-    teacher's success and the student's (None without it)."""
-    from simreal_ros.sim.expert import policy_joint_step, race
+    to the smaller step, lead and speed: the gentler teacher). The grid is the tuning grid
+    at each of ``step_choices``; a teacher's step is the one its student will run with.
+    With ``student_state`` (the running policy, at its step ``parent_scale``) the student
+    runs every stage of the race on the same seeds, so the two compare on equal evidence.
+    Returns the chosen tuning and step, every point's tally, the teacher's success and the
+    student's (None without it)."""
+    from simreal_ros.sim.expert import race
 
     model_profile(profile)
-    grid = teacher_grid(policy_joint_step(robot, checkpoint.spec))
+    spec = checkpoint.spec
+    parent_scale = tuple(parent_scale or spec.action_scale)
+    grid, scales = [], []
+    for scale in step_choices(spec, robot, parent_scale):
+        arm_step = tuple(scale[i] for i in robot.arm_indices)
+        grid += teacher_grid(arm_step)
+        scales += [scale] * (len(grid) - len(scales))
     reference = robot_reference(robot.source)
     student = len(grid)  # the race's last point, when there is a student
     points = len(grid) + (student_state is not None)
@@ -317,10 +354,10 @@ def search_teacher(
     def run(indices: Sequence[int], count: int, seed: int) -> list[int]:
         conditions = conditions_for(count, settings.shifted_share)
         jobs = [
-            EpisodeJob(checkpoint_dir, str(profile), checkpoint.spec.task, seed + i,
-                       conditions[i], grid[g] if g < student else grid[0],
+            EpisodeJob(checkpoint_dir, str(profile), spec.task, seed + i, conditions[i],
+                       grid[g] if g < student else grid[0],
                        None if g < student else student_state, 0.0, reference,
-                       settings.safety_filter)
+                       settings.safety_filter, scales[g] if g < student else parent_scale)
             for g in indices
             for i in range(count)
         ]  # fmt: skip
@@ -334,15 +371,16 @@ def search_teacher(
     always = [student] if student_state is not None else []
     best, tally = race(run, points, settings.teacher_episodes, first, always=always)
     table = [
-        {"lead": p[0], "speed": p[1], **row}
-        for p, row in zip(grid, tally[: len(grid)], strict=True)
+        {"lead": p[0], "speed": p[1], "step_factor": step_factor(scale, spec, robot), **row}
+        for p, scale, row in zip(grid, scales, tally[: len(grid)], strict=True)
     ]
     rate = tally[best]["successes"] / tally[best]["episodes"]
     student_rate = None
     if student_state is not None:
         student_rate = tally[student]["successes"] / tally[student]["episodes"]
-    return {"tuning": grid[best], "table": table, "success": rate,
-            "episodes": tally[best]["episodes"], "student_success": student_rate}  # fmt: skip
+    return {"tuning": grid[best], "action_scale": scales[best], "table": table,
+            "success": rate, "episodes": tally[best]["episodes"],
+            "student_success": student_rate}  # fmt: skip
 
 
 # ---------------------------------------------------------------- DAgger
@@ -360,9 +398,11 @@ def dagger(
     robot: RobotDescription,
     executor: Any = None,
     progress: Callable[[str], None] | None = None,
+    action_scale: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     """DAgger on ``actor_peft``'s LoRA weights (in place) toward ``robot``'s teacher
-    ``tuning`` in ``profile``, from its current weights; the per-round history."""
+    ``tuning`` in ``profile``, from its current weights, the student acting (and labelled)
+    at the per-tick step ``action_scale`` (None: the spec's); the per-round history."""
     model_profile(profile)
     reference = robot_reference(robot.source)
     actor = lora.inner(actor_peft)
@@ -380,7 +420,8 @@ def dagger(
         seeds = range(first + it * settings.episodes, first + (it + 1) * settings.episodes)
         jobs = [
             EpisodeJob(checkpoint_dir, str(profile), checkpoint.spec.task, s, conditions[i],
-                       tuning, state, mix, reference, settings.safety_filter)
+                       tuning, state, mix, reference, settings.safety_filter,
+                       None if action_scale is None else tuple(action_scale))
             for i, s in enumerate(seeds)
         ]  # fmt: skip
         results = run_map(run_episode, jobs, settings.workers, executor, f"dagger {it + 1}")
@@ -414,16 +455,20 @@ def dagger(
 
 
 @torch.no_grad()
-def distance_from_parent(actor_peft, parent: torch.nn.Module, obs) -> float:
-    """Mean |a - a_parent| per action component (normalised units) on up to 4096 of
-    ``obs``: how far a candidate moved from the version it started from."""
+def distance_from_parent(actor_peft, parent: torch.nn.Module, obs, step_ratio=None) -> float:
+    """Mean |a - a_parent| per action component, in the parent's normalised units, on up
+    to 4096 of ``obs``: how far a candidate moved from the version it started from.
+    ``step_ratio`` (per joint): the candidate's per-tick step over the parent's, when the
+    candidate runs with another step."""
     obs = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
     if len(obs) == 0:
         return 0.0
     states = obs[:: max(1, len(obs) // 4096)]
+    ratio = torch.as_tensor(1.0 if step_ratio is None else np.asarray(step_ratio),
+                            dtype=torch.float32)  # fmt: skip
     was_training = actor_peft.training
     actor_peft.eval()
-    moved = (lora.inner(actor_peft)(states) - parent(states)).abs().mean()
+    moved = (lora.inner(actor_peft)(states) * ratio - parent(states)).abs().mean()
     actor_peft.train(was_training)
     return float(moved)
 
@@ -438,15 +483,19 @@ def adapt(
     robot: RobotDescription,
     executor: Any = None,
     progress: Callable[[str], None] | None = None,
+    parent_scale: Sequence[float] | None = None,
 ) -> dict[str, Any]:
-    """The whole stage on ``actor_peft`` (trained in place from its current weights):
-    the adaptation profile, the teacher's search, DAgger. Returns the metrics."""
+    """The whole stage on ``actor_peft`` (trained in place from its current weights, which
+    run at the per-tick step ``parent_scale``; None: the spec's): the adaptation profile,
+    the teacher's search, DAgger. Returns the metrics and the candidate's step
+    (``action_scale``, its metadata's)."""
     from simreal_ros.executor import make_executor
 
     if executor is None:  # one pool for the whole stage
         with make_executor("local", settings.workers) as local:
             return adapt(actor_peft, checkpoint_dir, checkpoint, identified, out_dir,
-                         settings, robot, local, progress)  # fmt: skip
+                         settings, robot, local, progress, parent_scale)  # fmt: skip
+    parent_scale = tuple(float(v) for v in (parent_scale or checkpoint.spec.action_scale))
     say = progress or (lambda text: log.info(text))
     started = time.time()
     parent = lora.merged(actor_peft)
@@ -456,31 +505,35 @@ def adapt(
     say(f"adaptation: training in {profile} (around {identified})")
     search = search_teacher(
         checkpoint_dir, checkpoint, str(profile), settings, robot, executor,
-        actor_numpy_state(parent),
+        actor_numpy_state(parent), parent_scale,
     )  # fmt: skip
     lead, speed, _ = search["tuning"]
     teacher, student = search["success"], search["student_success"]
+    factor = step_factor(search["action_scale"], checkpoint.spec, robot)
     say(
-        f"adaptation: teacher retuned in the identified sim: lead {lead}, speed {speed} "
-        f"({teacher:.0%} of {search['episodes']}; the running policy {student:.0%}; "
-        f"{time.time() - started:.0f} s)"
+        f"adaptation: teacher retuned in the identified sim: lead {lead}, speed {speed}, "
+        f"step x{factor:.2g} ({teacher:.0%} of {search['episodes']}; the running policy "
+        f"{student:.0%}; {time.time() - started:.0f} s)"
     )
     # Imitating a teacher the student already matches can only pull it down to the
     # teacher: the running policy then stands as the candidate.
     imitate = teacher > student
+    scale = search["action_scale"] if imitate else parent_scale
     if imitate:
         result = dagger(
             actor_peft, checkpoint_dir, checkpoint, str(profile), search["tuning"], settings,
-            robot, executor, say,
+            robot, executor, say, scale,
         )  # fmt: skip
     else:
         say("adaptation: the running policy matches the best teacher here; no DAgger")
         result = {"history": [], "obs": np.zeros((0, 0), np.float32)}
-    moved = distance_from_parent(actor_peft, parent, result["obs"])
+    ratio = np.asarray(scale) / np.asarray(parent_scale)
+    moved = distance_from_parent(actor_peft, parent, result["obs"], ratio)
     last = result["history"][-1] if result["history"] else {}
     metrics = {
         "adapt_teacher_lead": float(lead),
         "adapt_teacher_speed": float(speed),
+        "adapt_step_factor": step_factor(scale, checkpoint.spec, robot),
         "adapt_teacher_success": float(teacher),
         "adapt_parent_success": float(student),
         "adapt_imitated": float(imitate),
@@ -491,4 +544,5 @@ def adapt(
         "adapt_seconds": time.time() - started,
     }
     say(f"adaptation: done in {metrics['adapt_seconds']:.0f} s; moved {moved:.3f} from parent")
-    return {"metrics": metrics, "profile": str(profile), "teacher": search}
+    return {"metrics": metrics, "profile": str(profile), "teacher": search,
+            "action_scale": [float(v) for v in scale]}  # fmt: skip

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -276,9 +276,12 @@ class RoundTrainer:
         round_: int,
         executor=None,
         progress=None,
-    ) -> dict[str, float]:
+        parent_scale=None,
+    ) -> dict[str, Any]:
         """method adapt: the running adapter adapted in the identified sim (in place), from
-        its current weights; the round's metrics (``distance_from_parent`` among them)."""
+        its current weights at its per-tick step ``parent_scale``; ``adaptation.adapt``'s
+        result: the round's metrics (``distance_from_parent`` among them) and the
+        candidate's step (``action_scale``)."""
         from simreal_ros.learner.adaptation import AdaptationSettings, adapt
 
         if not profile:
@@ -299,8 +302,7 @@ class RoundTrainer:
             seed=cfg.seed * 101 + round_,
             workers=cfg.screen.workers,
         )
-        result = adapt(
+        return adapt(
             self.actor_peft, checkpoint_dir, self.checkpoint, profile, out_dir, settings,
-            self.robot, executor, progress,
+            self.robot, executor, progress, parent_scale,
         )  # fmt: skip
-        return result["metrics"]

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from simreal_ros.adapters.store import AdapterStore, StoredVersion
@@ -93,7 +94,9 @@ class LearnerSession:
         self.checkpoint = checkpoint
         gamma = check_gamma(config.gamma, float(checkpoint.gamma))
         kinematics = ToolKinematics.for_robot(robot) if checkpoint.spec.needs_kinematics else None
-        self.converter = SpecConverter(checkpoint.spec, kinematics)  # the actor's coordinates
+        self._kinematics = kinematics
+        self._converter = SpecConverter(checkpoint.spec, kinematics)
+        self._scales: dict[str, tuple[float, ...]] = {}  # version -> its per-tick step
         self.store = store or AdapterStore(config.store_root)
         self.store.clean_staging()
         self.round = 0
@@ -121,6 +124,43 @@ class LearnerSession:
             )
 
     @property
+    def action_scale(self) -> tuple[float, ...]:
+        """The running version's per-tick step: the one its metadata names (sim adaptation
+        widens it for a slow arm), else the base's."""
+        from simreal_ros.policy.spec import version_spec
+
+        running = self.promotion.running_version
+        if not running:
+            return tuple(self.checkpoint.spec.action_scale)
+        if running not in self._scales:
+            metadata = self.store.load(running).metadata
+            spec = version_spec(self.checkpoint.spec, metadata, self.robot)
+            self._scales[running] = tuple(spec.action_scale)
+        return self._scales[running]
+
+    @property
+    def converter(self):
+        """The running version's conventions: the actor's coordinates, in which its episodes
+        are read and its updates made."""
+        from simreal_ros.policy.spec import SpecConverter
+
+        scale = self.action_scale
+        if tuple(self._converter.spec.action_scale) != scale:
+            spec = dataclasses.replace(self.checkpoint.spec, action_scale=scale)
+            self._converter = SpecConverter(spec, self._kinematics)
+        return self._converter
+
+    def _sim_in_running_units(self) -> Transitions | None:
+        """The sim transitions (recorded in the base's units) in the running version's."""
+        sim = self.sim_data
+        base = np.asarray(self.checkpoint.spec.action_scale)
+        ratio = base / np.asarray(self.action_scale)
+        if sim is None or np.all(ratio == 1.0):
+            return sim
+        actions = np.clip(sim.actions * ratio.astype(np.float32), -1.0, 1.0)
+        return dataclasses.replace(sim, actions=actions)
+
+    @property
     def screening_profile(self) -> str:
         """Screening runs in the best available model of the arm: the identified profile
         when there is one, else ``screen.profile`` (randomised by default)."""
@@ -135,7 +175,7 @@ class LearnerSession:
 
     # -------------------------------------------------------------- one round
     def training_data(self, real: Transitions | None) -> Transitions:
-        parts = [p for p in (real, self.sim_data) if p is not None and len(p)]
+        parts = [p for p in (real, self._sim_in_running_units()) if p is not None and len(p)]
         if not parts:
             raise ValueError("no transitions to train on: record episodes first.")
         if real is not None and len(real):
@@ -165,6 +205,7 @@ class LearnerSession:
             cfg, self.round, data, manifest, metrics, self.critics, self.trainer.value_watch,
             self.identified, self.promotion.checkpoint_dir,
         )  # fmt: skip
+        metadata["action_scale"] = list(self.action_scale)  # the parent's: same units
         candidate = self.promotion.stage(cfg.method, version, metadata, metrics)
         self.log.append({"round": self.round, "version": candidate.version, **metrics})
         return candidate
@@ -182,16 +223,18 @@ class LearnerSession:
         self.round += 1
         checkpoint_dir = cfg.checkpoint_dir or str(shipped_checkpoint(cfg.task))
         out_dir = Path(cfg.store_root) / "adaptation" / f"round{self.round}-{int(started)}"
-        metrics = self.trainer.sim_adaptation(
+        result = self.trainer.sim_adaptation(
             cfg, self.identified.profile, checkpoint_dir, str(out_dir), self.round,
-            self.executor,
+            self.executor, parent_scale=self.action_scale,
         )  # fmt: skip
+        metrics = result["metrics"]
         metrics["round"] = float(self.round)
         metrics["train_seconds"] = time.time() - started
         metadata = candidate_metadata(
             cfg, self.round, data, manifest, metrics, self.critics, self.trainer.value_watch,
             self.identified, self.promotion.checkpoint_dir,
         )  # fmt: skip
+        metadata["action_scale"] = list(result["action_scale"])
         candidate = self.promotion.stage(cfg.method, version, metadata, metrics)
         self.log.append({"round": self.round, "version": candidate.version, **metrics})
         return candidate

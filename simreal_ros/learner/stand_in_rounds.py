@@ -43,8 +43,9 @@ from simreal_ros.stats import normalised_auc, wilson_interval
 ROUND_METRICS = ("loss", "critic_loss", "actor_loss", "bc_loss", "q_mean", "reward_mean",
                  "alpha", "reward_scale", "value_exploit_flag", "anchor_drift", "q_scale",
                  "entropy", "updates", "new_real_transitions", "distance_from_parent",
-                 "adapt_teacher_lead", "adapt_teacher_speed", "adapt_teacher_success",
-                 "adapt_parent_success", "adapt_imitated", "adapt_dagger_success")  # fmt: skip
+                 "adapt_teacher_lead", "adapt_teacher_speed", "adapt_step_factor",
+                 "adapt_teacher_success", "adapt_parent_success", "adapt_imitated",
+                 "adapt_dagger_success")  # fmt: skip
 
 
 def evaluate(cfg: RoundsConfig, adapter_dir: str | None, workers: int = 1) -> dict[str, Any]:
@@ -184,7 +185,6 @@ def arm_rounds(
             exploration_std_max=config.exploration_std_max, robot=robot,
         )  # fmt: skip
     session = LearnerSession(config, checkpoint=checkpoint, sim_data=sim, robot=robot)
-    converter = session.converter
     env = ArmTaskEnv(
         task=cfg.task,
         profile=cfg.profile,
@@ -220,14 +220,15 @@ def arm_rounds(
                 part = None
             else:
                 part, collected = rollout_transitions(
-                    env, converter, seeds, cfg.condition, act, source="real_twin",
+                    env, session.converter, seeds, cfg.condition, act, source="real_twin",
                     episode_ids=[f"s{seed}-{s}" for s in seeds],
                 )  # fmt: skip
             parts = [part] if part is not None else []
             if expert is not None:
                 seeds = cfg.demo_seeds(seed, round_index)
                 part, demo_eps = rollout_transitions(
-                    env, converter, seeds, cfg.condition, expert_actions(expert, converter),
+                    env, session.converter, seeds, cfg.condition,
+                    expert_actions(expert, session.converter),
                     source="real_twin", episode_ids=[f"demo-{s}" for s in seeds],
                 )  # fmt: skip
                 parts.append(part)

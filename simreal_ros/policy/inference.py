@@ -19,10 +19,11 @@ import numpy as np
 from simreal_ros.policy.checkpoint import (
     ADAPTER_WEIGHTS,
     NumpyCheckpoint,
+    read_adapter_metadata,
     sha256_file,
 )
 from simreal_ros.policy.lora_merge import merged_actor_state
-from simreal_ros.policy.spec import LOG_STD_MAX, LOG_STD_MIN, SpecConverter
+from simreal_ros.policy.spec import LOG_STD_MAX, LOG_STD_MIN, SpecConverter, version_spec
 
 
 class NumpyActor:
@@ -133,14 +134,18 @@ def deploy_adapter(
     version: str,
     expected_sha256: str | None = None,
     forward_kinematics=None,
+    description: Any = None,
 ) -> DeployedPolicy:
     """Merge an adapter into a copy of the base (numpy, ``lora_merge``) and build its runnable
-    form: milliseconds, no torch or peft; still best off the control thread (file reads)."""
+    form: milliseconds, no torch or peft; still best off the control thread (file reads).
+    It runs with the per-tick step its metadata names (``version_spec``), checked against
+    ``description``'s velocity limits when given."""
     merged = merged_actor_state(checkpoint, adapter_dir, expected_sha256)
+    spec = version_spec(checkpoint.spec, read_adapter_metadata(adapter_dir), description)
     return DeployedPolicy(
         adapter_sha256=sha256_file(Path(adapter_dir) / ADAPTER_WEIGHTS),
         version=version,
-        converter=SpecConverter(checkpoint.spec, forward_kinematics),
+        converter=SpecConverter(spec, forward_kinematics),
         actor=NumpyActor.from_state(merged),
         source=str(adapter_dir),
         adapter_dir=Path(adapter_dir),

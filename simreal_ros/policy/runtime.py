@@ -137,6 +137,7 @@ class PolicyVersions:
             version,
             expected_sha256=checksum or None,
             forward_kinematics=converter.forward_kinematics,
+            description=self.robot,
         )
         with self._lock:
             self.cache[version] = deployed

@@ -315,6 +315,44 @@ def validate_against_robot(
         )
 
 
+def version_spec(spec: PolicySpec, metadata: Mapping[str, Any], description: Any = None):
+    """The conventions one version runs with: the base's ``spec``, with the per-tick step
+    its ``simreal_adapter.json`` names (``action_scale``; sim adaptation widens it for an
+    arm that follows its targets slowly). With ``description`` the step is checked against
+    the arm's velocity limits, as the base's is."""
+    scale = metadata.get("action_scale")
+    if scale is None:
+        return spec
+    try:
+        values = tuple(float(v) for v in scale)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"action_scale in the adapter's metadata is {scale!r}; it must be a list of "
+            f"{spec.act_dim} numbers, one per joint. Re-train or remove the entry."
+        ) from None
+    if len(values) != spec.act_dim or not all(np.isfinite(values)):
+        raise ValueError(
+            f"action_scale in the adapter's metadata has {len(values)} entries "
+            f"({list(values)[:8]}); it needs {spec.act_dim} finite numbers, one per joint."
+        )
+    widened = dataclasses.replace(spec, action_scale=values)
+    if description is not None:
+        validate_against_robot(widened, description)
+    return widened
+
+
+def widest_action_scale(spec: PolicySpec, description: Any, joints: Sequence[int]):
+    """``spec``'s per-tick step with ``joints`` widened to their velocity limit (the most
+    ``validate_against_robot`` accepts in delta mode); the others as they are."""
+    scale = list(spec.action_scale)
+    velocity = getattr(description, "velocity_limit", None)
+    if spec.action_mode != "delta" or velocity is None:
+        return tuple(scale)
+    for i in joints:
+        scale[i] = max(scale[i], float(velocity[i]) / spec.control_rate_hz)
+    return tuple(scale)
+
+
 DEFAULT_OBSERVATION_FIELDS = (
     "joint_position",
     "joint_velocity",

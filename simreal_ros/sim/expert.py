@@ -48,6 +48,16 @@ def policy_joint_step(robot: RobotDescription, spec) -> tuple[float, ...]:
     return tuple(float(spec.action_scale[i]) for i in robot.arm_indices)
 
 
+def widest_joint_step(robot: RobotDescription, spec) -> tuple[float, ...]:
+    """The widest per-tick step of each arm joint a version may run with (its velocity
+    limit per tick, ``widest_action_scale``): the most sim adaptation can give a teacher
+    and its student, so the step feasibility checks retune within."""
+    from simreal_ros.policy.spec import widest_action_scale
+
+    widest = widest_action_scale(spec, robot, robot.arm_indices)
+    return tuple(float(widest[i]) for i in robot.arm_indices)
+
+
 # The teacher's tunings searched on an arm: how far it stretches each joint step towards
 # its IK solution, and how fast its tool waypoints move. (1, 1) is the nominal sim's.
 TEACHER_LEADS = (1.0, 2.0, 3.0)

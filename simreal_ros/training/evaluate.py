@@ -49,6 +49,9 @@ class PolicySource:
     # In-memory actor weights (name -> array) replacing the checkpoint's actor.
     actor_state: dict[str, np.ndarray] | None = None
     version: str | None = None
+    # The in-memory actor's per-tick step (None: the checkpoint's); an adapter's comes
+    # from its metadata.
+    action_scale: tuple[float, ...] | None = None
 
 
 @dataclasses.dataclass
@@ -122,7 +125,7 @@ def build_policy(source: PolicySource, description: Any = None, *, robot: RobotD
     import torch
 
     from simreal_ros.policy.inference import NumpyActor, deploy_adapter, deploy_base
-    from simreal_ros.policy.spec import SpecConverter
+    from simreal_ros.policy.spec import SpecConverter, version_spec
     from simreal_ros.training.torch_checkpoint import load_checkpoint
 
     base = load_checkpoint(source.checkpoint_dir, description=description, with_critic=False)
@@ -131,14 +134,18 @@ def build_policy(source: PolicySource, description: Any = None, *, robot: RobotD
         state = {k: torch.as_tensor(np.asarray(v)) for k, v in source.actor_state.items()}
         base.model.actor.load_state_dict(state)
         deployed = deploy_base(base, kinematics)
+        metadata = {} if source.action_scale is None else {"action_scale": source.action_scale}
+        spec = version_spec(base.spec, metadata, robot)
         return dataclasses.replace(
-            deployed, actor=NumpyActor(base.model.actor), version=source.version or "in-memory"
-        )
+            deployed, actor=NumpyActor(base.model.actor), version=source.version or "in-memory",
+            converter=SpecConverter(spec, kinematics),
+        )  # fmt: skip
     if source.adapter_dir is not None:
         version = source.version or Path(source.adapter_dir).name
         return deploy_adapter(
-            base, source.adapter_dir, version, source.adapter_sha256, forward_kinematics=kinematics
-        )
+            base, source.adapter_dir, version, source.adapter_sha256,
+            forward_kinematics=kinematics, description=robot,
+        )  # fmt: skip
     deployed = deploy_base(base, kinematics)
     if source.version:
         deployed = dataclasses.replace(deployed, version=source.version)

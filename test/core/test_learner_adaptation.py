@@ -161,7 +161,7 @@ def test_a_running_policy_that_matches_the_best_teacher_is_kept_as_it_is(
 
     def search(*args, **kwargs):
         return {"tuning": grid[4], "table": [], "success": 0.7, "episodes": 48,
-                "student_success": 0.75}  # fmt: skip
+                "student_success": 0.75, "action_scale": (0.2,) * 7}  # fmt: skip
 
     def dagger(*args, **kwargs):
         raise AssertionError("DAgger ran toward a teacher the student already beats")
@@ -175,6 +175,9 @@ def test_a_running_policy_that_matches_the_best_teacher_is_kept_as_it_is(
     metrics = result["metrics"]
     assert metrics["adapt_imitated"] == 0.0 and metrics["distance_from_parent"] == 0.0
     assert metrics["adapt_parent_success"] == 0.75
+    # Kept as it is, at its own step, not the teacher's.
+    assert result["action_scale"] == list(checkpoint.spec.action_scale)
+    assert metrics["adapt_step_factor"] == 1.0
     after = lora.adapter_state(actor_peft)
     assert all(torch.equal(before[k], after[k]) for k in before)
 
@@ -212,9 +215,14 @@ def test_adaptation_raises_stand_in_success_above_zero_shot_without_reading_the_
     )
     metrics = result["metrics"]
     # The teacher was re-tuned in the identified sim (the nominal tuning fails there).
-    table = {(row["lead"], row["speed"]): row["successes"] for row in result["teacher"]["table"]}
+    table = {
+        (row["lead"], row["speed"], row["step_factor"]): row["successes"]
+        for row in result["teacher"]["table"]
+    }
     assert (metrics["adapt_teacher_lead"], metrics["adapt_teacher_speed"]) != (1.0, 1.0)
-    assert max(table.values()) > table[(1.0, 1.0)]
+    assert max(table.values()) > table[(1.0, 1.0, 1.0)]
+    # The grid has the base's step and the arm joints' velocity limit (twice it here).
+    assert {factor for *_, factor in table} == {1.0, 2.0}
     # Further from its parent than the old base-anchored trust region's ~1/(2w) allowed.
     assert metrics["distance_from_parent"] > 1 / (2 * LearnerConfig.anchor_weight)
 
@@ -222,7 +230,8 @@ def test_adaptation_raises_stand_in_success_above_zero_shot_without_reading_the_
     seeds = list(range(910000, 910020))
     state = adaptation.actor_numpy_state(lora.merged(actor_peft))
     adapted = evaluate_policy(
-        PolicySource(checkpoint_dir, actor_state=state, version="adapted"),
+        PolicySource(checkpoint_dir, actor_state=state, version="adapted",
+                     action_scale=tuple(result["action_scale"])),
         "real_twin", "train", seeds, workers=1, safety_filter=True, robot=load_robot_description(),
     )  # fmt: skip
     base = evaluate_policy(
@@ -322,3 +331,64 @@ def test_method_adapt_stages_a_candidate_trained_in_the_identified_sim(
     )
     with pytest.raises(ValueError, match="identified profile"):
         lost.finetune(real.subset(np.arange(len(real))))
+
+
+def test_a_widened_step_is_the_candidates_and_its_descendants_units(
+    tmp_path, small_base, identified, no_stand_in_reads, monkeypatch
+):
+    """When the teacher's search picks the wider step, DAgger trains the student at it, the
+    candidate's metadata names it, the session's episodes and sim replay are read in it
+    once it runs, and the next round (method rl) keeps it."""
+    from simreal_ros.learner.gate import EvaluationSummary
+    from simreal_ros.policy.spec import widest_action_scale
+    from simreal_ros.training.evaluate import PolicySource, build_policy
+
+    directory, sim, real = small_base
+    robot = load_robot_description()
+    base_spec = load_checkpoint(directory).spec
+    widest = widest_action_scale(base_spec, robot, robot.arm_indices)
+    trained_at = []
+    real_dagger = adaptation.dagger
+
+    def search(*args, **kwargs):
+        step = tuple(widest[i] for i in robot.arm_indices)
+        return {"tuning": (2.0, 1.5, step), "action_scale": widest, "table": [],
+                "success": 0.9, "episodes": 48, "student_success": 0.2}  # fmt: skip
+
+    def dagger(*args, **kwargs):
+        trained_at.append(args[-1])
+        return real_dagger(*args, **kwargs)
+
+    monkeypatch.setattr(adaptation, "search_teacher", search)
+    monkeypatch.setattr(adaptation, "dagger", dagger)
+    cfg = from_mapping(LearnerConfig, {
+        "method": "adapt", "checkpoint_dir": str(directory),
+        "store_root": str(tmp_path / "models"), "sysid.profile": str(identified),
+        "screen.seeds": 1, "screen.conditions": ["train"], "screen.workers": 1,
+        "adapt.iterations": 1, "adapt.episodes": 2, "adapt.bc_steps": 5,
+        "updates_per_round": 5, "batch_size": 16,
+    })  # fmt: skip
+
+    def passes(checkpoint_dir, adapter_dir, condition, seeds):
+        return EvaluationSummary(len(seeds), len(seeds), 0.0, [True] * len(seeds))
+
+    session = LearnerSession(cfg, sim_data=sim.subset(np.arange(len(sim))), robot=robot)
+    assert session.converter.spec.action_scale == base_spec.action_scale
+    first = session.run_round(real.subset(np.arange(len(real))), passes)
+    assert first.decision.promoted and trained_at == [widest]
+    assert first.stored.metadata["action_scale"] == list(widest)
+    assert first.metrics["adapt_step_factor"] == pytest.approx(2.0)
+    deployed = build_policy(PolicySource(str(directory), str(first.stored.path)), robot=robot)
+    assert deployed.converter.spec.action_scale == widest
+    assert session.converter.spec.action_scale == widest
+    # The base's sim replay, in the running version's units: the same joint motion.
+    replay = session._sim_in_running_units()
+    arm = list(robot.arm_indices)
+    np.testing.assert_allclose(replay.actions[:, arm], sim.actions[:, arm] / 2, atol=1e-6)
+    # Arm-data fine-tuning next (method rl, a new session on the same store).
+    after = LearnerSession(
+        updated(cfg, {"method": "rl"}), sim_data=sim.subset(np.arange(len(sim))), robot=robot
+    )
+    assert after.converter.spec.action_scale == widest
+    second = after.run_round(real.subset(np.arange(len(real))), passes)
+    assert second.stored.metadata["action_scale"] == list(widest)

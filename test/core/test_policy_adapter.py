@@ -109,3 +109,59 @@ def test_adapter_without_safetensors_is_refused(tmp_path, robot):
     (tmp_path / "a1" / ckpt.ADAPTER_WEIGHTS).rename(tmp_path / "a1" / "adapter_model.bin")
     with pytest.raises(ckpt.CheckpointError, match="only safetensors"):
         merged_actor_state(load_checkpoint(base_dir), tmp_path / "a1")
+
+
+def test_a_version_runs_with_the_step_its_metadata_names_within_the_velocity_limit(
+    tmp_path, robot
+):
+    """Sim adaptation widens a slow arm's per-tick step in the version's metadata: the node's
+    loader and the off-ROS evaluation both run it, and a step over the arm's velocity limit
+    (or a malformed one) is refused, naming the joint and the limit."""
+    from simreal_ros.policy.runtime import PolicyVersions
+    from simreal_ros.policy.spec import widest_action_scale
+    from simreal_ros.training.evaluate import PolicySource, build_policy
+
+    base_dir = make_untrained_checkpoint(tmp_path / "base", robot)
+    make_adapter(base_dir, tmp_path / "a1")
+    base = load_checkpoint(base_dir)
+    widest = widest_action_scale(base.spec, robot, robot.arm_indices)
+    arm = list(robot.arm_indices)
+    assert np.allclose(np.asarray(widest)[arm], 2 * np.asarray(base.spec.action_scale)[arm])
+    meta_path = tmp_path / "a1" / ckpt.ADAPTER_METADATA
+    metadata = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**metadata, "action_scale": list(widest)}))
+
+    obs = {
+        "joint_position": np.zeros(len(robot.joint_names)),
+        "joint_velocity": np.zeros(len(robot.joint_names)),
+        "object_position": [0.5, 0.0, 0.025], "object_orientation": [1.0, 0.0, 0.0, 0.0],
+        "goal_position": [0.6, 0.1, 0.025],
+    }  # fmt: skip
+    full = np.ones(len(robot.joint_names))
+    plain = build_policy(PolicySource(str(base_dir)), robot=robot)
+    widened = build_policy(PolicySource(str(base_dir), str(tmp_path / "a1")), robot=robot)
+    q = np.asarray(obs["joint_position"])
+    step_plain = plain.converter.command_from_action(full, q) - q
+    step_wide = widened.converter.command_from_action(full, q) - q
+    assert np.allclose(step_wide[arm], 2 * step_plain[arm])
+    versions = PolicyVersions(robot, warn=lambda text: None)
+    try:
+        versions.configure(base_dir, None, "")
+        versions.announce("a1", str(tmp_path / "a1"), "")
+        loaded = versions.load("a1")
+        assert loaded.converter.spec.action_scale == tuple(widest)
+    finally:
+        versions.shutdown()
+
+    too_far = list(widest)
+    too_far[arm[1]] *= 1.5
+    meta_path.write_text(json.dumps({**metadata, "action_scale": too_far}))
+    name = robot.joint_names[arm[1]]
+    with pytest.raises(ValueError, match=f"action_scale: joint '{name}'.*velocity limit"):
+        build_policy(PolicySource(str(base_dir), str(tmp_path / "a1")), robot=robot)
+    meta_path.write_text(json.dumps({**metadata, "action_scale": widest[:3]}))
+    with pytest.raises(ValueError, match="action_scale in the adapter's metadata has 3"):
+        build_policy(PolicySource(str(base_dir), str(tmp_path / "a1")), robot=robot)
+    meta_path.write_text(json.dumps({**metadata, "action_scale": "wide"}))
+    with pytest.raises(ValueError, match="a list of"):
+        build_policy(PolicySource(str(base_dir), str(tmp_path / "a1")), robot=robot)
