@@ -3,9 +3,10 @@
 A profile is a YAML file (see ``config/profiles/`` for the format): ``scale`` multiplies
 nominal values, ``set`` gives values; each entry is a number (fixed) or a ``[low, high]``
 range drawn uniformly per reset. A shipped profile is named (``nominal``, ``randomized``,
-``real_twin``, ``real_twin_mild``); any other is given by its path, so a user can describe
-their own arm's gap. A profile with ``stand_in: true`` (``real_twin``: a fixed, hidden gap
-outside the randomized ranges) plays the physical arm and is never called real.
+``real_twin``, ``real_twin_mild``, ``real_twin_panda``); any other is given by its path,
+so a user can describe their own arm's gap. A profile with ``stand_in: true``
+(``real_twin``: a fixed, hidden gap outside the randomized ranges) plays the physical arm
+and is never called real.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import yaml
 from simreal_ros import resources
 
 # The shipped profiles, by name; any other profile is a YAML path.
-PROFILE_NAMES = ("nominal", "randomized", "real_twin", "real_twin_mild")
+PROFILE_NAMES = ("nominal", "randomized", "real_twin", "real_twin_mild", "real_twin_panda")
 
 
 def profiles_dir() -> Path:

@@ -101,3 +101,35 @@ def test_the_expert_is_retuned_per_arm_not_given_another_arms_tuning(tmp_path):
     )
     assert chosen == grid[1], table
     assert table[1]["successes"] >= table[0]["successes"] + 10, table  # 24 vs 4 of 30 here
+
+
+def test_the_panda_stand_in_breaks_the_policy_and_the_teacher_needs_the_widest_step():
+    """real_twin_panda (the Panda's joints at a tenth of their stiffness): the Panda's
+    push policy fails there, and its scripted teacher succeeds only at the widest per-tick
+    step sim adaptation may give (each joint's velocity limit per tick), not at the
+    policy's own (half of it)."""
+    from simreal_ros.policy.spec import default_spec
+    from simreal_ros.sim.expert import (
+        ExpertTuning,
+        measure_success,
+        policy_joint_step,
+        widest_joint_step,
+    )
+    from simreal_ros.training.evaluate import evaluate_policy
+
+    panda = load_robot_description("panda")
+    spec = default_spec(panda, "push")
+    own, widest = policy_joint_step(panda, spec), widest_joint_step(panda, spec)
+    assert np.allclose(np.asarray(widest), 2 * np.asarray(own))
+    seeds = list(range(700_000, 700_020))
+    zero_shot = evaluate_policy(
+        str(shipped_checkpoint("push", panda)), "real_twin_panda", "train", seeds,
+        robot=panda,
+    )  # fmt: skip
+    teacher = {
+        name: measure_success("push", "train", "real_twin_panda", 20, 700_000,
+                              ExpertTuning(1.0, 1.5, step), robot=panda)["successes"]
+        for name, step in (("own", own), ("widest", widest))
+    }  # fmt: skip
+    assert zero_shot.successes <= 4, zero_shot.summary()
+    assert teacher["widest"] >= 15 and teacher["own"] <= teacher["widest"] - 8, teacher
