@@ -309,9 +309,10 @@ def step_choices(spec, robot: RobotDescription, parent_scale: Sequence[float]) -
 
     widest = widest_action_scale(spec, robot, robot.arm_indices)
     choices: list[tuple] = []
-    for scale in (tuple(spec.action_scale), tuple(parent_scale), widest):
-        if tuple(float(v) for v in scale) not in choices:
-            choices.append(tuple(float(v) for v in scale))
+    for scale in (spec.action_scale, parent_scale, widest):
+        scale = tuple(float(v) for v in scale)
+        if scale not in choices:
+            choices.append(scale)
     return choices
 
 
@@ -337,15 +338,14 @@ def search_teacher(
     runs every stage of the race on the same seeds, so the two compare on equal evidence.
     Returns the chosen tuning and step, every point's tally, the teacher's success and the
     student's (None without it)."""
-    from simreal_ros.sim.expert import race
+    from simreal_ros.sim.expert import arm_joint_step, race
 
     model_profile(profile)
     spec = checkpoint.spec
     parent_scale = tuple(parent_scale or spec.action_scale)
     grid, scales = [], []
     for scale in step_choices(spec, robot, parent_scale):
-        arm_step = tuple(scale[i] for i in robot.arm_indices)
-        grid += teacher_grid(arm_step)
+        grid += teacher_grid(arm_joint_step(robot, scale))
         scales += [scale] * (len(grid) - len(scales))
     reference = robot_reference(robot.source)
     student = len(grid)  # the race's last point, when there is a student

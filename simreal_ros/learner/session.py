@@ -96,7 +96,7 @@ class LearnerSession:
         kinematics = ToolKinematics.for_robot(robot) if checkpoint.spec.needs_kinematics else None
         self._kinematics = kinematics
         self._converter = SpecConverter(checkpoint.spec, kinematics)
-        self._scales: dict[str, tuple[float, ...]] = {}  # version -> its per-tick step
+        self._specs: dict[str, Any] = {}  # version -> its conventions (``version_spec``)
         self.store = store or AdapterStore(config.store_root)
         self.store.clean_staging()
         self.round = 0
@@ -124,29 +124,32 @@ class LearnerSession:
             )
 
     @property
-    def action_scale(self) -> tuple[float, ...]:
-        """The running version's per-tick step: the one its metadata names (sim adaptation
-        widens it for a slow arm), else the base's."""
+    def running_spec(self):
+        """The running version's conventions: the base's, with the per-tick step its
+        metadata names (sim adaptation widens it for a slow arm)."""
         from simreal_ros.policy.spec import version_spec
 
         running = self.promotion.running_version
         if not running:
-            return tuple(self.checkpoint.spec.action_scale)
-        if running not in self._scales:
+            return self.checkpoint.spec
+        if running not in self._specs:
             metadata = self.store.load(running).metadata
-            spec = version_spec(self.checkpoint.spec, metadata, self.robot)
-            self._scales[running] = tuple(spec.action_scale)
-        return self._scales[running]
+            self._specs[running] = version_spec(self.checkpoint.spec, metadata, self.robot)
+        return self._specs[running]
+
+    @property
+    def action_scale(self) -> tuple[float, ...]:
+        """The running version's per-tick step."""
+        return tuple(self.running_spec.action_scale)
 
     @property
     def converter(self):
-        """The running version's conventions: the actor's coordinates, in which its episodes
+        """The running version's converter: the actor's coordinates, in which its episodes
         are read and its updates made."""
         from simreal_ros.policy.spec import SpecConverter
 
-        scale = self.action_scale
-        if tuple(self._converter.spec.action_scale) != scale:
-            spec = dataclasses.replace(self.checkpoint.spec, action_scale=scale)
+        spec = self.running_spec
+        if self._converter.spec is not spec:  # one spec object per version
             self._converter = SpecConverter(spec, self._kinematics)
         return self._converter
 

@@ -42,10 +42,15 @@ class ExpertTuning:
     max_joint_step: float | tuple[float, ...] = 0.0
 
 
+def arm_joint_step(robot: RobotDescription, action_scale: Sequence[float]) -> tuple[float, ...]:
+    """The arm joints' entries of a per-tick step (an ``action_scale``, every joint's): the
+    most a teacher whose student runs at that step may move each arm joint in one tick."""
+    return tuple(float(action_scale[i]) for i in robot.arm_indices)
+
+
 def policy_joint_step(robot: RobotDescription, spec) -> tuple[float, ...]:
-    """The policy's own per-tick step of each arm joint (``spec.action_scale``, the arm
-    joints'): the most a teacher the policy imitates may move a joint in one tick."""
-    return tuple(float(spec.action_scale[i]) for i in robot.arm_indices)
+    """The policy's own per-tick step of each arm joint (``spec.action_scale``)."""
+    return arm_joint_step(robot, spec.action_scale)
 
 
 def widest_joint_step(robot: RobotDescription, spec) -> tuple[float, ...]:
@@ -54,8 +59,7 @@ def widest_joint_step(robot: RobotDescription, spec) -> tuple[float, ...]:
     and its student, so the step feasibility checks retune within."""
     from simreal_ros.policy.spec import widest_action_scale
 
-    widest = widest_action_scale(spec, robot, robot.arm_indices)
-    return tuple(float(widest[i]) for i in robot.arm_indices)
+    return arm_joint_step(robot, widest_action_scale(spec, robot, robot.arm_indices))
 
 
 # The teacher's tunings searched on an arm: how far it stretches each joint step towards
