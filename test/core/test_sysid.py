@@ -499,6 +499,61 @@ def test_a_value_the_error_bounds_from_one_side_only_is_not_given():
     assert "from below" in one_sided_bound([0.3, -0.002], 1.0, 0.01)
 
 
+class _LaggingArm:
+    """A gain that trades against the latency (a slow arm lags like a late one): the data
+    fix log(gain) - slope (latency - 14) tightly and the latency itself loosely."""
+
+    def __init__(self, slope: float, weak: float) -> None:
+        from simreal_ros.sysid.fit import LATENCY
+
+        self.parameters = [FitParameter("gain.*", 0.05, 5.0), FitParameter(LATENCY, 0, 50)]
+        self.names = [["gain.a"], [LATENCY]]
+        self.slope, self.weak = slope, weak
+
+    def residuals(self, factor_sets, fit):
+        return np.array([
+            [10 * (math.log(g / 0.1) - self.slope * (lag - 14)), self.weak * (lag - 14), 1.0]
+            for g, lag in factor_sets
+        ])  # fmt: skip
+
+    def per_segment(self, factor_sets, fit):
+        return (self.residuals(factor_sets, fit) ** 2).sum(axis=1, keepdims=True)
+
+
+def test_a_value_bound_on_one_side_only_gets_the_range_its_error_profile_allows():
+    """The Panda's latency (truth 14): 2 steps down from the fit (15) raise the error by
+    less than 1%, so the probes bound it from above only. With the gain refitted along it,
+    the error stays within 1% at 11 and 17 steps and rises past it at 7 and 19, the
+    range's ends; holding the gain would narrow that to the probes' own resolution, and a
+    flat direction runs to the search's box."""
+    from simreal_ros.sysid.fit import ParameterEstimate, _profiled, profile_range
+
+    settings = _settings()
+    arm = _LaggingArm(slope=0.05, weak=0.03)
+    fitted = [0.1 * math.exp(0.05), 15.0]
+    assert profile_range(arm, fitted, [0], settings, 1, [0]) == ([7.0, 19.0], [True, True])
+    assert profile_range(arm, fitted, [0], settings, 1, []) == ([13.0, 17.0], [True, True])
+    flat = [0.1 * math.exp(0.01), 15.0]
+    assert profile_range(_LaggingArm(0.01, 0.0), flat, [0], settings, 1, [0]) == (
+        [0.0, 50.0], [False, False]
+    )  # fmt: skip
+
+    def estimate(pattern, value, side=None):
+        return ParameterEstimate(pattern, [pattern], value is not None, value, 0.0, [], 0.0,
+                                 50.0, [0.005, 0.02], reason="" if value else "one side",
+                                 bound_side=side)  # fmt: skip
+
+    gain, latency = _profiled(arm, fitted, [0], settings,
+                              [estimate("gain.*", fitted[0]), estimate("latency_steps", None,
+                                                                        "above")])  # fmt: skip
+    assert gain.identifiable and gain.bounded is None
+    assert not latency.identifiable and latency.bounded == [7.0, 19.0]
+    assert "gain.* refitted" in latency.reason and "between 7 and 19" in latency.reason
+    # Without a side the probes bounded (flat, or against other evidence), nothing changes.
+    flat = estimate("latency_steps", None)
+    assert _profiled(arm, fitted, [0], settings, [gain, flat])[1] == flat
+
+
 class _QuadraticObjective:
     """An error with a known minimum, in the objective's interface (per-segment losses)."""
 
