@@ -1068,8 +1068,11 @@ def _spans_the_prior(
     )  # fmt: skip
 
 
-# A profile walks at most this many offsets each way: 1, 2, 4, ... probes.
+# A profile walks at most this many offsets each way: 1, 2, 4, ... probes. Each point
+# refits the partners with at most PROFILE_REFINE least-squares iterations, half the
+# fit's: the ends are a doubling apart anyway, and a profile has up to a dozen points.
 PROFILE_DOUBLINGS = 6
+PROFILE_REFINE = 3
 
 
 def profile_range(
@@ -1090,6 +1093,9 @@ def profile_range(
     p = objective.parameters[i]
     held = [k for k in range(len(objective.parameters)) if k not in partners]
     step = _probe_sizes(objective, settings)[i]
+    refit = dataclasses.replace(
+        settings, refine_iterations=min(settings.refine_iterations, PROFILE_REFINE)
+    )
 
     def error(point: Sequence[float]) -> float:
         return float(np.mean(objective.per_segment([point], fit)))
@@ -1102,7 +1108,7 @@ def profile_range(
             point = _moved(objective, estimate, {i: sign * step * 2**doubling})
             point[i] = float(min(max(point[i], p.low), p.high))
             if partners:
-                point = _refine(objective, point, fit, settings, held=held)
+                point = _refine(objective, point, fit, refit, held=held)
             if error(point) > limit:
                 end, excluded = point[i], True
                 break
@@ -1159,6 +1165,9 @@ def _with_the_prior(
             out.append(e)
             continue
         low, high = e.bounded
+        if wide[0] <= low and high <= wide[1]:  # within the prior: nothing to set
+            out.append(e)
+            continue
         narrower = _local_distance(p, low, high) < _local_distance(p, *wide)
         centre = (low + high) / 2 if p.is_latency else math.sqrt(low * high)
         if not (narrower or centre < wide[0] or centre > wide[1]):
