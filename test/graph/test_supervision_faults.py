@@ -16,6 +16,7 @@ One `simreal up` graph is shared by all kills (sim: the sim bridge; real: the st
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -116,7 +117,22 @@ def test_sim_graph_survives_a_sigkill_of_each_node(tmp_path, rclpy_context, rigs
     bag = Path(trial.start_recording(episode, "train", 12))
     dt = 1.0 / config.control_rate
     rig.wait(lambda: watch.commanded_speed(dt) > 0.05, 30.0, "motion while recording")
-    time.sleep(1.0)  # let it record for a while (the recorder flushes periodically)
+    # Let it record a while, by what it reports flushed, not by the clock: on a host 3x
+    # slower a one-second sleep left the bag without a single /joint_states message.
+    from std_srvs.srv import Trigger
+
+    flush = rig.watch.create_client(Trigger, "/recorder/flush")
+    flushed = [0]
+
+    def flushed_at_least(count: int) -> bool:
+        future = flush.call_async(Trigger.Request())
+        rig.wait(future.done, 10.0, "the recorder's flush")
+        found = re.search(r"flushed (\d+)", future.result().message or "")
+        flushed[0] = int(found.group(1)) if found else 0
+        return flushed[0] >= count
+
+    assert flush.wait_for_service(timeout_sec=30.0), "the recorder's ~/flush service"
+    rig.wait(lambda: flushed_at_least(300), 60.0, "300 messages flushed while recording")
     old, _ = rig.kill("recorder")
     rig.wait(lambda: rig.respawned("recorder", old), 10.0, "the recorder's respawn")
     assert bag_state(bag) == "unclosed"
