@@ -122,14 +122,12 @@ def test_sim_graph_survives_a_sigkill_of_each_node(tmp_path, rclpy_context, rigs
     from std_srvs.srv import Trigger
 
     flush = rig.watch.create_client(Trigger, "/recorder/flush")
-    flushed = [0]
 
     def flushed_at_least(count: int) -> bool:
         future = flush.call_async(Trigger.Request())
         rig.wait(future.done, 10.0, "the recorder's flush")
         found = re.search(r"flushed (\d+)", future.result().message or "")
-        flushed[0] = int(found.group(1)) if found else 0
-        return flushed[0] >= count
+        return found is not None and int(found.group(1)) >= count
 
     assert flush.wait_for_service(timeout_sec=30.0), "the recorder's ~/flush service"
     rig.wait(lambda: flushed_at_least(300), 60.0, "300 messages flushed while recording")
