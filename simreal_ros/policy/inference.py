@@ -19,10 +19,9 @@ import numpy as np
 from simreal_ros.policy.checkpoint import (
     ADAPTER_WEIGHTS,
     NumpyCheckpoint,
-    read_adapter_metadata,
     sha256_file,
 )
-from simreal_ros.policy.lora_merge import merged_actor_state
+from simreal_ros.policy.lora_merge import merged_with_adapter
 from simreal_ros.policy.spec import LOG_STD_MAX, LOG_STD_MIN, SpecConverter, version_spec
 
 
@@ -140,8 +139,8 @@ def deploy_adapter(
     form: milliseconds, no torch or peft; still best off the control thread (file reads).
     It runs with the per-tick step its metadata names (``version_spec``), checked against
     ``description``'s velocity limits when given."""
-    merged = merged_actor_state(checkpoint, adapter_dir, expected_sha256)
-    spec = version_spec(checkpoint.spec, read_adapter_metadata(adapter_dir), description)
+    merged, adapter = merged_with_adapter(checkpoint, adapter_dir, expected_sha256)
+    spec = version_spec(checkpoint.spec, adapter.metadata, description)
     return DeployedPolicy(
         adapter_sha256=sha256_file(Path(adapter_dir) / ADAPTER_WEIGHTS),
         version=version,

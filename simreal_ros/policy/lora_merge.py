@@ -343,8 +343,15 @@ def merged_actor_state(
     this base's conventions (spec fingerprint in simreal_adapter.json); its config and
     tensors (see the module docstring). Never imports torch or peft.
     """
+    return merged_with_adapter(base, adapter_dir, expected_sha256)[0]
+
+
+def merged_with_adapter(
+    base: Any, adapter_dir: str | Path, expected_sha256: str | None = None
+) -> tuple[dict[str, np.ndarray], LoraAdapter]:
+    """``merged_actor_state`` and the adapter it read (its metadata, read once)."""
     state = base_actor_state(base)
     adapter = read_adapter(
         adapter_dir, state, expected_sha256, base.spec.fingerprint(), str(base.version)
     )
-    return merge(state, adapter)
+    return merge(state, adapter), adapter
