@@ -16,7 +16,10 @@ from simreal_ros.graph.processes import NodeProcess, graph_environment
 from simreal_ros.policy.checkpoint import shipped_checkpoint
 from simreal_ros.robot.description import load_robot_description
 
-pytestmark = [pytest.mark.graph, pytest.mark.slow]
+# Serial: the whole graph runs on wall time, and beside a second worker on a slow 2-core
+# host the policy's actions reached the safety filter stale (held, fail-closed) often
+# enough that 0 of 4 pushes landed in one CI run, 1 of 4 in another; alone it passes.
+pytestmark = [pytest.mark.graph, pytest.mark.slow, pytest.mark.serial]
 
 SEEDS = (0, 1, 2, 3)
 
