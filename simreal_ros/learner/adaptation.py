@@ -107,8 +107,9 @@ def adaptation_profile(
 ) -> Path:
     """Write the profile adaptation trains in: each fixed value of ``identified`` becomes a
     range of +-max(floor, 2 x its spread) (a factor in log space; latency in steps), every
-    range stays (the prior's, for what was not identified), and prior parameters the
-    profile does not name are drawn from the prior. Returns the YAML's path."""
+    range stays (the prior's, for what was not identified), every tie stays, and prior
+    parameters the profile does not name are drawn from the prior. Returns the YAML's
+    path."""
     profile = model_profile(identified)
     prior_profile = load_profile(prior)
     spread = identified_spread(identified)
@@ -139,6 +140,11 @@ def adaptation_profile(
         "scale": scale,
         "set": values,
     }
+    if profile.tied:  # a pair the data fix only in combination stays on its valley
+        document["tied"] = {
+            key: {"with": tie.partner, "points": [list(point) for point in tie.points]}
+            for key, tie in profile.tied.items()
+        }
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "adaptation_profile.yaml"

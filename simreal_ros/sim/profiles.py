@@ -2,17 +2,20 @@
 
 A profile is a YAML file (see ``config/profiles/`` for the format): ``scale`` multiplies
 nominal values, ``set`` gives values; each entry is a number (fixed) or a ``[low, high]``
-range drawn uniformly per reset. A shipped profile is named (``nominal``, ``randomized``,
-``real_twin``, ``real_twin_mild``, ``real_twin_panda``); any other is given by its path,
-so a user can describe their own arm's gap. A profile with ``stand_in: true``
-(``real_twin``: a fixed, hidden gap outside the randomized ranges) plays the physical arm
-and is never called real.
+range drawn uniformly per reset; ``tied`` draws a parameter along a valley with another
+(identification writes it where the data fix only their combination). A shipped profile
+is named (``nominal``, ``randomized``, ``real_twin``, ``real_twin_mild``,
+``real_twin_panda``); any other is given by its path, so a user can describe their own
+arm's gap. A profile with ``stand_in: true`` (``real_twin``: a fixed, hidden gap outside
+the randomized ranges) plays the physical arm and is never called real.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import itertools
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -45,6 +48,24 @@ Entry = float | tuple[float, float]
 
 
 @dataclasses.dataclass(frozen=True)
+class Tie:
+    """A parameter drawn along a valley with a partner: at each of the partner's drawn
+    values it takes the piecewise-linear interpolation of ``points`` ((partner, own), the
+    partner's increasing; in log space for a ``scale`` entry, in steps for a ``set`` one),
+    held at the ends, then kept within its own entry's range."""
+
+    partner: str
+    points: tuple[tuple[float, float], ...]
+
+    def value(self, partner_value: float, log_partner: bool, log_own: bool) -> float:
+        xs = np.array([p[0] for p in self.points])
+        ys = np.array([p[1] for p in self.points])
+        x = math.log(partner_value) if log_partner else partner_value
+        y = np.interp(x, np.log(xs) if log_partner else xs, np.log(ys) if log_own else ys)
+        return float(math.exp(y) if log_own else y)
+
+
+@dataclasses.dataclass(frozen=True)
 class DynamicsProfile:
     """Named dynamics changes relative to the nominal model."""
 
@@ -53,6 +74,7 @@ class DynamicsProfile:
     set: Mapping[str, Entry]
     randomize_each_reset: bool = False
     stand_in: bool = False  # plays the physical arm (a fixed, hidden gap); never "real"
+    tied: Mapping[str, Tie] = dataclasses.field(default_factory=dict)
 
     @property
     def is_stand_in(self) -> bool:
@@ -76,13 +98,27 @@ class DynamicsProfile:
                 if name not in owner or len(names) <= len(matched[owner[name]]):
                     owner[name] = pattern
         values: dict[str, float] = {}
+        drawn: dict[str, float] = {}  # per key: the factor (scale) or value (set) drawn
         for pattern, entry in self.scale.items():
             for name in matched[pattern]:
                 factor = _draw(entry, rng)  # drawn either way: the stream stays per pattern
+                drawn[pattern] = factor
                 if owner[name] == pattern:
                     values[name] = nominal[name] * factor
         for name, entry in self.set.items():
-            value = _draw(entry, rng)
+            drawn[name] = _draw(entry, rng)
+        for key, tie in self.tied.items():  # partners are never tied themselves
+            own = self.scale if key in self.scale else self.set
+            entry = own[key]
+            value = tie.value(drawn[tie.partner], tie.partner in self.scale, own is self.scale)
+            if isinstance(entry, tuple):
+                value = min(max(value, entry[0]), entry[1])
+            drawn[key] = value
+            for name in matched.get(key, ()):
+                if owner[name] == key:
+                    values[name] = nominal[name] * value
+        for name in self.set:
+            value = drawn[name]
             values[name] = float(round(value)) if name == "latency_steps" else value
         return values
 
@@ -91,6 +127,48 @@ def _draw(entry: Entry, rng: np.random.Generator) -> float:
     if isinstance(entry, tuple):
         return float(rng.uniform(entry[0], entry[1]))
     return float(entry)
+
+
+def _ties(raw, path: Path, scale: Mapping[str, Entry], values: Mapping[str, Entry]):
+    """``tied:`` checked: each key and partner an entry of ``scale`` or ``set``, no chains,
+    at least two finite points with increasing partner values (positive for a scale)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: tied must be a mapping of name: {{with: partner, points}}.")
+    ties: dict[str, Tie] = {}
+    for key, spec in raw.items():
+        where = f"{path}: tied.{key}"
+        if key not in scale and key not in values:
+            raise ValueError(f"{where}: {key!r} is not in scale or set; add its entry there.")
+        if not isinstance(spec, dict) or set(spec) != {"with", "points"}:
+            raise ValueError(f"{where} must be {{with: partner, points: [[x, y], ...]}}.")
+        partner = str(spec["with"])
+        if (partner not in scale and partner not in values) or partner == key:
+            raise ValueError(f"{where}: partner {partner!r} must be another entry of scale "
+                             "or set.")  # fmt: skip
+        if partner in raw:
+            raise ValueError(f"{where}: partner {partner!r} is tied itself; tie both to one.")
+        try:
+            points = tuple((float(x), float(y)) for x, y in spec["points"])
+        except (TypeError, ValueError):
+            points = ()
+        xs = [x for x, _ in points]
+        factors = [x for x, _ in points] * (partner in scale) + [y for _, y in points] * (
+            key in scale
+        )
+        if (
+            len(points) < 2
+            or not np.isfinite(points).all()
+            or any(b <= a for a, b in itertools.pairwise(xs))
+            or any(v <= 0 for v in factors)
+        ):
+            raise ValueError(
+                f"{where}: points must be two or more [partner, own] pairs of finite numbers, "
+                "the partner's increasing (and above 0 for a scale factor)."
+            )
+        ties[str(key)] = Tie(partner, points)
+    return ties
 
 
 def _entries(raw, path: Path, section: str) -> dict[str, Entry]:
@@ -119,12 +197,15 @@ def load_profile_file(path: Path) -> DynamicsProfile:
         raw = yaml.safe_load(stream) or {}
     if not isinstance(raw, dict) or "profile" not in raw:
         raise ValueError(f"{path}: a dynamics profile needs a 'profile:' name at the top.")
+    scale = _entries(raw.get("scale"), path, "scale")
+    values = _entries(raw.get("set"), path, "set")
     return DynamicsProfile(
         name=str(raw["profile"]),
-        scale=_entries(raw.get("scale"), path, "scale"),
-        set=_entries(raw.get("set"), path, "set"),
+        scale=scale,
+        set=values,
         randomize_each_reset=bool(raw.get("randomize_each_reset", False)),
         stand_in=bool(raw.get("stand_in", False)),
+        tied=_ties(raw.get("tied"), path, scale, values),
     )
 
 

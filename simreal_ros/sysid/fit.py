@@ -192,6 +192,11 @@ class ParameterEstimate:
     # "above" or "below": the probes found the error rising on that side only, and nothing
     # else was against the value (``profile_range`` then walks the open side).
     bound_side: str | None = None
+    # Without a value because its best value moves with a partner the profile draws (a
+    # table friction along a cube mass's range): {"partner": pattern, "points": [[partner,
+    # own], ...]}, its best values at the partner's drawn range's ends and at the fit,
+    # ordered by the partner's value. The profile draws it along this valley (``tied:``).
+    follows: dict[str, Any] | None = None
 
     def absolute(self, nominal: Mapping[str, float]) -> dict[str, float]:
         if self.value is None:
@@ -429,8 +434,8 @@ def identify(
     ``start``: the factors of a converged fit of ``parameters`` (model selection's), which
     stands for restart 0 (default: restart 0 searches from the nominal model). ``prior``:
     pattern -> the range the profile draws a parameter without a value from
-    (``output.prior_ranges``); a value must hold across its partners' ranges
-    (``across_the_prior``). None: no such check."""
+    (``output.prior_ranges``); a value must hold across the ranges its partners are drawn
+    from (``across_the_prior``). None: only across the ranges the data bound."""
     settings = settings or FitSettings()
     started = time.monotonic()
     if simulator is None and robot is None:
@@ -533,12 +538,13 @@ def identify(
             estimates[i] = _widened(
                 parameters[i], estimates[i], slide, along, limits[i], unconditional[i]
             )
-    if prior:
-        found = across_the_prior(objective, estimate, fit, settings, estimates, prior, limits)
+    prior = prior or {}
+    found = across_the_prior(objective, estimate, fit, settings, estimates, prior, limits)
+    if found:
+        drawn = {d: drawn_range(estimates[d], prior) for _, d in found.values()}
         for i, (ends, d) in found.items():
-            pattern = parameters[d].pattern
             estimates[i] = _spans_the_prior(
-                parameters[i], estimates[i], ends, pattern, prior[pattern]
+                parameters[i], estimates[i], ends, parameters[d].pattern, drawn[d], estimate[d]
             )
         estimates = _with_the_prior(parameters, estimates, prior)
     identified = absolute_values(estimates, nominal)
@@ -1015,29 +1021,40 @@ def _widened(
     )  # fmt: skip
 
 
+def drawn_range(estimate: ParameterEstimate, prior) -> tuple[float, float] | None:
+    """The range the profile draws a parameter without a value from: the one its data
+    bound, else the prior's (``prior``: pattern -> (low, high)); None: it is not drawn."""
+    if estimate.identifiable:
+        return None
+    if estimate.bounded is not None:
+        return (float(estimate.bounded[0]), float(estimate.bounded[1]))
+    return prior.get(estimate.pattern)
+
+
 def across_the_prior(
     objective, estimate, fit, settings, estimates, prior, limits
 ) -> dict[int, tuple[list[float], int]]:
     """Values that do not hold across what the profile draws for their partners: a kept
-    parameter coupled to one the profile draws from the prior's range (``prior``: pattern
-    -> (low, high); no value, no range of its own) whose best value, refitted with that
-    partner at either end of the range, moves by more than its limit. Returns kept index ->
-    (its best values at the ends, the partner). The quadratic checks are local: a cube
-    mass flat at x0.55 let a table friction of x1.7 stand (truth: friction x1, mass x2.5),
-    a trade the probes around the fit do not see. One least-squares refit of the partner's
-    coupled values per end."""
+    parameter coupled to one the profile draws from a range (``drawn_range``: its data's,
+    else the prior's; ``prior``: pattern -> (low, high)) whose best value, refitted with
+    that partner at either end of the range, moves by more than its limit. Returns kept
+    index -> (its best values at the ends, the partner). The quadratic checks are local: a
+    cube mass flat at x0.55 let a table friction of x1.7 stand (truth: friction x1, mass
+    x2.5), a trade the probes around the fit do not see; so did a mass the data bound to
+    0.585..5. One least-squares refit of the partner's coupled values per end."""
     params = objective.parameters
     kept = [i for i, e in enumerate(estimates) if e.identifiable]
     found: dict[int, tuple[list[float], int, float]] = {}
     for d, e in enumerate(estimates):
-        if e.identifiable or e.bounded is not None or params[d].pattern not in prior:
+        drawn = drawn_range(e, prior)
+        if drawn is None:
             continue
         partners = [k for k in kept if _coupled(objective, k, d)]
         if not partners:
             continue
         held = [i for i in range(len(params)) if i not in partners]
         ends = []
-        for end in prior[params[d].pattern]:
+        for end in drawn:
             start = list(estimate)
             start[d] = float(min(max(end, params[d].low), params[d].high))
             ends.append(_refine(objective, start, fit, settings, held=held))
@@ -1051,19 +1068,24 @@ def across_the_prior(
 
 def _spans_the_prior(
     p: FitParameter, estimate: ParameterEstimate, ends: Sequence[float], partner: str,
-    prior_range: tuple[float, float],
+    drawn: tuple[float, float], partner_at_fit: float,
 ) -> ParameterEstimate:  # fmt: skip
-    """``estimate`` without a value, bounded by its best values (``ends``) across its
-    ``partner``'s prior range and its own spread."""
-    low, high = prior_range
+    """``estimate`` without a value, bounded by its best values (``ends``) across the range
+    its ``partner`` is drawn from (``drawn``) and its own spread, and following that
+    partner along the valley (``follows``: the partner at ``partner_at_fit`` in the fit)."""
+    low, high = drawn
     shown = ", ".join(f"{v:.3g}" for v in ends)
+    by_partner = {round(float(low), 6): float(ends[0]), round(float(high), 6): float(ends[1])}
+    by_partner[round(float(partner_at_fit), 6)] = float(estimate.value)  # the fit leads
+    points = sorted(by_partner.items())
     return dataclasses.replace(
         estimate, identifiable=False, value=None,
         bounded=_data_range(p, [estimate.value, *ends], estimate.spread or 0.0),
+        follows={"partner": partner, "points": [list(point) for point in points]},
         reason=(
             f"its best value moves to {shown} as {partner}, which the data do not fix, "
-            f"goes to the ends of the prior's range ({low:g}..{high:g}) that the profile "
-            "draws it from"
+            f"goes to the ends of the range ({low:.3g}..{high:.3g}) that the profile "
+            "draws it from; the profile draws it along that valley"
         ),
     )  # fmt: skip
 

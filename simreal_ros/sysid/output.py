@@ -5,7 +5,8 @@
 - ``profile.yaml``: a dynamics profile usable wherever one is (``--dynamics-profile PATH``, the sim
   bridge's ``profile``, the learner's ``screen.profile``). Identified parameters are fixed
   factors (``scale``) or values (``set``). One the data bound but do not fix (its 95% range
-  wider than the limit) is drawn per reset from that range; any other unidentifiable one
+  wider than the limit) is drawn per reset from that range, and one whose best value moves
+  with a drawn partner follows that partner's draw (``tied``); any other unidentifiable one
   keeps the prior's range (the randomised profile's) or, without one, its nominal value:
   it is not guessed. ``stand_in: false``: an identified model is not a stand-in.
 - ``sysid.json``: every estimate with its uncertainty and identifiability, the noise, and
@@ -66,12 +67,20 @@ def profile_document(result: SysidResult, name: str, prior: str = PRIOR_PROFILE)
                 scale[key] = entry
     if np.isfinite(result.obs_noise):
         values["obs_noise"] = round(float(result.obs_noise), 6)
+    tied = {}
+    for p in result.parameters:
+        partner = (p.follows or {}).get("partner", "").split("|")[0]
+        if partner in scale or partner in values:  # drawn: the value follows its draw
+            points = [[_rounded(x), _rounded(y)] for x, y in p.follows["points"]]
+            tied.update({key: {"with": partner, "points": points}
+                         for key in p.pattern.split("|")})  # fmt: skip
     return {
         "profile": name,
         "stand_in": False,
         "randomize_each_reset": randomized,
         "scale": scale,
         "set": values,
+        **({"tied": tied} if tied else {}),
         # Read by sim adaptation (randomisation around the identified values); the profile
         # loader ignores both. docs/sysid.md describes the fields.
         "spread": {

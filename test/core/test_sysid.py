@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -363,14 +364,97 @@ def test_a_value_that_does_not_hold_across_its_partners_prior_range_gets_that_ra
     ends, partner = found[0]
     assert partner == 1 and ends == pytest.approx([1.7 / 0.6, 1.7 / 1.6], rel=1e-3)
     ranged = _spans_the_prior(_ProductValley(1.0).parameters[0], estimates[0], ends,
-                              "mass.cube", prior["mass.cube"])  # fmt: skip
+                              "mass.cube", prior["mass.cube"], 1.0)  # fmt: skip
     assert not ranged.identifiable and ranged.value is None and "mass.cube" in ranged.reason
     low, high = ranged.bounded
     assert low == pytest.approx(1.7 / 1.6 * math.exp(-1.96 * 0.02), rel=1e-3)
     assert high == pytest.approx(1.7 / 0.6 * math.exp(1.96 * 0.02), rel=1e-3)
+    # The valley it follows: its best values at the mass's range's ends and at the fit.
+    assert ranged.follows["partner"] == "mass.cube"
+    assert np.array(ranged.follows["points"]) == pytest.approx(
+        np.array([[0.6, 1.7 / 0.6], [1.0, 1.7], [1.6, 1.7 / 1.6]]), rel=1e-3
+    )
     # Weakly coupled (the friction's best value moves 0.05 x log(mass)): it holds.
     assert across_the_prior(_ProductValley(0.05), point, [0], settings, estimates, prior,
                             limits) == {}  # fmt: skip
+    # A partner drawn from the range its data bound counts as one drawn from the prior's:
+    # the demo's cube mass of 0.585..5 (no prior range given here).
+    bounded = [estimates[0], dataclasses.replace(estimates[1], bounded=[0.585, 5.0]),
+               estimates[2]]  # fmt: skip
+    found = across_the_prior(_ProductValley(1.0), point, [0], settings, bounded, {}, limits)
+    assert list(found) == [0] and found[0][1] == 1
+    assert found[0][0] == pytest.approx([1.7 / 0.585, 1.7 / 5.0], rel=1e-3)
+    # Neither drawn (no prior, no range): held at nominal, nothing to hold across.
+    assert across_the_prior(_ProductValley(1.0), point, [0], settings, estimates, {},
+                            limits) == {}  # fmt: skip
+
+
+def test_a_value_that_follows_a_drawn_partner_is_drawn_along_their_valley(tmp_path):
+    """The profile draws a tied pair on the valley the data leave open: the table friction
+    follows each drawn cube mass (their product fixed at 1.7), within its own range; the
+    adaptation profile keeps the tie. Independent draws from the two ranges would leave
+    the valley (a light cube on a slippery table)."""
+    from simreal_ros.learner.adaptation import adaptation_profile
+    from simreal_ros.sim.profiles import load_profile
+    from simreal_ros.sysid.fit import ErrorReport, ParameterEstimate, SysidResult
+    from simreal_ros.sysid.output import write_result
+
+    follows = {"partner": "mass.cube", "points": [[0.6, 1.7 / 0.6], [1.0, 1.7], [1.6, 1.0625]]}
+    error = ErrorReport(1.0, 0.01, 0.01, 3)
+    result = SysidResult(
+        parameters=[
+            ParameterEstimate("friction.table", ["friction.table"], False, None, 0.0, [], 0.2,
+                              5.0, [0.1, 0.1], reason="moves with mass.cube",
+                              bounded=[1.0, 2.95], follows=follows),
+            ParameterEstimate("mass.cube", ["mass.cube"], False, None, 0.0, [], 0.2, 5.0,
+                              [0.0, 0.0], reason="flat"),
+        ],
+        obs_noise=0.001, obs_noise_ci=(0.0009, 0.0011), fit_sources=["a"],
+        holdout_sources=[], before={"fit": error, "holdout": error},
+        after={"fit": error, "holdout": error}, evaluations=1, seconds=1.0, settings={},
+        nominal={"friction.table": 1.0},
+    )  # fmt: skip
+    path = write_result(result, tmp_path / "out")
+    document = yaml.safe_load(path.read_text())
+    assert document["tied"]["friction.table"]["with"] == "mass.cube"
+    nominal = ArmPhysics(ROBOT).nominal_dynamics
+    for profile_path in (path, adaptation_profile(path, tmp_path / "adapt")):
+        profile = load_profile(str(profile_path))
+        assert set(profile.tied) == {"friction.table"}
+        draws = [profile.sample(nominal, np.random.default_rng(k)) for k in range(40)]
+        mass = np.array([d["mass.cube"] / nominal["mass.cube"] for d in draws])
+        friction = np.array([d["friction.table"] / nominal["friction.table"] for d in draws])
+        assert mass.max() / mass.min() > 1.5  # the mass is drawn over the prior's range
+        on_valley = mass * friction
+        # Within the points' span the product holds (log-linear between 0.6, 1 and 1.6).
+        assert on_valley == pytest.approx(np.full(40, 1.7), rel=1e-6)
+        assert friction.min() >= 1.0 and friction.max() <= 2.95
+
+
+@pytest.mark.parametrize(
+    ("tied", "message"),
+    [
+        ({"friction.table": {"with": "mass.cube"}}, "must be {with: partner"),
+        ({"friction.cube": {"with": "mass.cube", "points": [[1, 1], [2, 2]]}}, "not in scale"),
+        ({"friction.table": {"with": "gain.*", "points": [[1, 1], [2, 2]]}}, "partner"),
+        ({"friction.table": {"with": "mass.cube", "points": [[1, 1]]}}, "two or more"),
+        ({"friction.table": {"with": "mass.cube", "points": [[2, 1], [1, 2]]}}, "increasing"),
+        ({"friction.table": {"with": "mass.cube", "points": [[0, 1], [1, 2]]}}, "above 0"),
+        ({"friction.table": {"with": "mass.cube", "points": [[1, "x"], [2, 2]]}}, "finite"),
+        ({"friction.table": {"with": "mass.cube", "points": [[1, 1], [2, 2]]},
+          "mass.cube": {"with": "friction.table", "points": [[1, 1], [2, 2]]}}, "tied itself"),
+    ],
+)  # fmt: skip
+def test_a_bad_tie_is_refused_with_what_to_give(tmp_path, tied, message):
+    from simreal_ros.sim.profiles import load_profile
+
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({
+        "profile": "p", "scale": {"friction.table": [0.5, 2.0], "mass.cube": [0.6, 1.6]},
+        "tied": tied,
+    }))  # fmt: skip
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_profile(str(path))
 
 
 def test_a_range_is_set_against_the_prior_the_narrower_statement_leading():
