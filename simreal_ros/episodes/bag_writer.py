@@ -402,6 +402,10 @@ class EpisodeRecording:
             raise TimeoutError(f"the bag writer did not flush within {timeout} s.")
         return request.flushed
 
+    def written_per_topic(self) -> dict[str, int]:
+        """Messages written so far, per topic (after ``flush``: flushed)."""
+        return {t.topic: n for t, n in zip(self.topics, self._counts, strict=True)}
+
     def stats(self) -> RecordingStats:
         now = time.monotonic()
         mark_time, mark_msgs, mark_bytes = self._rate_mark
@@ -447,7 +451,7 @@ class EpisodeRecording:
         meta.failure_mode = failure_mode
         if note:
             meta.note = f"{meta.note}\n{note}".strip() if meta.note else note
-        meta.message_counts = {t.topic: n for t, n in zip(self.topics, self._counts, strict=True)}
+        meta.message_counts = self.written_per_topic()
         meta.dropped = self.dropped
         meta.complete = not self.error
         if self.error:

@@ -324,7 +324,8 @@ class RecorderNode(Node):
             response.success, response.message = False, f"flush failed: {error}"
             return response
         response.success = not recording.error
-        response.message = f"flushed {flushed} messages to {recording.mcap_path}"
+        counts = ", ".join(f"{t} {n}" for t, n in recording.written_per_topic().items())
+        response.message = f"flushed {flushed} messages to {recording.mcap_path} ({counts})"
         if recording.error:
             response.message += f"; {recording.error}"
         return response

@@ -123,14 +123,15 @@ def test_sim_graph_survives_a_sigkill_of_each_node(tmp_path, rclpy_context, rigs
 
     flush = rig.watch.create_client(Trigger, "/recorder/flush")
 
-    def flushed_at_least(count: int) -> bool:
+    def flushed_at_least(topic: str, count: int) -> bool:
         future = flush.call_async(Trigger.Request())
         rig.wait(future.done, 10.0, "the recorder's flush")
-        found = re.search(r"flushed (\d+)", future.result().message or "")
+        found = re.search(rf"{topic} (\d+)", future.result().message or "")
         return found is not None and int(found.group(1)) >= count
 
     assert flush.wait_for_service(timeout_sec=30.0), "the recorder's ~/flush service"
-    rig.wait(lambda: flushed_at_least(300), 60.0, "300 messages flushed while recording")
+    # Per topic: in one CI run 300 messages in all were flushed, none of /joint_states.
+    rig.wait(lambda: flushed_at_least("/joint_states", 50), 60.0, "50 joint states flushed")
     old, _ = rig.kill("recorder")
     rig.wait(lambda: rig.respawned("recorder", old), 10.0, "the recorder's respawn")
     assert bag_state(bag) == "unclosed"
