@@ -154,9 +154,7 @@ def _ties(raw, path: Path, scale: Mapping[str, Entry], values: Mapping[str, Entr
         except (TypeError, ValueError):
             points = ()
         xs = [x for x, _ in points]
-        factors = [x for x, _ in points] * (partner in scale) + [y for _, y in points] * (
-            key in scale
-        )
+        factors = xs * (partner in scale) + [y for _, y in points] * (key in scale)
         if (
             len(points) < 2
             or not np.isfinite(points).all()

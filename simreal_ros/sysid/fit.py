@@ -1023,12 +1023,14 @@ def _widened(
 
 def drawn_range(estimate: ParameterEstimate, prior) -> tuple[float, float] | None:
     """The range the profile draws a parameter without a value from: the one its data
-    bound, else the prior's (``prior``: pattern -> (low, high)); None: it is not drawn."""
+    bound, else the prior's (``prior``: pattern -> (low, high)); None: it is not drawn.
+    Within the search's box, where the fit can put it."""
     if estimate.identifiable:
         return None
-    if estimate.bounded is not None:
-        return (float(estimate.bounded[0]), float(estimate.bounded[1]))
-    return prior.get(estimate.pattern)
+    drawn = estimate.bounded if estimate.bounded is not None else prior.get(estimate.pattern)
+    if drawn is None:
+        return None
+    return tuple(float(min(max(end, estimate.low), estimate.high)) for end in drawn)
 
 
 def across_the_prior(
@@ -1056,7 +1058,7 @@ def across_the_prior(
         ends = []
         for end in drawn:
             start = list(estimate)
-            start[d] = float(min(max(end, params[d].low), params[d].high))
+            start[d] = end
             ends.append(_refine(objective, start, fit, settings, held=held))
         for k in partners:
             values = [float(point[k]) for point in ends]
