@@ -2,8 +2,9 @@
 
 ``FaultWatch`` keeps policy actions (arrival, stamp), /safety/status, every command to the
 arm, the lifecycle manager's /diagnostics and the safety filter's and the policy's
-lifecycle transition events, each with its arrival time on this
-process's monotonic clock, so kills (timed on it too) line up with what followed.
+lifecycle transition events (and their logged activations, from /rosout), each with its
+arrival time (a log line: its stamp) on this process's monotonic clock, so kills (timed on
+it too) line up with what followed.
 ``FaultRig`` runs `simreal up`, the watcher and a trial runner node (for resets and
 recorded episodes) and kills nodes by name. The judging is core code
 (``graph/fault_checks.py``). Used by test/graph/test_supervision_faults.py and
@@ -23,12 +24,20 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import TransitionEvent
+from rcl_interfaces.msg import Log
 from rclpy.node import Node
-from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool
 
-from simreal_ros.graph.fault_checks import DRIVING_STATES, PolicyKill, StatusSample, Transition
+from simreal_ros.graph.fault_checks import (
+    ACTIVATING,
+    ACTIVE,
+    DRIVING_STATES,
+    PolicyKill,
+    StatusSample,
+    Transition,
+)
 from simreal_ros.graph.fault_checks import measure_policy_kill as judge_policy_kill
 from simreal_ros.graph.processes import NodeProcess, graph_environment
 from simreal_ros.msg import PolicyAction, SafetyStatus
@@ -62,6 +71,15 @@ class FaultWatch(Node):
             self.create_subscription(
                 TransitionEvent, f"/{name}/transition_event", self._on_transition(name), deep
             )
+        # /rosout is transient local: a new process's lines reach this watcher even when its
+        # discovery of that process finishes after them, as its transition events may not.
+        rosout = QoSProfile(
+            history=HistoryPolicy.KEEP_LAST,
+            depth=1000,
+            reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL,
+        )
+        self.create_subscription(Log, "/rosout", self._on_log, rosout)
 
     def _on_command(self, msg: Float64MultiArray) -> None:
         with self.lock:
@@ -89,6 +107,14 @@ class FaultWatch(Node):
                 self.transitions.append(event)
 
         return record
+
+    def _on_log(self, msg: Log) -> None:
+        # The nodes log "active: ..." in on_activate; both clocks are this host's.
+        if msg.name not in ("safety", "policy") or not msg.msg.startswith("active:"):
+            return
+        at = _seconds(msg.stamp) - (time.time() - time.monotonic())
+        with self.lock:
+            self.transitions.append(Transition(at, msg.name, ACTIVATING, ACTIVE, logged=True))
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         now = time.monotonic()

@@ -320,28 +320,37 @@ def test_a_filter_death_is_judged_from_the_lifecycle_transition_events():
     # Filter killed at 1.0; the policy deactivated at 1.3 (deactivating -> inactive), cleaned
     # up, configured, and activated at 1.6 (inactive -> activating) after the new filter's
     # activation at 1.5. Actions every 50 ms, none while held. A fast respawn: a 0.3 s hold.
-    def events(policy_up: float, filter_up: float | None):
+    def events(policy_up: float, filter_up: float | None, logged_up: float | None = None):
         ts = [
             Transition(1.3, "policy", 14, 2),
             Transition(1.35, "policy", 11, 1),
             Transition(1.55, "policy", 10, 2),
             Transition(policy_up, "policy", 2, 13),
             Transition(policy_up + 0.01, "policy", 13, 3),
+            Transition(0.5, "safety", 13, 3),  # the old filter's, before the kill
         ]
         if filter_up is not None:
             ts.append(Transition(filter_up, "safety", 13, 3))
-        return sorted(ts, key=lambda t: t.received)
+        if logged_up is not None:  # the watcher sees a log line after its later events
+            ts.append(Transition(logged_up, "safety", 13, 3, logged=True))
+        return ts
 
     actions = [(t, t) for t in np.arange(0.0, 1.3, 0.05)]
     actions += [(t, t) for t in np.arange(1.62, 3.0, 0.05)]
-    report = judge_filter_death(1.0, actions, events(1.6, 1.5), first_status=1.52)
+    report = judge_filter_death(1.0, actions, events(1.6, 1.5))
     assert report["policy_held_for_s"] == pytest.approx(0.3)
-    assert report["filter_event_seen"]
-    # The filter's event missed by the watcher: its first status, less the lag, stands in.
-    assert not judge_filter_death(1.0, actions, events(1.6, None), 2.0)["filter_event_seen"]
+    assert report["filter_seen_by"] == "its transition event"
+    # The filter's event missed by a watcher still discovering the new process: the filter's
+    # own logged activation, timed by its stamp, stands in; a late one is still caught.
+    report = judge_filter_death(1.0, actions, events(1.6, None, logged_up=1.49))
+    assert report["filter_seen_by"] == "its log line"
     with pytest.raises(AssertionError, match="before the new safety filter"):
-        judge_filter_death(1.0, actions, events(1.6, 2.5), first_status=2.6)
+        judge_filter_death(1.0, actions, events(1.6, None, logged_up=1.8))
+    with pytest.raises(AssertionError, match="before the new safety filter"):
+        judge_filter_death(1.0, actions, events(1.6, 2.5))
+    with pytest.raises(AssertionError, match="no activation of the new safety filter"):
+        judge_filter_death(1.0, actions, events(1.6, None))
     with pytest.raises(AssertionError, match="never deactivated"):
-        judge_filter_death(1.0, actions, [], first_status=1.52)
+        judge_filter_death(1.0, actions, [])
     with pytest.raises(AssertionError, match="arrived while it was held"):
-        judge_filter_death(1.0, [*actions, (1.45, 1.45)], events(1.6, 1.5), 1.52)
+        judge_filter_death(1.0, [*actions, (1.45, 1.45)], events(1.6, 1.5))
