@@ -17,3 +17,8 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: stream.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex SHA-256 of bytes already read (what is checked is then what is parsed)."""
+    return hashlib.sha256(data).hexdigest()

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from simreal_ros import resources
-from simreal_ros.checksum import sha256_file
+from simreal_ros.checksum import sha256_bytes, sha256_file
 from simreal_ros.policy.spec import PolicySpec, validate_against_robot
 
 FORMAT = "simreal_ros.policy/1"
@@ -127,30 +127,35 @@ def read_metadata(directory: str | Path) -> dict[str, Any]:
     return metadata
 
 
-def verified_arrays(path: Path, expected_sha256: str | None, what: str) -> dict[str, np.ndarray]:
-    """A safetensors file as numpy arrays after checking its SHA-256 (refuses other formats)."""
-    from safetensors.numpy import load_file
+def verified_arrays(
+    path: Path, expected_sha256: str | None, what: str
+) -> tuple[dict[str, np.ndarray], str]:
+    """A safetensors file as numpy arrays after checking its SHA-256 (refuses other formats),
+    with the SHA-256 of the bytes they were parsed from."""
+    from safetensors.numpy import load
 
-    return verified_safetensors(path, expected_sha256, what, load_file)
+    return verified_safetensors(path, expected_sha256, what, load)
 
 
 def verified_safetensors(
-    path: Path, expected_sha256: str | None, what: str, load_file: Callable[[str], dict]
-) -> dict:
-    """``load_file(path)`` after checking the suffix and, when given, the SHA-256."""
+    path: Path, expected_sha256: str | None, what: str, load: Callable[[bytes], dict]
+) -> tuple[dict, str]:
+    """``load(bytes)`` of the file after checking the suffix and, when given, the SHA-256;
+    the bytes are read once, so what is parsed is what was checked. Returns the tensors and
+    the SHA-256."""
     if path.suffix != ".safetensors":
         raise CheckpointError(f"{what}: {path.name} is not a .safetensors file; refusing to load.")
     if not path.is_file():
         raise CheckpointError(f"{what}: {path} is missing.")
-    if expected_sha256 is not None:
-        actual = sha256_file(path)
-        if actual != expected_sha256:
-            raise CheckpointError(
-                f"checksum: {path} has sha256 {actual[:16]}… but {expected_sha256[:16]}… was "
-                "recorded; the file is truncated or was modified. Restore it from its source."
-            )
+    data = path.read_bytes()
+    actual = sha256_bytes(data)
+    if expected_sha256 is not None and actual != expected_sha256:
+        raise CheckpointError(
+            f"checksum: {path} has sha256 {actual[:16]}… but {expected_sha256[:16]}… was "
+            "recorded; the file is truncated or was modified. Restore it from its source."
+        )
     try:
-        return load_file(str(path))
+        return load(data), actual
     except Exception as error:  # safetensors raises its own error types
         raise CheckpointError(
             f"{what}: {path} is not a readable safetensors file: {error}"
@@ -208,7 +213,7 @@ def load_numpy_checkpoint(
     """
     directory = Path(directory)
     header = validated_header(directory, description, control_rate_hz, joint_units)
-    state = verified_arrays(directory / ACTOR_FILE, header.sha256(ACTOR_FILE), ACTOR_FILE)
+    state, _sha256 = verified_arrays(directory / ACTOR_FILE, header.sha256(ACTOR_FILE), ACTOR_FILE)
     check_shapes(header.actor_shapes, state, ACTOR_FILE)
     return NumpyCheckpoint(
         path=directory,

@@ -17,9 +17,7 @@ from typing import Any
 import numpy as np
 
 from simreal_ros.policy.checkpoint import (
-    ADAPTER_WEIGHTS,
     NumpyCheckpoint,
-    sha256_file,
 )
 from simreal_ros.policy.lora_merge import merged_with_adapter
 from simreal_ros.policy.spec import LOG_STD_MAX, LOG_STD_MIN, SpecConverter, version_spec
@@ -142,7 +140,7 @@ def deploy_adapter(
     merged, adapter = merged_with_adapter(checkpoint, adapter_dir, expected_sha256)
     spec = version_spec(checkpoint.spec, adapter.metadata, description)
     return DeployedPolicy(
-        adapter_sha256=sha256_file(Path(adapter_dir) / ADAPTER_WEIGHTS),
+        adapter_sha256=adapter.sha256,
         version=version,
         converter=SpecConverter(spec, forward_kinematics),
         actor=NumpyActor.from_state(merged),

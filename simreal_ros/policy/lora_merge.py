@@ -103,6 +103,7 @@ class LoraAdapter(NamedTuple):
     scaling: float
     layers: dict[str, LayerDelta]  # actor layer name -> factors
     metadata: dict[str, Any]  # simreal_adapter.json ({} when absent)
+    sha256: str  # of the weights file's bytes that were parsed
 
 
 def _refuse(adapter_dir: Path, message: str) -> CheckpointError:
@@ -243,7 +244,7 @@ def read_adapter(
         )
     metadata = read_adapter_metadata(adapter_dir)
     checksum = expected_sha256 or metadata.get("adapter_sha256")
-    tensors = verified_arrays(weights_path, checksum, "adapter")
+    tensors, sha256 = verified_arrays(weights_path, checksum, "adapter")
     trained_on = metadata.get("spec_fingerprint")
     if spec_fingerprint is not None and trained_on not in (None, spec_fingerprint):
         raise CheckpointError(
@@ -300,6 +301,7 @@ def read_adapter(
         scaling=scaling,
         layers={t: LayerDelta(a=f["A"], b=f["B"]) for t, f in factors.items()},
         metadata=metadata,
+        sha256=sha256,
     )
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load, save_file
 
 from simreal_ros.checksum import sha256_file
 from simreal_ros.policy.checkpoint import (
@@ -177,7 +177,8 @@ def verified_tensors(
     path: Path, expected_sha256: str | None, what: str
 ) -> dict[str, torch.Tensor]:
     """Load a safetensors file after checking its SHA-256 (refuses other formats)."""
-    return verified_safetensors(path, expected_sha256, what, load_file)
+    tensors, _sha256 = verified_safetensors(path, expected_sha256, what, load)
+    return tensors
 
 
 def load_state(module: torch.nn.Module, state: dict[str, torch.Tensor], what: str) -> None:
