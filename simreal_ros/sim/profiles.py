@@ -99,9 +99,14 @@ class DynamicsProfile:
                     owner[name] = pattern
         values: dict[str, float] = {}
         drawn: dict[str, float] = {}  # per key: the factor (scale) or value (set) drawn
+        # A tie's partner is one factor for all its names, as the fit that found the valley
+        # moved them; other patterns draw each name on its own.
+        partners = {tie.partner for tie in self.tied.values()}
         for pattern, entry in self.scale.items():
             for name in matched[pattern]:
                 factor = _draw(entry, rng)  # drawn either way: the stream stays per pattern
+                if pattern in partners and pattern in drawn:
+                    factor = drawn[pattern]
                 drawn[pattern] = factor
                 if owner[name] == pattern:
                     values[name] = nominal[name] * factor

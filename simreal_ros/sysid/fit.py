@@ -541,10 +541,9 @@ def identify(
     prior = prior or {}
     found = across_the_prior(objective, estimate, fit, settings, estimates, prior, limits)
     if found:
-        drawn = {d: drawn_range(estimates[d], prior) for _, d in found.values()}
-        for i, (ends, d) in found.items():
+        for i, (ends, d, drawn) in found.items():
             estimates[i] = _spans_the_prior(
-                parameters[i], estimates[i], ends, parameters[d].pattern, drawn[d], estimate[d]
+                parameters[i], estimates[i], ends, parameters[d].pattern, drawn, estimate[d]
             )
         estimates = _with_the_prior(parameters, estimates, prior)
     identified = absolute_values(estimates, nominal)
@@ -1035,18 +1034,19 @@ def drawn_range(estimate: ParameterEstimate, prior) -> tuple[float, float] | Non
 
 def across_the_prior(
     objective, estimate, fit, settings, estimates, prior, limits
-) -> dict[int, tuple[list[float], int]]:
+) -> dict[int, tuple[list[float], int, tuple[float, float]]]:
     """Values that do not hold across what the profile draws for their partners: a kept
     parameter coupled to one the profile draws from a range (``drawn_range``: its data's,
     else the prior's; ``prior``: pattern -> (low, high)) whose best value, refitted with
     that partner at either end of the range, moves by more than its limit. Returns kept
-    index -> (its best values at the ends, the partner). The quadratic checks are local: a
-    cube mass flat at x0.55 let a table friction of x1.7 stand (truth: friction x1, mass
-    x2.5), a trade the probes around the fit do not see; so did a mass the data bound to
-    0.585..5. One least-squares refit of the partner's coupled values per end."""
+    index -> (its best values at the ends, the partner, the partner's drawn range). The
+    quadratic checks are local: a cube mass flat at x0.55 let a table friction of x1.7
+    stand (truth: friction x1, mass x2.5), a trade the probes around the fit do not see; so
+    did a mass the data bound to 0.585..5. One least-squares refit of the partner's coupled
+    values per end."""
     params = objective.parameters
     kept = [i for i, e in enumerate(estimates) if e.identifiable]
-    found: dict[int, tuple[list[float], int, float]] = {}
+    found: dict[int, tuple[list[float], int, tuple[float, float], float]] = {}
     for d, e in enumerate(estimates):
         drawn = drawn_range(e, prior)
         if drawn is None:
@@ -1063,9 +1063,9 @@ def across_the_prior(
         for k in partners:
             values = [float(point[k]) for point in ends]
             shift = max(_local_distance(params[k], v, estimate[k]) for v in values)
-            if shift > limits[k] and shift > found.get(k, ([], d, 0.0))[2]:
-                found[k] = (values, d, shift)
-    return {k: (values, d) for k, (values, d, _) in found.items()}
+            if shift > limits[k] and shift > found.get(k, ([], d, drawn, 0.0))[3]:
+                found[k] = (values, d, drawn, shift)
+    return {k: (values, d, drawn) for k, (values, d, drawn, _) in found.items()}
 
 
 def _spans_the_prior(

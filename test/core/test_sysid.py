@@ -361,10 +361,11 @@ def test_a_value_that_does_not_hold_across_its_partners_prior_range_gets_that_ra
     found = across_the_prior(_ProductValley(1.0), point, [0], settings, estimates, prior,
                              limits)  # fmt: skip
     assert list(found) == [0]
-    ends, partner = found[0]
+    ends, partner, drawn = found[0]
     assert partner == 1 and ends == pytest.approx([1.7 / 0.6, 1.7 / 1.6], rel=1e-3)
+    assert drawn == pytest.approx(prior["mass.cube"])
     ranged = _spans_the_prior(_ProductValley(1.0).parameters[0], estimates[0], ends,
-                              "mass.cube", prior["mass.cube"], 1.0)  # fmt: skip
+                              "mass.cube", drawn, 1.0)  # fmt: skip
     assert not ranged.identifiable and ranged.value is None and "mass.cube" in ranged.reason
     low, high = ranged.bounded
     assert low == pytest.approx(1.7 / 1.6 * math.exp(-1.96 * 0.02), rel=1e-3)
@@ -384,6 +385,7 @@ def test_a_value_that_does_not_hold_across_its_partners_prior_range_gets_that_ra
     found = across_the_prior(_ProductValley(1.0), point, [0], settings, bounded, {}, limits)
     assert list(found) == [0] and found[0][1] == 1
     assert found[0][0] == pytest.approx([1.7 / 0.585, 1.7 / 5.0], rel=1e-3)
+    assert found[0][2] == pytest.approx((0.585, 5.0))
     # Neither drawn (no prior, no range): held at nominal, nothing to hold across.
     assert across_the_prior(_ProductValley(1.0), point, [0], settings, estimates, {},
                             limits) == {}  # fmt: skip
@@ -429,6 +431,23 @@ def test_a_value_that_follows_a_drawn_partner_is_drawn_along_their_valley(tmp_pa
         # Within the points' span the product holds (log-linear between 0.6, 1 and 1.6).
         assert on_valley == pytest.approx(np.full(40, 1.7), rel=1e-6)
         assert friction.min() >= 1.0 and friction.max() <= 2.95
+    # A partner of several names (a grouped gain) is one factor per draw, as in the fit:
+    # the tied value follows that factor, not one joint's.
+    path = tmp_path / "grouped.yaml"
+    path.write_text(yaml.safe_dump({
+        "profile": "grouped", "randomize_each_reset": True,
+        "scale": {"gain.*": [0.5, 2.0], "damping.*": [0.3, 3.0]},
+        "tied": {"damping.*": {"with": "gain.*", "points": [[0.5, 2.0], [2.0, 0.5]]}},
+    }))  # fmt: skip
+    profile = load_profile(str(path))
+    gains = [n for n in nominal if n.startswith("gain.")]
+    assert len(gains) > 1
+    for k in range(20):
+        draw = profile.sample(nominal, np.random.default_rng(k))
+        factors = {n: draw[n] / nominal[n] for n in gains}
+        assert max(factors.values()) == pytest.approx(min(factors.values()), rel=1e-9)
+        damping = [draw[n] / nominal[n] for n in nominal if n.startswith("damping.")]
+        assert damping == pytest.approx([1.0 / factors[gains[0]]] * len(damping), rel=1e-9)
 
 
 @pytest.mark.parametrize(
