@@ -24,6 +24,7 @@ must come out unidentifiable).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import tempfile
 import time
@@ -143,10 +144,15 @@ def main() -> int:
     parser.add_argument("--bags", default="", help="identify these bags instead of recording")
     parser.add_argument("--profile", default="", help="with --bags: the profile they came from")
     parser.add_argument("--json", default=str(RESULTS / "sysid.json"))
+    parser.add_argument("--keep", default="", help="record into this folder and keep the "
+                        "bags and profiles, to identify again with --bags DIR/CASE "
+                        "--profile DIR/CASE.yaml")  # fmt: skip
     args = parser.parse_args()
     reports = []
-    with tempfile.TemporaryDirectory() as tmp:
+    kept = Path(args.keep) if args.keep else None
+    with contextlib.nullcontext(str(kept)) if kept else tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
         if args.bags:
             if not args.profile:
                 parser.error("--bags needs --profile (the known profile they were recorded on)")

@@ -521,13 +521,14 @@ def identify(
             estimates[i] = dataclasses.replace(estimates[i], bounded=first_pass[i].bounded)
         errors = objective.per_episode([unconditional, estimate], fit).mean(axis=1)
         kept = [i for i, e in enumerate(estimates) if e.identifiable]
+        drawn = [i for i in without_value if drawn_range(estimates[i], prior or {})]
         following, widened = follows_the_hold(
             parameters, lambda i, j: _coupled(objective, i, j), unconditional, estimate,
             (float(errors[0]), float(errors[1])), at_nominal,
             against_the_data(parameters, first_pass, at_nominal, nominal_start,
                              unconditional, _probe_sizes(objective, settings),
                              settings.min_relative_increase),
-            kept, limits, settings.min_relative_increase,
+            kept, limits, settings.min_relative_increase, drawn,
         )  # fmt: skip
         for i, reason in following.items():
             estimates[i] = dataclasses.replace(
@@ -958,6 +959,7 @@ def follows_the_hold(
     kept: Sequence[int],
     limits: np.ndarray,
     min_relative: float,
+    drawn: Collection[int] = (),
 ) -> tuple[dict[int, str], dict[int, tuple[float, str]]]:
     """What holding the parameters in ``held`` at nominal did to the kept ones coupled
     (``coupled(i, j)``) to a held one, where holding did not lower the fit error
@@ -972,7 +974,11 @@ def follows_the_hold(
     friction from x1.38 to x1.62 (truth x1). Where every hold is one the data allow, the
     value slides along a valley the data leave open: half that slide counts in its spread
     (gain against a latency the data bound only from above), so both ends lie within its
-    95% range."""
+    95% range. Where each excluded partner is one the profile draws from a range
+    (``drawn``), the profile never holds it at nominal: the value keeps its fit and
+    ``across_the_prior`` judges it across that range instead (dropped, a per-joint elbow
+    gain of x0.25 beside a damping the data leave loose was drawn from the prior's
+    0.75..1.25)."""
     before, after = errors
     if after < before * (1.0 - min_relative):
         return {}, {}
@@ -984,10 +990,13 @@ def follows_the_hold(
         partners = [h for h in sorted(held) if coupled(k, h)]
         if shift <= limits[k] or not partners:
             continue
-        against = [parameters[h].pattern for h in partners if h in excluded_holds]
+        against = [h for h in partners if h in excluded_holds]
+        if against and all(h in drawn for h in against):
+            continue
         if against:
+            names = [parameters[h].pattern for h in against if h not in drawn]
             dropped[k] = (
-                f"its value moved {shift:.2g} {unit} when {_names(against)} held at "
+                f"its value moved {shift:.2g} {unit} when {_names(names)} held at "
                 "nominal where the data exclude it, and holding did not lower the error: "
                 "the value follows the hold, not the data"
             )
