@@ -2,7 +2,7 @@
 
 ``FaultWatch`` keeps policy actions (arrival, stamp), /safety/status, every command to the
 arm, the lifecycle manager's /diagnostics and the safety filter's and the policy's
-lifecycle transition events (and their logged activations, from /rosout), each with its
+lifecycle transition events (and the filter's logged activations, from /rosout), each with its
 arrival time (a log line: its stamp) on this process's monotonic clock, so kills (timed on
 it too) line up with what followed.
 ``FaultRig`` runs `simreal up`, the watcher and a trial runner node (for resets and
@@ -109,8 +109,8 @@ class FaultWatch(Node):
         return record
 
     def _on_log(self, msg: Log) -> None:
-        # The nodes log "active: ..." in on_activate; both clocks are this host's.
-        if msg.name not in ("safety", "policy") or not msg.msg.startswith("active:"):
+        # The filter logs "active: ..." in on_activate; both clocks are this host's.
+        if msg.name != "safety" or not msg.msg.startswith("active:"):
             return
         at = _seconds(msg.stamp) - (time.time() - time.monotonic())
         with self.lock:

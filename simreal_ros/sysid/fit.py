@@ -438,6 +438,7 @@ def identify(
     from (``across_the_prior``). None: only across the ranges the data bound."""
     settings = settings or FitSettings()
     started = time.monotonic()
+    prior = prior or {}
     if simulator is None and robot is None:
         raise ValueError("identify needs the arm (robot=) or a ReplaySimulator built for it.")
     simulator = simulator or ReplaySimulator(
@@ -521,7 +522,7 @@ def identify(
             estimates[i] = dataclasses.replace(estimates[i], bounded=first_pass[i].bounded)
         errors = objective.per_episode([unconditional, estimate], fit).mean(axis=1)
         kept = [i for i, e in enumerate(estimates) if e.identifiable]
-        drawn = [i for i in without_value if drawn_range(estimates[i], prior or {})]
+        drawn = [i for i in without_value if drawn_range(estimates[i], prior)]
         following, widened = follows_the_hold(
             parameters, lambda i, j: _coupled(objective, i, j), unconditional, estimate,
             (float(errors[0]), float(errors[1])), at_nominal,
@@ -539,13 +540,13 @@ def identify(
             estimates[i] = _widened(
                 parameters[i], estimates[i], slide, along, limits[i], unconditional[i]
             )
-    prior = prior or {}
     found = across_the_prior(objective, estimate, fit, settings, estimates, prior, limits)
     if found:
-        for i, (ends, d, drawn) in found.items():
+        for i, (ends, d, partner_range) in found.items():
             estimates[i] = _spans_the_prior(
-                parameters[i], estimates[i], ends, parameters[d].pattern, drawn, estimate[d]
-            )
+                parameters[i], estimates[i], ends, parameters[d].pattern, partner_range,
+                estimate[d],
+            )  # fmt: skip
         estimates = _with_the_prior(parameters, estimates, prior)
     identified = absolute_values(estimates, nominal)
     residuals = [r for i in fit for r in simulator.residuals(identified, i)]
@@ -991,15 +992,15 @@ def follows_the_hold(
         if shift <= limits[k] or not partners:
             continue
         against = [h for h in partners if h in excluded_holds]
-        if against and all(h in drawn for h in against):
-            continue
-        if against:
-            names = [parameters[h].pattern for h in against if h not in drawn]
+        held_against = [parameters[h].pattern for h in against if h not in drawn]
+        if held_against:
             dropped[k] = (
-                f"its value moved {shift:.2g} {unit} when {_names(names)} held at "
+                f"its value moved {shift:.2g} {unit} when {_names(held_against)} held at "
                 "nominal where the data exclude it, and holding did not lower the error: "
                 "the value follows the hold, not the data"
             )
+        elif against:  # each drawn: across_the_prior judges the value over its range
+            continue
         else:
             names = ", ".join(parameters[h].pattern for h in partners)
             widened[k] = (
