@@ -166,6 +166,11 @@ class FaultWatch(Node):
                 for s in self.statuses
             )
 
+    def manager_error_since(self, since: float) -> tuple[float, str] | None:
+        """The first ERROR the lifecycle manager reported after ``since``: (arrival, message)."""
+        with self.lock:
+            return next(((m[0], m[2]) for m in self.manager if m[0] > since and m[1] == 2), None)
+
     def driving_since(self, since: float) -> bool:
         """The filter followed fresh actions at some point after ``since``."""
         with self.lock:
