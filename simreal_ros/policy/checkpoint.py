@@ -45,6 +45,10 @@ CRITIC_FILE = "critic.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_METADATA = "simreal_adapter.json"
+# Weights are read whole, to hash and parse the same bytes. The project's policies and
+# adapters are kilobytes to megabytes; a file past this is refused before it is read, so a
+# hostile one cannot exhaust the memory of the node that loads it.
+MAX_WEIGHTS_BYTES = 1 << 30
 
 
 class CheckpointError(ValueError):
@@ -147,6 +151,12 @@ def verified_safetensors(
         raise CheckpointError(f"{what}: {path.name} is not a .safetensors file; refusing to load.")
     if not path.is_file():
         raise CheckpointError(f"{what}: {path} is missing.")
+    size = path.stat().st_size
+    if size > MAX_WEIGHTS_BYTES:
+        raise CheckpointError(
+            f"{what}: {path} is {size / 2**20:.0f} MiB, over the {MAX_WEIGHTS_BYTES >> 20} MiB "
+            "a policy or adapter of this project can be; it is not one. Check the path."
+        )
     data = path.read_bytes()
     actual = sha256_bytes(data)
     if expected_sha256 is not None and actual != expected_sha256:

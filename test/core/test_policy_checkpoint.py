@@ -163,6 +163,14 @@ def test_pickle_weights_are_never_loaded(saved):
         verified_tensors(saved / "actor.pt", None, "actor")
 
 
+def test_an_oversized_weights_file_is_refused_before_it_is_read(tmp_path):
+    path = tmp_path / "actor.safetensors"
+    with path.open("wb") as f:  # sparse: no disk or memory is used
+        f.truncate(ckpt.MAX_WEIGHTS_BYTES + 1)
+    with pytest.raises(ckpt.CheckpointError, match=r"actor: .* MiB, over the 1024 MiB"):
+        verified_tensors(path, None, "actor")
+
+
 def test_missing_and_foreign_directories_say_what_is_wrong(tmp_path):
     with pytest.raises(ckpt.CheckpointError, match="not a directory"):
         load_checkpoint(tmp_path / "nope")
