@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import mujoco
 import numpy as np
@@ -31,6 +31,60 @@ from simreal_ros.robot.model import compile_scene, joint_address
 DEFAULT_MASS_BODIES = ("cube", "tool")
 TOOL_BODY = "tool"  # alias of the body that carries the robot's tool frame
 DEFAULT_FRICTION_GEOMS = ("cube_geom", "table")
+
+
+def friction_floor(
+    model: mujoco.MjModel, geoms: Collection[int], sliding: np.ndarray | None = None
+) -> tuple[float, int]:
+    """The factor on the sliding friction of ``geoms`` (scaled together) below which they
+    decide none of the contacts they can make, and the geom that decides the first contact
+    they lose (-1: none). MuJoCo gives a contact the friction of the geom of higher
+    priority, the larger of the two at equal priority, and an explicit pair's its own; so
+    below this factor every value simulates the same. ``sliding``: the geoms' sliding
+    frictions to use (default: the model's). 0.0: they decide a contact at any value;
+    inf: none at all."""
+    sliding = model.geom_friction[:, 0] if sliding is None else sliding
+    group = {int(g) for g in geoms}
+    bodies = model.geom_bodyid
+    weld = model.body_weldid
+
+    def signature(a: int, b: int) -> int:
+        return (min(a, b) << 16) + max(a, b)
+
+    excluded = set(model.exclude_signature.tolist())
+    explicit = {
+        signature(int(a), int(b)) for a, b in zip(model.pair_geom1, model.pair_geom2, strict=True)
+    }
+    filter_parent = not model.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_FILTERPARENT
+    floor, decider = math.inf, -1
+    for g in group:
+        for h in range(model.ngeom):
+            if h == g:
+                continue
+            if not (
+                model.geom_contype[g] & model.geom_conaffinity[h]
+                or model.geom_contype[h] & model.geom_conaffinity[g]
+            ):
+                continue
+            # MuJoCo's body filter: one weld, or a weld and its parent's (not the world's).
+            wg, wh = int(weld[bodies[g]]), int(weld[bodies[h]])
+            parents = int(weld[model.body_parentid[wg]]), int(weld[model.body_parentid[wh]])
+            if wg == wh or (
+                filter_parent and wg and wh and (wg == parents[1] or wh == parents[0])
+            ):
+                continue
+            if signature(int(bodies[g]), int(bodies[h])) in excluded:
+                continue
+            if signature(g, h) in explicit:  # the pair's friction decides it
+                continue
+            if h in group or model.geom_priority[g] > model.geom_priority[h]:
+                return 0.0, int(h)
+            if model.geom_priority[g] < model.geom_priority[h] or sliding[g] <= 0:
+                continue
+            threshold = float(sliding[h] / sliding[g])
+            if threshold < floor:
+                floor, decider = threshold, int(h)
+    return floor, decider
 
 
 class ArmPhysics:

@@ -41,6 +41,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from simreal_ros.robot.description_record import RobotDescription
+from simreal_ros.sim.physics import friction_floor
 from simreal_ros.sysid.recording import ReplayEpisode
 from simreal_ros.sysid.simulate import (
     DEFAULT_SEGMENT_TICKS,
@@ -197,6 +198,15 @@ class ParameterEstimate:
     # own], ...]}, its best values at the partner's drawn range's ends and at the fit,
     # ordered by the partner's value. The profile draws it along this valley (``tied:``).
     follows: dict[str, Any] | None = None
+    # A friction: the factor below which another geom's friction decides every contact it
+    # can make (``physics.friction_floor``, the others at the fit's values), so every value
+    # below simulates as this one. None: not a friction, or it decides one across the box.
+    decides_above: float | None = None
+
+    def effective(self, factor: float) -> float:
+        """The factor the simulation uses: a friction below ``decides_above`` simulates as
+        that factor, so a value or range is compared with a truth through this."""
+        return max(factor, self.decides_above or 0.0)
 
     def absolute(self, nominal: Mapping[str, float]) -> dict[str, float]:
         if self.value is None:
@@ -548,6 +558,7 @@ def identify(
                 estimate[d],
             )  # fmt: skip
         estimates = _with_the_prior(parameters, estimates, prior)
+    estimates = friction_floors(objective, estimate, estimates)
     identified = absolute_values(estimates, nominal)
     residuals = [r for i in fit for r in simulator.residuals(identified, i)]
     noise = noise_estimate(residuals)
@@ -1211,6 +1222,48 @@ def _with_the_prior(
                 reason=f"{e.reason}; the data allow {low:.3g}..{high:.3g}, wider than the "
                 f"prior's {wide[0]:g}..{wide[1]:g}: drawn where both allow",
             )  # fmt: skip
+        out.append(e)
+    return out
+
+
+def friction_floors(objective, estimate, estimates) -> list[ParameterEstimate]:
+    """``estimates`` with each friction's ``decides_above``, and the reason where it has no
+    value and its range (or the search's box, without one) reaches below that: MuJoCo
+    gives a contact the larger of two geoms' frictions, so below it a cube's friction is the
+    table's and no data can place it there (a cube at x0.4 of 0.6 on a table of 0.5 moves
+    as one at x0.833)."""
+    model = objective.simulator.reference.model
+    sliding = model.geom_friction[:, 0].copy()
+    for name, value in objective.candidate(estimate).items():
+        kind, _, geom = name.partition(".")
+        if kind == "friction":
+            sliding[model.geom(geom).id] = value
+    out = []
+    for i, (p, names, e) in enumerate(
+        zip(objective.parameters, objective.names, estimates, strict=True)
+    ):
+        if p.is_latency or not all(n.startswith("friction.") for n in names):
+            out.append(e)
+            continue
+        geoms = [model.geom(n.partition(".")[2]).id for n in names]
+        floor, decider = friction_floor(model, geoms, sliding)
+        floor *= estimate[i]  # a factor on the fit's value -> on nominal
+        if floor <= p.low:
+            out.append(e)
+            continue
+        e = dataclasses.replace(e, decides_above=floor)
+        reaches = e.bounded[0] if e.bounded is not None else p.low
+        if not e.identifiable and reaches < floor:
+            if math.isinf(floor):
+                why = "no contact it can make takes its friction: no value simulates apart"
+            else:
+                who = model.geom(decider).name or model.body(model.geom_bodyid[decider]).name
+                why = (
+                    f"below x{floor:.3g} the {who}'s friction decides every contact it makes "
+                    "(MuJoCo gives a contact the larger friction of its two geoms), so every "
+                    "value below simulates the same"
+                )
+            e = dataclasses.replace(e, reason=f"{e.reason}; {why}" if e.reason else why)
         out.append(e)
     return out
 

@@ -27,7 +27,7 @@ import yaml
 
 from simreal_ros.atomic_files import write_text_atomic
 from simreal_ros.sim.profiles import load_profile
-from simreal_ros.sysid.fit import LATENCY, FitParameter, SysidResult
+from simreal_ros.sysid.fit import LATENCY, FitParameter, ParameterEstimate, SysidResult
 from simreal_ros.sysid.simulate import ReplaySimulator
 
 PRIOR_PROFILE = "randomized"
@@ -253,6 +253,13 @@ def identification_summary(report: dict, profile: str) -> dict:
     }
 
 
+def range_holds(p: ParameterEstimate, truth: float) -> bool:
+    """Whether ``p``'s range holds ``truth`` as the simulation sees it (``effective``: a
+    friction below the one that decides its contacts simulates as that one)."""
+    low, high = p.bounded
+    return p.effective(low) - 1e-9 <= p.effective(truth) <= p.effective(high) + 1e-9
+
+
 def format_result(result: SysidResult, hidden: dict[str, float] | None = None) -> str:
     """The estimates as a table; with ``hidden`` (a stand-in's true values), their errors."""
     lines = []
@@ -279,13 +286,20 @@ def format_result(result: SysidResult, hidden: dict[str, float] | None = None) -
         if hidden is not None:
             truth = hidden.get(p.pattern)
             if truth is not None and p.value is not None:
-                error = p.value - truth if p.pattern == LATENCY else p.value / truth - 1
+                error = (
+                    p.value - truth
+                    if p.pattern == LATENCY
+                    else p.effective(p.value) / p.effective(truth) - 1
+                )
                 unit = " steps" if p.pattern == LATENCY else ""
                 row += (
                     f"   {truth:<7.4g}  {error:+.1%}"
                     if not unit
                     else (f"   {truth:<7.4g}  {error:+.0f}{unit}")
                 )
+            elif truth is not None and p.bounded is not None:
+                held = range_holds(p, truth)
+                row += f"   {truth:<7.4g}  ({'in' if held else 'outside'} the range)"
             elif truth is not None:
                 row += f"   {truth:<7.4g}  (not identified)"
         if not p.identifiable:

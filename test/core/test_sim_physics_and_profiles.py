@@ -158,3 +158,76 @@ def test_the_narrower_key_sets_a_parameter_whatever_the_order(tmp_path, broad_fi
         assert values["gain.elbow_joint"] == pytest.approx(0.2 * nominal["gain.elbow_joint"])
         shoulder = values["gain.shoulder_lift_joint"] / nominal["gain.shoulder_lift_joint"]
         assert 0.75 <= shoulder <= 1.25
+
+
+def _cube_table_frictions(physics, factor: float) -> set[float]:
+    """The sliding friction MuJoCo gives the cube's contacts with the table, with the cube's
+    own friction at ``factor`` times nominal (the cube resting on the table)."""
+    import mujoco
+
+    physics.restore_nominal()
+    nominal = physics.get_dynamics(["friction.cube_geom"])["friction.cube_geom"]
+    physics.set_dynamics({"friction.cube_geom": nominal * factor})
+    physics.reset()
+    mujoco.mj_forward(physics.model, physics.data)
+    cube, table = physics.model.geom("cube_geom").id, physics.model.geom("table").id
+    found = {
+        round(float(c.friction[0]), 9)
+        for c in physics.data.contact[: physics.data.ncon]
+        if {int(c.geom1), int(c.geom2)} == {cube, table}
+    }
+    physics.restore_nominal()
+    return found
+
+
+def test_friction_floor_is_where_mujoco_stops_using_the_geoms_friction(physics):
+    """Below the floor the table's friction decides the cube's contacts (MuJoCo's larger of
+    the two), above it the cube's; checked on the contacts MuJoCo itself builds."""
+    from simreal_ros.sim.physics import friction_floor
+
+    model = physics.model
+    cube, table = model.geom("cube_geom").id, model.geom("table").id
+    floor, decider = friction_floor(model, [cube])
+    table_friction = model.geom_friction[table, 0]
+    assert decider == table
+    assert floor == pytest.approx(table_friction / model.geom_friction[cube, 0])
+    below = [_cube_table_frictions(physics, floor * f) for f in (0.3, 0.7, 0.99)]
+    assert all(found == {round(float(table_friction), 9)} for found in below), below
+    above = _cube_table_frictions(physics, floor * 1.2)
+    assert above == {round(float(table_friction * 1.2), 9)}
+    # The table's own floor: the cube (0.6) is the lowest friction it touches.
+    assert friction_floor(model, [table])[1] == cube
+    # Scaled together, they decide their shared contact at any factor.
+    assert friction_floor(model, [cube, table])[0] == 0.0
+    # A higher priority decides at any factor; a lower one never (other partners remain).
+    priority = model.geom_priority.copy()
+    try:
+        model.geom_priority[cube] = 1
+        assert friction_floor(model, [cube]) == (0.0, table)
+        model.geom_priority[cube] = -1
+        assert friction_floor(model, [cube])[0] > floor
+    finally:
+        model.geom_priority[:] = priority
+
+
+def test_friction_floor_leaves_out_explicit_pairs_and_excluded_bodies():
+    import mujoco
+
+    from simreal_ros.sim.physics import friction_floor
+
+    def model(contact: str) -> mujoco.MjModel:
+        return mujoco.MjModel.from_xml_string(f"""<mujoco><worldbody>
+            <geom name="floor" type="plane" size="1 1 .1" friction="0.5"/>
+            <body name="box" pos="0 0 .05"><freejoint/>
+              <geom name="box" type="box" size=".05 .05 .05" friction="0.6"/></body>
+            <body name="ball" pos=".3 0 .05"><freejoint/>
+              <geom name="ball" size=".05" friction="0.9"/></body>
+            </worldbody><contact>{contact}</contact></mujoco>""")
+
+    plain = model("")
+    box = plain.geom("box").id
+    assert friction_floor(plain, [box]) == (pytest.approx(0.5 / 0.6), plain.geom("floor").id)
+    paired = model('<pair geom1="box" geom2="floor" friction="0.3 0.3 0.005 0.0001 0.0001"/>')
+    assert friction_floor(paired, [box]) == (pytest.approx(0.9 / 0.6), paired.geom("ball").id)
+    both = model('<pair geom1="box" geom2="floor"/><exclude body1="box" body2="ball"/>')
+    assert friction_floor(both, [box]) == (float("inf"), -1)

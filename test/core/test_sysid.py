@@ -844,3 +844,51 @@ def test_a_value_that_follows_a_hold_the_data_exclude_gets_none_and_a_slide_wide
     low, high = ranged.bounded  # both ends, each with the value's own 95% interval
     assert low == pytest.approx(fit[0] * math.exp(-1.96 * 0.01))
     assert high == pytest.approx(far[0] * math.exp(1.96 * 0.01))
+
+
+def test_a_friction_below_the_one_that_decides_its_contacts_is_stated_as_one_model():
+    """The combination case's cube at x0.4 (0.24 on a table of 0.5) moves as one at x0.833:
+    MuJoCo gives a contact the larger friction. A range reaching below that says so, and is
+    judged against a truth as the simulation sees it; a value above it is left alone."""
+    from types import SimpleNamespace
+
+    from simreal_ros.sysid.fit import ParameterEstimate, friction_floors
+    from simreal_ros.sysid.output import range_holds
+
+    physics = ArmPhysics(ROBOT)
+    names = ["friction.cube_geom", "gain.*"]
+    nominal = physics.get_dynamics(["friction.cube_geom"]) | {"gain.*": 1.0}
+    objective = SimpleNamespace(
+        simulator=SimpleNamespace(reference=physics),
+        parameters=[FitParameter("friction.cube_geom", 0.2, 5.0),
+                    FitParameter("gain.*", 0.05, 5.0)],
+        names=[["friction.cube_geom"], ["gain.*"]],
+        candidate=lambda f: {n: nominal[n] * v for n, v in zip(names, f, strict=True)},
+    )  # fmt: skip
+    table, cube = (physics.model.geom(g).id for g in ("table", "cube_geom"))
+    floor = physics.model.geom_friction[table, 0] / physics.model.geom_friction[cube, 0]
+
+    def estimate(pattern, value, bounded=None):
+        return ParameterEstimate(pattern, [pattern], value is not None, value, 0.0, [], 0.2,
+                                 5.0, [0.0, 0.1], reason="" if value else "flat below",
+                                 bounded=bounded)  # fmt: skip
+
+    ranged = friction_floors(objective, [0.6, 0.2],
+                             [estimate("friction.cube_geom", None, [0.48, 0.84]),
+                              estimate("gain.*", 0.2)])  # fmt: skip
+    assert ranged[0].decides_above == pytest.approx(floor)
+    assert "table's friction decides every contact" in ranged[0].reason
+    assert ranged[1].decides_above is None and ranged[1].reason == ""
+    assert range_holds(ranged[0], 0.4)  # the truth, below 0.48, simulates as 0.833
+    assert not range_holds(ranged[0], 1.0)
+    assert not range_holds(dataclasses.replace(ranged[0], decides_above=None), 0.4)
+    # Identified above the floor: no statement, the value stands.
+    kept = friction_floors(objective, [1.6, 0.2], [estimate("friction.cube_geom", 1.6),
+                                                   estimate("gain.*", 0.2)])  # fmt: skip
+    assert kept[0].value == 1.6 and kept[0].reason == ""
+    assert kept[0].decides_above == pytest.approx(floor)
+    # A range wholly above the floor gets none either.
+    above = friction_floors(objective, [1.6, 0.2],
+                            [estimate("friction.cube_geom", None, [1.2, 2.0]),
+                             estimate("gain.*", 0.2)])  # fmt: skip
+    assert above[0].reason == "flat below"
