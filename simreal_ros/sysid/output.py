@@ -103,6 +103,10 @@ def prior_entry(prior_profile, pattern: str, names: Sequence[str]):
              if all(fnmatch.fnmatchcase(n, k) for n in names)),
             None,
         )  # fmt: skip
+    if entry is None and len(names) > 1:  # a group whose names the prior draws alike
+        each = [prior_entry(prior_profile, n, [n]) for n in names]
+        if each[0] is not None and all(e == each[0] for e in each):
+            entry = each[0]
     return entry
 
 
@@ -341,6 +345,11 @@ def hidden_factors(profile: str, nominal: dict[str, float], patterns) -> dict[st
             continue
         alternatives = pattern.split("|")
         names = [n for n in nominal if any(fnmatch.fnmatchcase(n, a) for a in alternatives)]
+        if len(names) > 1 and all(n.startswith("friction.") for n in names):
+            # A group of frictions is the contact between them, which takes the larger.
+            truth = max(values.get(n, nominal[n]) for n in names)
+            out[pattern] = float(truth / max(nominal[n] for n in names))
+            continue
         factors = [values.get(n, nominal[n]) / nominal[n] for n in names if nominal[n]]
         if factors:
             out[pattern] = float(np.mean(factors))

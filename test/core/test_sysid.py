@@ -892,3 +892,43 @@ def test_a_friction_below_the_one_that_decides_its_contacts_is_stated_as_one_mod
                             [estimate("friction.cube_geom", None, [1.2, 2.0]),
                              estimate("gain.*", 0.2)])  # fmt: skip
     assert above[0].reason == "flat below"
+
+
+def test_a_few_pushed_segments_that_agree_make_a_curvature_reliable_by_their_signs():
+    """The contact case's table friction: 15 of 48 segments respond, one of them 100-fold
+    the others, all curving up. The t statistic of sizes stays under 2 (about sqrt of the
+    responding count, over-dispersed); the signed-rank test of their signs passes. Noise of
+    either sign does not, nor do 5 segments (exact p 1/32)."""
+    from simreal_ros.sysid.fit import curvature_by_sign
+
+    rng = np.random.default_rng(3)
+    agreeing = np.zeros(48)
+    agreeing[:15] = rng.uniform(0.01, 0.2, 15)
+    agreeing[0] = 20.0
+    t = agreeing.mean() / (agreeing.std() / math.sqrt(agreeing.size))
+    assert t < 2.0
+    assert curvature_by_sign(agreeing) > 3.0
+    noise = rng.normal(0.0, 1.0, 48)
+    noise[0] = 50.0
+    assert curvature_by_sign(noise) < 2.0
+    five = np.r_[np.zeros(43), [9.0, 3.0, 2.0, 1.0, 0.5]]
+    assert curvature_by_sign(five) < 2.0 < curvature_by_sign(np.r_[five, 0.2])
+    assert curvature_by_sign(np.zeros(48)) == 0.0
+
+
+def test_the_cube_and_table_frictions_are_fitted_as_their_contact(tmp_path):
+    """One factor on both: the truth it is judged against is the contact's friction (the
+    larger of the two), and the prior draws it as it draws each of them."""
+    from simreal_ros.sysid.fit import CONTACT_FRICTION, DEFAULT_PARAMETERS
+    from simreal_ros.sysid.output import hidden_factors, prior_ranges
+
+    assert CONTACT_FRICTION in [p.pattern for p in DEFAULT_PARAMETERS]
+    nominal = ArmPhysics(ROBOT).nominal_dynamics
+    for cube, expected in ((1.6, 1.6), (0.4, 0.5 / 0.6), (1.0, 1.0)):
+        path = tmp_path / f"p{cube}.yaml"
+        path.write_text(yaml.safe_dump({"profile": "p", "scale": {"friction.cube_geom": cube}}))
+        found = hidden_factors(str(path), nominal, [CONTACT_FRICTION])[CONTACT_FRICTION]
+        assert found == pytest.approx(expected)
+    assert prior_ranges([p for p in DEFAULT_PARAMETERS if p.pattern == CONTACT_FRICTION]) == {
+        CONTACT_FRICTION: (0.6, 1.4)
+    }
