@@ -1381,7 +1381,7 @@ def curvature_by_sign(curvatures: np.ndarray) -> float:
     zero, or within 1e-9 of the largest, change nothing), as the standard normal quantile
     of its p value. Ranks, not sizes: one pushed segment whose error falls 100-fold must not
     make fifteen others that agree look like noise. Fewer than 6 responding segments cannot
-    reach 2.0 (exact p 1/64 at best)."""
+    reach 2.0 (5 all curving up: exact p 1/32, 1.86)."""
     c = np.asarray(curvatures, dtype=float)
     scale = float(np.max(np.abs(c))) if c.size else 0.0
     responding = c[np.abs(c) > 1e-9 * scale] if scale > 0 else c[:0]
@@ -1473,7 +1473,7 @@ def _identifiability(objective, estimate, restarts, fit, settings, travel, held=
         t = full_h[i, i] / max(hess[:, i, i].std() / math.sqrt(segments), 1e-300)
         # Contact: a few segments push the cube, and their curvature is most of the total,
         # so the t statistic stays near sqrt(their count) however well they agree; their
-        # signs are the evidence (curved_by_sign).
+        # signs are the evidence (curvature_by_sign).
         t = max(t, curvature_by_sign(hess[:, i, i]))
         sides = [float(np.mean(losses[1 + 2 * i + k] - center)) for k in (0, 1)]
         two_sided = model.sides[i][0] < 0  # the latency at its floor is probed one way
