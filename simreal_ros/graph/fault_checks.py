@@ -137,6 +137,27 @@ class Transition:
     logged: bool = False
 
 
+def _first(
+    transitions: Sequence[Transition], node: str, goal: int, after: float
+) -> Transition | None:
+    """``node``'s first transition to ``goal`` received after ``after``."""
+    found = [t for t in transitions if (t.node, t.goal_id) == (node, goal) and t.received > after]
+    return min(found, key=lambda t: t.received, default=None)
+
+
+def filter_death_seen(killed_at: float, transitions: Sequence[Transition]) -> bool:
+    """Whether the events ``judge_filter_death`` reads have all arrived: the policy held,
+    then activated again, and the new filter active. Each process's events reach a watcher
+    on their own path: the filter's statuses can say it drives before the policy's
+    activation event is in (seen on a loaded host)."""
+    held = _first(transitions, "policy", _INACTIVE, killed_at)
+    return (
+        held is not None
+        and _first(transitions, "policy", ACTIVATING, held.received) is not None
+        and _first(transitions, "safety", ACTIVE, killed_at) is not None
+    )
+
+
 def judge_filter_death(
     killed_at: float,
     actions: Sequence[tuple[float, float]],
@@ -153,29 +174,23 @@ def judge_filter_death(
     delay never counts. Raises AssertionError saying what went wrong; returns the hold's
     timings."""
 
-    def first(node: str, goal: int, after: float) -> Transition | None:
-        found = [
-            t for t in transitions if (t.node, t.goal_id) == (node, goal) and t.received > after
-        ]
-        return min(found, key=lambda t: t.received, default=None)
-
     seen = [
         (round(t.received - killed_at, 3), t.node, t.start_id, t.goal_id, t.logged)
         for t in transitions
         if t.received > killed_at
     ]
-    held = first("policy", _INACTIVE, killed_at)
+    held = _first(transitions, "policy", _INACTIVE, killed_at)
     if held is None:
         raise AssertionError(
             "the policy was never deactivated while the safety filter was down; transitions "
             f"after the kill (s, node, from, to, logged): {seen}"
         )
-    resumed = first("policy", ACTIVATING, held.received)
+    resumed = _first(transitions, "policy", ACTIVATING, held.received)
     if resumed is None:
         raise AssertionError(
             f"the policy was never activated again after the filter's death; transitions: {seen}"
         )
-    filter_active = first("safety", ACTIVE, killed_at)
+    filter_active = _first(transitions, "safety", ACTIVE, killed_at)
     if filter_active is None:
         raise AssertionError(
             "no activation of the new safety filter was seen, neither its transition event "
@@ -190,7 +205,11 @@ def judge_filter_death(
         )
     leaked = [r for r, _stamp in actions if held.received + in_flight_s < r < resumed.received]
     if leaked:
-        raise AssertionError(f"{len(leaked)} policy actions arrived while it was held")
+        raise AssertionError(
+            f"{len(leaked)} policy actions arrived while it was held, "
+            f"{[round(r - held.received, 3) for r in leaked]} s after its deactivation "
+            f"(in flight allowed: {in_flight_s:g} s); transitions: {seen}"
+        )
     return {
         "policy_held_after_s": round(held.received - killed_at, 3),
         "policy_held_for_s": round(resumed.received - held.received, 3),

@@ -21,7 +21,9 @@ def call_service(
     ``resend_after_s``: for an idempotent request only, send it again when no answer came
     within this long. A server that has not yet matched a just-started client's response
     reader drops the response (rmw_fastrtps waits 100 ms for the match), which happens
-    under load right after a process starts or respawns.
+    under load right after a process starts or respawns. The earlier sends stay pending:
+    under load DDS repairs a lost packet only at the writer's next heartbeat (3 s), so the
+    answer to an earlier send may arrive after a later send, and it is as good.
     """
     label = f"{what} service {client.srv_name}" if what else f"service {client.srv_name}"
     if not client.wait_for_service(timeout_sec=timeout_s):
@@ -29,16 +31,24 @@ def call_service(
             f"{label} is not available after {timeout_s:g} s; is that node running?"
         )
     deadline = time.monotonic() + timeout_s
-    while True:
-        done = threading.Event()
-        future = client.call_async(request)
-        future.add_done_callback(lambda _, done=done: done.set())
-        left = deadline - time.monotonic()
-        if done.wait(min(left, resend_after_s) if resend_after_s else left):
-            return future.result()
-        client.remove_pending_request(future)
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{label} did not answer in {timeout_s:g} s.")
+    answered = threading.Event()
+    pending = []
+    try:
+        while True:
+            future = client.call_async(request)
+            future.add_done_callback(lambda _: answered.set())
+            pending.append(future)
+            left = deadline - time.monotonic()
+            answered.wait(min(left, resend_after_s) if resend_after_s else left)
+            done = next((f for f in pending if f.done()), None)
+            if done is not None:
+                pending.remove(done)
+                return done.result()
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{label} did not answer in {timeout_s:g} s.")
+    finally:
+        for future in pending:  # withdrawn: a late answer to them is dropped by rclpy
+            client.remove_pending_request(future)
 
 
 def missing_services(names: list[str], timeout_s: float) -> list[str]:

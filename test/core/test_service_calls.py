@@ -25,14 +25,21 @@ class Future:
     def result(self):
         return self.value
 
+    def done(self) -> bool:
+        return self.value is not None
+
 
 class Client:
-    """Answers the request numbered ``answered`` (0-based) at once; loses the others."""
+    """Answers the request numbered ``answered`` (0-based) after ``delay_s``; loses the
+    others."""
 
     srv_name = "/recorder/start"
 
-    def __init__(self, answered: int | None, available: bool = True) -> None:
+    def __init__(
+        self, answered: int | None, available: bool = True, delay_s: float = 0.01
+    ) -> None:
         self.answered = answered
+        self.delay_s = delay_s
         self.available = available
         self.sent: list[object] = []
         self.withdrawn: list[Future] = []
@@ -44,7 +51,7 @@ class Client:
         future = Future()
         self.sent.append(request)
         if len(self.sent) - 1 == self.answered:
-            threading.Timer(0.01, future.finish, args=(f"answer to {request}",)).start()
+            threading.Timer(self.delay_s, future.finish, args=(f"answer to {request}",)).start()
         return future
 
     def remove_pending_request(self, future: Future) -> None:
@@ -55,6 +62,15 @@ def test_a_lost_answer_is_asked_for_again_when_the_request_may_be_resent():
     client = Client(answered=2)
     assert call_service(client, "start a", 5.0, resend_after_s=0.05) == "answer to start a"
     assert client.sent == ["start a"] * 3 and len(client.withdrawn) == 2
+
+
+def test_a_late_answer_to_an_earlier_send_is_taken():
+    # The first send's answer comes after two resends (DDS repaired its lost packet late).
+    client = Client(answered=0, delay_s=0.25)
+    assert call_service(client, "start b", 5.0, resend_after_s=0.1) == "answer to start b"
+    assert len(client.sent) == 3
+    # The resends still pending are withdrawn; the answered one is not.
+    assert len(client.withdrawn) == 2 and all(not f.done() for f in client.withdrawn)
 
 
 def test_without_resend_a_lost_answer_is_a_timeout_naming_the_service():

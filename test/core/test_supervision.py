@@ -315,7 +315,7 @@ def test_the_fault_checks_judge_a_policy_kill_from_recordings():
 
 
 def test_a_filter_death_is_judged_from_the_lifecycle_transition_events():
-    from simreal_ros.graph.fault_checks import Transition, judge_filter_death
+    from simreal_ros.graph.fault_checks import Transition, filter_death_seen, judge_filter_death
 
     # Filter killed at 1.0; the policy deactivated at 1.3 (deactivating -> inactive), cleaned
     # up, configured, and activated at 1.6 (inactive -> activating) after the new filter's
@@ -354,3 +354,11 @@ def test_a_filter_death_is_judged_from_the_lifecycle_transition_events():
         judge_filter_death(1.0, actions, [])
     with pytest.raises(AssertionError, match="arrived while it was held"):
         judge_filter_death(1.0, [*actions, (1.45, 1.45)], events(1.6, 1.5))
+    # The graph test waits until every event the judge reads is in: the policy's activation
+    # can arrive after the filter's statuses say it drives.
+    assert filter_death_seen(1.0, events(1.6, 1.5))
+    assert filter_death_seen(1.0, events(1.6, None, logged_up=1.49))
+    assert not filter_death_seen(1.0, events(1.6, None))
+    held_only = [*events(1.6, 1.5)[:3], Transition(1.5, "safety", 13, 3)]
+    assert not filter_death_seen(1.0, held_only)
+    assert not filter_death_seen(1.0, [])

@@ -15,6 +15,7 @@ One `simreal up` graph is shared by all kills (sim: the sim bridge; real: the st
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -25,7 +26,11 @@ import numpy as np
 import pytest
 import yaml
 
-from simreal_ros.graph.fault_checks import commands_outside, judge_filter_death
+from simreal_ros.graph.fault_checks import (
+    commands_outside,
+    filter_death_seen,
+    judge_filter_death,
+)
 from simreal_ros.graph.processes import NodeProcess, graph_environment, python_module_argv
 
 # Serial: it times a respawn and a watchdog trip, which other tests' load can push past
@@ -168,6 +173,12 @@ def test_sim_graph_survives_a_sigkill_of_each_node(tmp_path, rclpy_context, rigs
     reported_at, report_message = watch.manager_error_since(killed_at)
     assert "SAFETY FILTER DOWN" in report_message, report_message
     rig.wait(lambda: watch.driving_since(reported_at), 60.0, "driving after the filter's death")
+    with contextlib.suppress(AssertionError):  # the judge below names what is missing
+        rig.wait(
+            lambda: filter_death_seen(killed_at, watch.transition_events()),
+            30.0,
+            "the policy's and the new filter's activation events",
+        )
     actions, statuses, _commands, _manager = watch.snapshot()
     # The manager deactivates the policy while the filter is down, and activates it only
     # after the new filter is active: judged from their lifecycle transition events.
