@@ -38,7 +38,12 @@ from simreal_ros.sim.physics import ArmPhysics
 from simreal_ros.sysid import FitSettings, identify_bags
 from simreal_ros.sysid.fit import LATENCY
 from simreal_ros.sysid.graph_recording import record_through_graph
-from simreal_ros.sysid.output import format_result, hidden_factors, range_holds
+from simreal_ros.sysid.output import (
+    estimate_error,
+    format_result,
+    hidden_factors,
+    range_holds,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FACTOR_BOUND, LATENCY_BOUND = 0.25, 2
@@ -82,14 +87,10 @@ def judge(result, truth: dict[str, float]) -> list[dict]:
         true = truth.get(p.pattern)
         nominal = 0.0 if p.pattern == LATENCY else 1.0
         differs = true is not None and abs(true - nominal) > 1e-9
-        # A friction is compared as the simulation sees it (``effective``): below the
-        # friction that decides its contacts, every value is that one.
         within = holds = None
         if p.value is not None and true is not None:
-            if p.pattern == LATENCY:
-                within = abs(p.value - true) <= LATENCY_BOUND
-            else:
-                within = abs(p.effective(p.value) / p.effective(true) - 1) <= FACTOR_BOUND
+            bound = LATENCY_BOUND if p.pattern == LATENCY else FACTOR_BOUND
+            within = abs(estimate_error(p, true)) <= bound
         if p.bounded is not None and true is not None:
             holds = range_holds(p, true)
         rows.append({"parameter": p.pattern, "truth": true, "estimate": p.value,

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from lifecycle_msgs.msg import TransitionEvent
 from rcl_interfaces.msg import Log
 from rclpy.node import Node
@@ -48,6 +48,9 @@ COMMAND_TOPIC = "/forward_position_controller/commands"
 
 def _seconds(stamp) -> float:
     return stamp.sec + stamp.nanosec * 1e-9
+
+
+_ERROR = DiagnosticStatus.ERROR[0]  # a level is one byte; the watcher keeps it as an int
 
 
 class FaultWatch(Node):
@@ -169,7 +172,9 @@ class FaultWatch(Node):
     def manager_error_since(self, since: float) -> tuple[float, str] | None:
         """The first ERROR the lifecycle manager reported after ``since``: (arrival, message)."""
         with self.lock:
-            return next(((m[0], m[2]) for m in self.manager if m[0] > since and m[1] == 2), None)
+            return next(
+                ((m[0], m[2]) for m in self.manager if m[0] > since and m[1] == _ERROR), None
+            )
 
     def driving_since(self, since: float) -> bool:
         """The filter followed fresh actions at some point after ``since``."""

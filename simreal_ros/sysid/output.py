@@ -257,6 +257,15 @@ def identification_summary(report: dict, profile: str) -> dict:
     }
 
 
+def estimate_error(p: ParameterEstimate, truth: float) -> float:
+    """``p``'s value against ``truth``: the difference in steps for the latency, else the
+    relative error as the simulation sees it (``effective``: a friction below the one that
+    decides its contacts simulates as that one)."""
+    if p.pattern == LATENCY:
+        return p.value - truth
+    return p.effective(p.value) / p.effective(truth) - 1
+
+
 def range_holds(p: ParameterEstimate, truth: float) -> bool:
     """Whether ``p``'s range holds ``truth`` as the simulation sees it (``effective``: a
     friction below the one that decides its contacts simulates as that one)."""
@@ -290,11 +299,7 @@ def format_result(result: SysidResult, hidden: dict[str, float] | None = None) -
         if hidden is not None:
             truth = hidden.get(p.pattern)
             if truth is not None and p.value is not None:
-                error = (
-                    p.value - truth
-                    if p.pattern == LATENCY
-                    else p.effective(p.value) / p.effective(truth) - 1
-                )
+                error = estimate_error(p, truth)
                 unit = " steps" if p.pattern == LATENCY else ""
                 row += (
                     f"   {truth:<7.4g}  {error:+.1%}"

@@ -852,8 +852,8 @@ def test_a_friction_below_the_one_that_decides_its_contacts_is_stated_as_one_mod
     judged against a truth as the simulation sees it; a value above it is left alone."""
     from types import SimpleNamespace
 
-    from simreal_ros.sysid.fit import ParameterEstimate, friction_floors
-    from simreal_ros.sysid.output import range_holds
+    from simreal_ros.sysid.fit import LATENCY, ParameterEstimate, friction_floors
+    from simreal_ros.sysid.output import estimate_error, range_holds
 
     physics = ArmPhysics(ROBOT)
     names = ["friction.cube_geom", "gain.*"]
@@ -887,6 +887,11 @@ def test_a_friction_below_the_one_that_decides_its_contacts_is_stated_as_one_mod
                                                    estimate("gain.*", 0.2)])  # fmt: skip
     assert kept[0].value == 1.6 and kept[0].reason == ""
     assert kept[0].decides_above == pytest.approx(floor)
+    # A value below the floor is judged as the contact it makes, above it as itself.
+    low = dataclasses.replace(kept[0], value=0.5)
+    assert estimate_error(low, 0.4) == pytest.approx(0.0)
+    assert estimate_error(kept[0], 1.25) == pytest.approx(0.28)
+    assert estimate_error(estimate(LATENCY, 5), 4) == 1
     # A range wholly above the floor gets none either.
     above = friction_floors(objective, [1.6, 0.2],
                             [estimate("friction.cube_geom", None, [1.2, 2.0]),
