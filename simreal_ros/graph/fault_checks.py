@@ -145,17 +145,19 @@ def _first(
     return min(found, key=lambda t: t.received, default=None)
 
 
-def filter_death_seen(killed_at: float, transitions: Sequence[Transition]) -> bool:
-    """Whether the events ``judge_filter_death`` reads have all arrived: the policy held,
-    then activated again, and the new filter active. Each process's events reach a watcher
-    on their own path: the filter's statuses can say it drives before the policy's
-    activation event is in (seen on a loaded host)."""
+def _filter_death_events(killed_at: float, transitions: Sequence[Transition]):
+    """The events ``judge_filter_death`` reads, each None until seen: the policy held, its
+    activation after that, and the new filter's activation."""
     held = _first(transitions, "policy", _INACTIVE, killed_at)
-    return (
-        held is not None
-        and _first(transitions, "policy", ACTIVATING, held.received) is not None
-        and _first(transitions, "safety", ACTIVE, killed_at) is not None
-    )
+    resumed = None if held is None else _first(transitions, "policy", ACTIVATING, held.received)
+    return held, resumed, _first(transitions, "safety", ACTIVE, killed_at)
+
+
+def filter_death_seen(killed_at: float, transitions: Sequence[Transition]) -> bool:
+    """Whether the events ``judge_filter_death`` reads have all arrived. Each process's
+    events reach a watcher on their own path: the filter's statuses can say it drives
+    before the policy's activation event is in (seen on a loaded host)."""
+    return None not in _filter_death_events(killed_at, transitions)
 
 
 def judge_filter_death(
@@ -179,18 +181,16 @@ def judge_filter_death(
         for t in transitions
         if t.received > killed_at
     ]
-    held = _first(transitions, "policy", _INACTIVE, killed_at)
+    held, resumed, filter_active = _filter_death_events(killed_at, transitions)
     if held is None:
         raise AssertionError(
             "the policy was never deactivated while the safety filter was down; transitions "
             f"after the kill (s, node, from, to, logged): {seen}"
         )
-    resumed = _first(transitions, "policy", ACTIVATING, held.received)
     if resumed is None:
         raise AssertionError(
             f"the policy was never activated again after the filter's death; transitions: {seen}"
         )
-    filter_active = _first(transitions, "safety", ACTIVE, killed_at)
     if filter_active is None:
         raise AssertionError(
             "no activation of the new safety filter was seen, neither its transition event "

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import TransitionEvent
 from rcl_interfaces.msg import Log
 from rclpy.node import Node
@@ -42,15 +42,13 @@ from simreal_ros.graph.fault_checks import measure_policy_kill as judge_policy_k
 from simreal_ros.graph.processes import NodeProcess, graph_environment
 from simreal_ros.msg import PolicyAction, SafetyStatus
 from simreal_ros.nodes import qos
+from simreal_ros.nodes.diagnostics import ERROR
 
 COMMAND_TOPIC = "/forward_position_controller/commands"
 
 
 def _seconds(stamp) -> float:
     return stamp.sec + stamp.nanosec * 1e-9
-
-
-_ERROR = DiagnosticStatus.ERROR[0]  # a level is one byte; the watcher keeps it as an int
 
 
 class FaultWatch(Node):
@@ -173,7 +171,7 @@ class FaultWatch(Node):
         """The first ERROR the lifecycle manager reported after ``since``: (arrival, message)."""
         with self.lock:
             return next(
-                ((m[0], m[2]) for m in self.manager if m[0] > since and m[1] == _ERROR), None
+                ((m[0], m[2]) for m in self.manager if m[0] > since and m[1] == ERROR[0]), None
             )
 
     def driving_since(self, since: float) -> bool:
