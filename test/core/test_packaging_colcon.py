@@ -13,6 +13,9 @@ from simreal_ros.graph import description
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
+# A whole colcon build (cmake and rosidl's C type support): 100 s alone on a 2-core host,
+# and over 300 s on a slow CI host beside the other worker.
+pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")
