@@ -259,8 +259,9 @@ class FaultRig:
         )
         old, killed_at = self.kill("policy")
         self.wait(lambda: self.respawned("policy", old), 10.0, "the policy's respawn")
+        # The respawn is a cold start when the standby has not finished its imports.
         self.wait(
-            lambda: self.watch.driving_after_trip(killed_at), 30.0, "the policy to drive again"
+            lambda: self.watch.driving_after_trip(killed_at), 90.0, "the policy to drive again"
         )
         actions, statuses, commands, _ = self.watch.snapshot()
         return judge_policy_kill(

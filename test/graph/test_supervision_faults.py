@@ -110,6 +110,10 @@ def test_sim_graph_survives_a_sigkill_of_each_node(tmp_path, rclpy_context, rigs
     rigs.append(rig)
     watch, trial = rig.watch, rig.trial
     rig.wait(lambda: len(watch.commands) > 20 and len(watch.actions) > 5, 180.0, "the graph")
+    # The learner's start (torch) and the standbys' imports come after the drive path is up;
+    # a kill during them found a standby still importing: a cold start, over 30 s on one CI
+    # host. Faults are for a graph that is up.
+    rig.wait(lambda: "learner ready" in rig.up.output(), 180.0, "the learner")
     report = {}
 
     # 1. The policy, mid-episode (a fresh episode, so the arm is moving).
