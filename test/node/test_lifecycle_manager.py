@@ -39,6 +39,12 @@ def bridge_safety_and_probe(context):
     return bridge, safety, probe, events
 
 
+def up_events(events: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The events whose goal is inactive or active, in order (each transition also sends
+    one into its transition state)."""
+    return [event for event in events if event[1] in ("inactive", "active")]
+
+
 def test_autostart_brings_the_graph_up_in_order_and_pause_takes_it_down_in_reverse(
     rclpy_context, executor
 ):
@@ -61,12 +67,8 @@ def test_autostart_brings_the_graph_up_in_order_and_pause_takes_it_down_in_rever
     assert manager.last_ok, manager.last_result
     # Each transition sends two events (into its transition state, then to its goal): wait
     # for the four goals, not for any four events (one CI run judged before the last).
-
-    def ups() -> list[tuple[str, str]]:
-        return [event for event in events if event[1] in ("inactive", "active")]
-
-    assert spin_until(executor, lambda: len(ups()) >= 4, 10.0), events
-    assert ups() == [
+    assert spin_until(executor, lambda: len(up_events(events)) >= 4, 10.0), events
+    assert up_events(events) == [
         ("sim_bridge", "inactive"),
         ("sim_bridge", "active"),
         ("safety", "inactive"),
@@ -76,7 +78,7 @@ def test_autostart_brings_the_graph_up_in_order_and_pause_takes_it_down_in_rever
     client = probe.create_client(Trigger, "/lifecycle_manager/pause")
     answer = call(executor, client)
     assert answer.success, answer.message
-    assert spin_until(executor, lambda: len(ups()) >= 2, 10.0), events
+    assert spin_until(executor, lambda: len(up_events(events)) >= 2, 10.0), events
     assert [name for name, label in events if label == "inactive"] == ["safety", "sim_bridge"]
     assert manager.states == {"sim_bridge": "inactive", "safety": "inactive"}
     answer = call(executor, probe.create_client(Trigger, "/lifecycle_manager/resume"))
@@ -158,13 +160,10 @@ def test_a_node_that_dies_holds_what_follows_it_and_comes_back_through_the_manag
             ("safety", "active"),
         ]
 
-        def last_ups() -> list[tuple[str, str]]:
-            return [event for event in events if event[1] in ("inactive", "active")][-4:]
-
         # Wait for the filter's last event, not only the manager's view (one CI run judged
         # before the probe had it); a wrong order never turns into the right one.
-        spin_until(executor, lambda: last_ups() == expected_ups, 10.0)
-        assert last_ups() == expected_ups, events
+        spin_until(executor, lambda: up_events(events)[-4:] == expected_ups, 10.0)
+        assert up_events(events)[-4:] == expected_ups, events
         assert manager.restarts_seen == {"sim_bridge": 1, "safety": 0}
         assert "recovered" in manager.last_result and manager.last_ok
         diagnostics.clear()
