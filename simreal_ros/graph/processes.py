@@ -61,12 +61,40 @@ _PR_SET_PDEATHSIG = 1
 STANDBY_ENV = "SIMREAL_STANDBY"
 HANDOVER = "go"
 
+# Set by the runner in every node's environment: the folder where a node process reports
+# its readiness, one file named by its pid (systemd's sd_notify idea, with files).
+READY_DIR_ENV = "SIMREAL_READY_DIR"
+STANDBY_READY = "standby"  # imports done, waiting for a handover
+NODE_READY = "ready"  # the node is up (a lifecycle manager: every managed node active)
+
+
+def notify_ready(state: str = NODE_READY) -> None:
+    """In a node process: tell the runner that started it (if any) this process's state."""
+    directory = os.environ.get(READY_DIR_ENV)
+    if not directory:
+        return
+    from simreal_ros.atomic_files import write_text_atomic
+
+    # Readiness is for the runner's log and status only: never fail the node for it.
+    with contextlib.suppress(OSError):
+        write_text_atomic(Path(directory) / str(os.getpid()), state)
+
+
+def reported_state(directory: Path, pid: int) -> str:
+    """What process ``pid`` reported with ``notify_ready`` ("" when nothing yet)."""
+    try:
+        return (directory / str(pid)).read_text().strip()
+    except OSError:
+        return ""
+
 
 def wait_for_handover() -> bool:
-    """In a node process: if it was started as a standby, wait until the runner hands the
-    node over to it. False when the runner went away instead (the process should exit)."""
+    """In a node process: if it was started as a standby, report that its imports are
+    done and wait until the runner hands the node over to it. False when the runner went
+    away instead (the process should exit)."""
     if os.environ.pop(STANDBY_ENV, None) != "1":  # not inherited by what the node starts
         return True
+    notify_ready(STANDBY_READY)
     try:
         return sys.stdin.readline().strip() == HANDOVER
     except KeyboardInterrupt:  # the graph is stopping (Ctrl-C reaches every process group)

@@ -25,10 +25,14 @@ from simreal_ros.atomic_files import write_json_atomic
 from simreal_ros.graph.bringup import STARTUP_FAILED_EXIT_CODE
 from simreal_ros.graph.description import NodeSpec, parameter_file_paths
 from simreal_ros.graph.processes import (
+    NODE_READY,
+    READY_DIR_ENV,
     STANDBY_ENV,
+    STANDBY_READY,
     NodeProcess,
     graph_environment,
     python_module_argv,
+    reported_state,
 )
 
 # Exit codes of `simreal up`: 0 after Ctrl-C or a clean stop, NODE_EXIT_BASE + i when the
@@ -41,6 +45,12 @@ STARTUP_FAILED = STARTUP_FAILED_EXIT_CODE
 # A node's new standby process starts this long after the last one took over (or after the
 # graph started), so its imports do not compete with the nodes coming up.
 STANDBY_AFTER_S = 5.0
+
+
+# The line `simreal up` prints each time the whole graph becomes ready: every node reported
+# itself up (a lifecycle manager once its nodes are active) and every standby its imports
+# done. Wait for it, not for a node's own log, before judging the graph.
+GRAPH_READY = "graph ready"
 
 
 def exit_code_for(index: int) -> int:
@@ -98,6 +108,11 @@ class GraphRunner:
         self._standby_due: dict[int, float] = {}
         self._workdir = tempfile.TemporaryDirectory(prefix="simreal-up-")
         self.status_file = Path(self._workdir.name) / "supervision.json"
+        self.ready_dir = Path(self._workdir.name) / "ready"
+        self.ready_dir.mkdir()
+        self.env[READY_DIR_ENV] = str(self.ready_dir)
+        self.ready = False
+        self._reported_pids: set[tuple[int, str]] = set()  # (pid, state) once seen
         self.nodes = [
             dataclasses.replace(
                 node,
@@ -169,6 +184,47 @@ class GraphRunner:
             spare.stop(timeout=1.0)
         return self._spawn(index), ""
 
+    def _reported(self, process: NodeProcess, state: str) -> bool:
+        seen = (process.process.pid, state)
+        if seen in self._reported_pids:
+            return True
+        if process.returncode is None and reported_state(self.ready_dir, seen[0]) == state:
+            self._reported_pids.add(seen)
+            return True
+        return False
+
+    def waiting_for(self) -> list[str]:
+        """What the graph waits for before it is ready: nodes not up, standbys not
+        started or still importing (empty when ready)."""
+        waiting = []
+        for index, node in enumerate(self.nodes):
+            record = self.records[index]
+            down = index >= len(self.processes) or record.respawn_at is not None
+            if down or record.given_up or not self._reported(self.processes[index], NODE_READY):
+                waiting.append(node.name)
+            elif node.supervision.standby and node.supervision.respawn:
+                spare = self.standby.get(index)
+                if spare is None or not self._reported(spare, STANDBY_READY):
+                    waiting.append(f"{node.name} standby")
+        return waiting
+
+    def _check_ready(self) -> bool:
+        """Note a change of readiness (printing GRAPH_READY when it comes); True if it
+        changed."""
+        ready = not self.waiting_for()
+        if ready == self.ready:
+            return False
+        self.ready = ready
+        if ready:
+            restarts = sum(record.restarts for record in self.records)
+            again = f" (after {restarts} restart{'s' * (restarts != 1)})" if restarts else ""
+            standbys = len(self.standby)
+            self._say(
+                f"{GRAPH_READY}: {len(self.nodes)} nodes up, {standbys} "
+                f"standby{'s' * (standbys != 1)} waiting{again}"
+            )
+        return True
+
     def first_exited(self, ignore: int | None = None) -> int | None:
         """Index of a node process that has exited, if any (other than ``ignore``'s)."""
         for index, process in enumerate(self.processes):
@@ -222,7 +278,7 @@ class GraphRunner:
                 self._say(
                     f"respawned {node.name} (pid {record.pid}; restart {record.restarts}{how})"
                 )
-        if changed:
+        if self._check_ready() or changed:
             self._write_status()
         return None
 
@@ -245,7 +301,7 @@ class GraphRunner:
                 "last_exit_code": record.last_exit_code,
                 "last_exit_time": record.last_exit_time,
             }
-        return {"written_at": time.time(), "nodes": nodes}
+        return {"written_at": time.time(), "ready": self.ready, "nodes": nodes}
 
     def _write_status(self) -> None:
         try:

@@ -33,6 +33,7 @@ from rclpy.task import Future
 from std_srvs.srv import Trigger
 
 from simreal_ros.graph import bringup
+from simreal_ros.graph.processes import notify_ready
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.diagnostics import ERROR, OK, WARN, diagnostic_array
 from simreal_ros.nodes.params import declare_config
@@ -93,6 +94,8 @@ class LifecycleManagerNode(Node):
         self.restarts_seen = dict.fromkeys(self.config.node_names, 0)
         self._down_since: dict[str, float] = {}
         self.create_timer(self.config.watch_period_s, self._watch, group)
+        # With autostart the graph is ready once every managed node is active.
+        self.defers_ready = self.config.autostart
         if self.config.autostart:
             self._autostart_timer = self.create_timer(0.01, self._autostart, group)
         self.get_logger().info(
@@ -105,6 +108,8 @@ class LifecycleManagerNode(Node):
         ok, message = await self.run("startup")
         log = self.get_logger().info if ok else self.get_logger().error
         log(f"autostart: {message}")
+        if ok:
+            notify_ready()
         if not ok and self.config.exit_on_failed_autostart:
             # run_node ends the process with it; `simreal up` then stops the graph.
             self.exit_code = bringup.STARTUP_FAILED_EXIT_CODE

@@ -30,6 +30,7 @@ from simreal_ros.episodes.metadata import (
     new_episode_id,
     normalize_failure_mode,
 )
+from simreal_ros.graph.processes import notify_ready
 from simreal_ros.msg import EpisodeEvent
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.diagnostics import ERROR, OK, WARN, diagnostic_array
@@ -386,6 +387,7 @@ def main(args=None) -> None:
     node = None
     try:
         node = RecorderNode()
+        notify_ready()
         rclpy.spin(node)
     except KeyboardInterrupt:
         pass

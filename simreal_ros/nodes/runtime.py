@@ -10,7 +10,7 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.impl.implementation_singleton import rclpy_implementation
 from rclpy.node import Node
 
-from simreal_ros.graph.processes import wait_for_handover
+from simreal_ros.graph.processes import notify_ready, wait_for_handover
 
 
 def raise_priority(niceness: int = -10) -> str:
@@ -31,7 +31,9 @@ def run_node(
     or until the node sets ``exit_code``; returns that code (0 when it set none).
 
     A standby process (``graph.processes.STANDBY_ENV``) has its imports done when it gets
-    here, and waits for the runner's handover before it joins the graph.
+    here, and waits for the runner's handover before it joins the graph. Once the node is
+    built, the process reports itself ready to ``simreal up`` (``notify_ready``), unless
+    the node sets ``defers_ready`` and reports it itself.
 
     One thread on purpose: rclpy's multi-threaded executor costs more per callback than
     these nodes' control-path work; heavy work runs on the nodes' own worker threads.
@@ -45,6 +47,8 @@ def run_node(
         node = make_node()
         if refused:
             node.get_logger().warning(refused)
+        if not getattr(node, "defers_ready", False):
+            notify_ready()
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         while rclpy.ok() and getattr(node, "exit_code", None) is None:

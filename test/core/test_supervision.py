@@ -185,6 +185,61 @@ def test_a_respawn_hands_over_to_the_waiting_standby_and_a_new_one_follows(tmp_p
     assert running() == {first, spare}
 
 
+def test_the_graph_is_ready_once_every_node_and_standby_reported_and_again_after_a_kill(
+    tmp_path, monkeypatch
+):
+    import io
+
+    from simreal_ros.graph import runner as runner_module
+
+    monkeypatch.setattr(runner_module, "STANDBY_AFTER_S", 0.2)
+    with_standby = Supervision(required=False, respawn=True, respawn_delay_s=0.05, standby=True)
+    plain = Supervision(required=False, respawn=True, respawn_delay_s=0.05)
+    nodes = [
+        NodeSpec(
+            name="worker", executable="w", module="core.standby_node", supervision=with_standby
+        ),
+        NodeSpec(name="other", executable="o", module="core.standby_node", supervision=plain),
+    ]
+    log = io.StringIO()
+    runner = GraphRunner(nodes, "sim", log=log)
+    test_dir = str(Path(__file__).resolve().parents[1])
+    runner.env["PYTHONPATH"] = f"{test_dir}:{runner.env['PYTHONPATH']}"
+    runner.env["STANDBY_TEST_DIR"] = str(tmp_path)
+    ready_lines = lambda: log.getvalue().count(runner_module.GRAPH_READY)  # noqa: E731
+    try:
+        runner.start()
+        assert "worker" in runner.waiting_for() and "other" in runner.waiting_for()
+        _supervise_until(runner, lambda: runner.ready)
+        # Ready means the standby has its imports done too, not only the nodes up.
+        spare = runner.standby[0]
+        assert (runner.ready_dir / str(spare.process.pid)).read_text() == "standby"
+        assert ready_lines() == 1 and json.loads(runner.status_file.read_text())["ready"]
+        os.kill(runner.processes[0].process.pid, signal.SIGKILL)
+        _supervise_until(runner, lambda: not runner.ready)
+        assert not json.loads(runner.status_file.read_text())["ready"]
+        _supervise_until(runner, lambda: runner.ready)  # the standby took over; a new one
+        assert runner.processes[0].process.pid == spare.process.pid
+        assert ready_lines() == 2 and "(after 1 restart)" in log.getvalue()
+    finally:
+        runner.stop()
+    # A node that never reports itself up keeps the graph from being ready.
+    monkeypatch.setenv("STANDBY_TEST_NOT_READY", "1")
+    runner = GraphRunner(nodes[1:], "sim", log=None)
+    runner.env["PYTHONPATH"] = f"{test_dir}:{runner.env['PYTHONPATH']}"
+    runner.env["STANDBY_TEST_DIR"] = str(tmp_path / "never")
+    (tmp_path / "never").mkdir()
+    try:
+        runner.start()
+        _supervise_until(runner, lambda: any((tmp_path / "never").iterdir()))
+        for _ in range(10):
+            runner.supervise()
+            time.sleep(0.02)
+        assert not runner.ready and runner.waiting_for() == ["other"]
+    finally:
+        runner.stop()
+
+
 def test_the_lifecycle_manager_is_told_where_the_record_is():
     nodes = description.graph("real")
     runner = GraphRunner(nodes, "real", log=None)

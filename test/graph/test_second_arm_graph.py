@@ -13,6 +13,7 @@ import pytest
 from rostest_helpers import play_episodes, spin_until
 
 from simreal_ros.graph.processes import NodeProcess, graph_environment
+from simreal_ros.graph.runner import GRAPH_READY
 from simreal_ros.policy.checkpoint import shipped_checkpoint
 from simreal_ros.robot.description import load_robot_description
 
@@ -88,7 +89,7 @@ def test_simreal_up_robot_panda_runs_its_shipped_push_policy(panda_graph, rclpy_
     assert reset.wait_for_service(timeout_sec=10.0)
     # Episodes played while the learner imports torch went stale on a loaded CI host (the
     # filter held on stale commands; 1 of 4 pushed): judge the policy on a graph that is up.
-    assert up.wait_for_output("learner ready", 180.0), up.output()[-4000:]
+    assert up.wait_for_output(GRAPH_READY, 180.0), up.output()[-4000:]
 
     outcomes = play_episodes(executor, reset, statuses, SEEDS)
     # Off ROS it solves 189 of 200 nominal train episodes (checkpoints/panda/push).

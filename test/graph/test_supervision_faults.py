@@ -32,6 +32,7 @@ from simreal_ros.graph.fault_checks import (
     judge_filter_death,
 )
 from simreal_ros.graph.processes import NodeProcess, graph_environment, python_module_argv
+from simreal_ros.graph.runner import GRAPH_READY
 
 # Serial: it times a respawn and a watchdog trip, which other tests' load can push past
 # their bounds; `make test` runs it alone after the rest.
@@ -112,8 +113,8 @@ def test_sim_graph_survives_a_sigkill_of_each_node(tmp_path, rclpy_context, rigs
     rig.wait(lambda: len(watch.commands) > 20 and len(watch.actions) > 5, 180.0, "the graph")
     # The learner's start (torch) and the standbys' imports come after the drive path is up;
     # a kill during them found a standby still importing: a cold start, over 30 s on one CI
-    # host. Faults are for a graph that is up.
-    rig.wait(lambda: "learner ready" in rig.up.output(), 180.0, "the learner")
+    # host. Faults are for a graph that is up, as `simreal up` reports it.
+    rig.wait(lambda: GRAPH_READY in rig.up.output(), 180.0, "the graph to be ready")
     report = {}
 
     # 1. The policy, mid-episode (a fresh episode, so the arm is moving).
