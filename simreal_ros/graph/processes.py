@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 from simreal_ros import resources
+from simreal_ros.atomic_files import write_text_atomic
 
 FASTDDS_PROFILE = Path(__file__).with_name("fastdds_profile.xml")
 # The source checkout these modules run from; None when they run from an install.
@@ -73,8 +74,6 @@ def notify_ready(state: str = NODE_READY) -> None:
     directory = os.environ.get(READY_DIR_ENV)
     if not directory:
         return
-    from simreal_ros.atomic_files import write_text_atomic
-
     # Readiness is for the runner's log and status only: never fail the node for it.
     with contextlib.suppress(OSError):
         write_text_atomic(Path(directory) / str(os.getpid()), state)
