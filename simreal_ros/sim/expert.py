@@ -5,9 +5,9 @@ label any state (demonstrations, DAgger). It plans a tool-centre-point waypoint,
 the tool's speed, and solves damped-least-squares IK (tool pointing down) on a private
 MjData from the measured joints. Output: absolute joint position targets, controller order.
 
-Push strategy: go to a pre-push point behind the cube on the cube→goal line (above the
-table, then down), then push along the line, re-aiming every step; if the cube slips off
-the line, lift and re-approach.
+Push strategy: go to a pre-push point behind the cube on the cube→goal line, straight and
+descending where that path clears the cube, over the cube where it does not; then push
+along the line, re-aiming every step; if the cube slips off the line, re-approach.
 
 Measure success: ``PYTHONPATH=. python -m simreal_ros.sim.expert --episodes 100``.
 """
@@ -240,18 +240,23 @@ class PushExpert(_IKExpert):
             return self._command(q, waypoint, self.push_speed)
 
         pre_push = cube[:2] - direction * self.approach_offset
-        near_pre_push = float(np.linalg.norm(tool[:2] - pre_push)) < 0.015
-        if near_pre_push:
+        # Go straight (descending) wherever the straight path clears the cube; lift only
+        # when a low tool's path would sweep through it. Deciding by proximity to the cube
+        # instead made a lagging arm lift and descend again and again near the pre-push
+        # point (docs/results.md, "The teacher's path").
+        if _segment_distance(tool[:2], pre_push, cube[:2]) > self.contact_offset:
             return self._command(q, np.array([*pre_push, PUSH_HEIGHT]), self.max_speed)
-        # Travel to the pre-push point over the cube's height; lift first if the tool is
-        # low and the straight path would sweep through the cube.
-        near_cube = float(np.linalg.norm(relative)) < self.approach_offset + 0.03
-        if low and near_cube:
+        if low:
             return self._command(q, np.array([*tool[:2], SAFE_HEIGHT]), self.max_speed)
-        # Descend while closing in on the pre-push point, once clear of the cube.
-        close = float(np.linalg.norm(tool[:2] - pre_push)) < 0.05 and not near_cube
-        height = PUSH_HEIGHT if close else SAFE_HEIGHT
-        return self._command(q, np.array([*pre_push, height]), self.max_speed)
+        return self._command(q, np.array([*pre_push, SAFE_HEIGHT]), self.max_speed)
+
+
+def _segment_distance(start: np.ndarray, end: np.ndarray, point: np.ndarray) -> float:
+    """The distance from ``point`` to the segment ``start``-``end``."""
+    span = end - start
+    length2 = float(span @ span)
+    t = 0.0 if length2 < 1e-12 else float(np.clip((point - start) @ span / length2, 0.0, 1.0))
+    return float(np.linalg.norm(start + t * span - point))
 
 
 def make_expert(
