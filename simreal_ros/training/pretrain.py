@@ -192,8 +192,6 @@ class Pretrainer:
         self.target_entropy = -float(self.spec.act_dim)
         self.replay = Replay(config.capacity, self.spec.obs_dim, self.spec.act_dim)
         self.progress = Progress(next_seed=config.seed * 1_000_000)
-        self.mean = torch.zeros(self.spec.obs_dim)
-        self.inv_std = torch.ones(self.spec.obs_dim)
         self._started = time.perf_counter()
         self._wall_before = 0.0
         self.recent: list[tuple[float, bool]] = []
@@ -204,11 +202,10 @@ class Pretrainer:
         data = self.replay.obs[: self.replay.size].astype(np.float64)
         self.spec = self.spec.with_statistics(data.mean(0), data.std(0))
         self.converter = SpecConverter(self.spec, self.converter.forward_kinematics)
-        self.mean = torch.as_tensor(self.spec.obs_mean, dtype=torch.float32)
-        self.inv_std = 1.0 / torch.as_tensor(self.spec.obs_std, dtype=torch.float32)
 
     def _normalize(self, raw: np.ndarray) -> torch.Tensor:
-        return (torch.as_tensor(raw) - self.mean) * self.inv_std
+        """The spec's normalisation (``SpecConverter.normalize``), as a float32 tensor."""
+        return torch.as_tensor(self.converter.normalize(raw), dtype=torch.float32)
 
     def rollout(self, mode: str, expert_probability: float = 0.0) -> tuple[float, bool]:
         """One episode; every visited state is stored with the expert's label.
@@ -229,7 +226,7 @@ class Pretrainer:
                 action = label
             else:
                 with torch.no_grad():
-                    obs_t = self._normalize(vector.astype(np.float32))
+                    obs_t = self._normalize(vector)
                     if mode == "explore" and self.config.actor_rl_weight > 0:
                         action = self.model.actor.sample(obs_t)[0].numpy().astype(np.float64)
                     elif mode == "explore":
@@ -257,8 +254,8 @@ class Pretrainer:
     def _batch(self) -> dict[str, torch.Tensor]:
         raw = self.replay.sample(self.rng, self.config.batch_size)
         batch = {k: torch.as_tensor(v) for k, v in raw.items()}
-        batch["obs"] = (batch["obs"] - self.mean) * self.inv_std
-        batch["next_obs"] = (batch["next_obs"] - self.mean) * self.inv_std
+        batch["obs"] = self._normalize(raw["obs"])
+        batch["next_obs"] = self._normalize(raw["next_obs"])
         return batch
 
     def bc_step(self) -> float:
@@ -517,8 +514,6 @@ class Pretrainer:
             )
         self.spec = PolicySpec.from_dict(progress.pop("spec"))
         self.converter = SpecConverter(self.spec, self.converter.forward_kinematics)
-        self.mean = torch.as_tensor(self.spec.obs_mean, dtype=torch.float32)
-        self.inv_std = 1.0 / torch.as_tensor(self.spec.obs_std, dtype=torch.float32)
         self.rng.bit_generator.state = progress.pop("numpy_rng")
         self._wall_before = float(progress.pop("wall_time_s"))
         self.progress = Progress(**progress)
