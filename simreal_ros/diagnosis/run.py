@@ -125,9 +125,12 @@ def _replay(
         origin = f"bags in {bags}"
     if not episodes:
         # Nothing usable given (e.g. a round without a success): scripted demonstrations.
+        from simreal_ros.diagnosis.scenarios import version_demonstrator
+
         episodes = record_demonstrations(
-            task, profile, "train", seeds, spec.control_rate_hz, robot=robot
-        )
+            task, profile, "train", seeds, spec.control_rate_hz,
+            expert=version_demonstrator(policy, task, robot=robot), robot=robot,
+        )  # fmt: skip
         note = f" (no successful episode in {origin})" if origin else ""
         origin = f"{len(seeds)} scripted demonstrations{note}"
     if not episodes:

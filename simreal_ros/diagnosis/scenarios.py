@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import math
 import tempfile
 from pathlib import Path
 
@@ -191,10 +192,12 @@ class ReachAroundExpert:
 class _CoreExpert:
     """The sim core's scripted experts behind the same ``reset(env)``/``act`` interface."""
 
-    def __init__(self, task: str, control_rate_hz: float, robot: RobotDescription) -> None:
+    def __init__(
+        self, task: str, control_rate_hz: float, robot: RobotDescription, tuning=None
+    ) -> None:
         from simreal_ros.sim.expert import make_expert
 
-        self.expert = make_expert(task, robot, control_rate_hz)
+        self.expert = make_expert(task, robot, control_rate_hz, tuning)
 
     def reset(self, env: TaskEnvironment | None = None) -> None:
         self.expert.reset()
@@ -204,18 +207,66 @@ class _CoreExpert:
 
 
 def make_demonstrator(
-    task: str, control_rate_hz: float = 20.0, *, robot: RobotDescription, **options
-):
+    task: str, control_rate_hz: float = 20.0, *, robot: RobotDescription, tuning=None,
+    **options,
+):  # fmt: skip
     """A scripted demonstrator of ``robot`` with ``reset(env)`` (after each env reset) and
     ``act(obs)``.
 
-    ``options`` go to the scenario's expert (``side=`` for reach_around)."""
+    ``tuning``: the core experts' ``sim.expert.ExpertTuning`` (None: nominal); ``options``
+    go to the scenario's expert (``side=`` for reach_around)."""
     check_task(task)
     if task == "reach_around":
+        if tuning is not None:
+            raise ValueError("the reach_around expert takes no tuning.")
         return ReachAroundExpert(pillar_robot(robot), control_rate_hz=control_rate_hz, **options)
     if options:
         raise ValueError(f"the {task} expert takes no options ({', '.join(options)}).")
-    return _CoreExpert(task, control_rate_hz, robot)
+    return _CoreExpert(task, control_rate_hz, robot, tuning)
+
+
+def adapted_teacher(adapter_dir: str | Path, robot: RobotDescription):
+    """The teacher a stored version learned from, as ``sim.expert.ExpertTuning`` at the
+    per-tick step it ran with: the nearest version on its lineage (itself, then its
+    parents in the same store) whose adaptation imitated a retuned teacher (``adapt``'s
+    metrics). None when no version on it did: the base's nominal teacher. A version's
+    actions are judged against its own teacher's (the replay check), not the nominal
+    one's: a student of a teacher at lead 2 commands about twice the nominal step."""
+    from simreal_ros.policy.checkpoint import read_adapter_metadata
+    from simreal_ros.sim.expert import ExpertTuning, arm_joint_step
+
+    directory = Path(adapter_dir)
+    for _ in range(10_000):  # a lineage is finite; a cycle in the metadata is not
+        metadata = read_adapter_metadata(directory)
+        metrics = metadata.get("metrics") or {}
+        if float(metrics.get("adapt_imitated", 0.0)) == 1.0:
+            lead = float(metrics["adapt_teacher_lead"])
+            speed = float(metrics["adapt_teacher_speed"])
+            scale = [float(v) for v in metadata["action_scale"]]
+            if not all(math.isfinite(v) and v > 0 for v in (lead, speed, *scale)):
+                raise ValueError(
+                    f"{directory}: the adaptation's teacher (lead {lead}, speed {speed}, "
+                    f"step {scale}) is not finite and positive; the metadata is damaged, "
+                    "re-run the adaptation or diagnose without this version."
+                )
+            return ExpertTuning(lead, speed, arm_joint_step(robot, scale))
+        parent = str(metadata.get("parent_version") or "")
+        # A sibling in the same store only: a name, never a path read from the metadata.
+        if not parent or Path(parent).name != parent or not (directory.parent / parent).is_dir():
+            return None
+        directory = directory.parent / parent
+    raise ValueError(f"{adapter_dir}: its parent versions form a cycle; the store is damaged.")
+
+
+def version_demonstrator(policy, task: str, *, robot: RobotDescription):
+    """The demonstrator a replay check compares ``policy`` (a ``DeployedPolicy``) with:
+    the teacher its version learned from (``adapted_teacher``), or None (the nominal)."""
+    adapter_dir = getattr(policy, "adapter_dir", None)
+    tuning = adapted_teacher(adapter_dir, robot) if adapter_dir else None
+    if tuning is None:
+        return None
+    rate = policy.converter.spec.control_rate_hz
+    return make_demonstrator(task, rate, robot=robot, tuning=tuning)
 
 
 def make_environment(

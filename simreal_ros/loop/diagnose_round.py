@@ -5,7 +5,8 @@ training and shifted conditions are the round's evaluation episodes (recorded th
 the graph); the open-loop replay check teacher-forces the running policy on scripted
 demonstrations in the stand-in's dynamics and replays its commands in sim (not on the
 round's own bags: teacher-forcing a policy on what it recorded itself reproduces its
-commands and proves nothing); the motion statistics come from the failing training
+commands and proves nothing); the demonstrator is the teacher the running version learned
+from (``version_demonstrator``); the motion statistics come from the failing training
 episodes' bags. The dynamics-gap evidence is the same policy's training-condition
 success in its own sim (``sim_profile``, never the stand-in), on seeds that follow the
 replay seeds.
@@ -21,6 +22,7 @@ from simreal_ros.diagnosis.action_stats import action_statistics
 from simreal_ros.diagnosis.classify import ConditionOutcome, classify
 from simreal_ros.diagnosis.episodes import episodes_from_bags, record_demonstrations
 from simreal_ros.diagnosis.replay_check import replay_check
+from simreal_ros.diagnosis.scenarios import version_demonstrator
 from simreal_ros.episodes.metadata import CONDITIONS
 from simreal_ros.loop.state import ConditionScore
 from simreal_ros.robot.description_record import RobotDescription
@@ -51,8 +53,9 @@ def diagnose_round(
     )
     rate = policy.converter.spec.control_rate_hz
     demonstrations = record_demonstrations(
-        task, profile, "train", list(replay_seeds), rate, robot=robot
-    )
+        task, profile, "train", list(replay_seeds), rate,
+        expert=version_demonstrator(policy, task, robot=robot), robot=robot,
+    )  # fmt: skip
     replay = (
         replay_check(policy, demonstrations, profile, task=task, robot=robot)
         if demonstrations
