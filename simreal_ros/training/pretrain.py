@@ -253,7 +253,7 @@ class Pretrainer:
 
     def _batch(self) -> dict[str, torch.Tensor]:
         raw = self.replay.sample(self.rng, self.config.batch_size)
-        batch = {k: torch.as_tensor(v) for k, v in raw.items()}
+        batch = {k: torch.as_tensor(v) for k, v in raw.items() if k not in ("obs", "next_obs")}
         batch["obs"] = self._normalize(raw["obs"])
         batch["next_obs"] = self._normalize(raw["next_obs"])
         return batch
