@@ -2,9 +2,10 @@
 
 sim_bridge (on a profile given by path), safety, the shipped policy and the recorder run
 as separate processes over DDS; `simreal trials` records short episodes once per session.
-The arm's gain and latency are recovered from them; the episodes are too short for the
-slowed arm to reach the cube, so the cube's mass and friction are reported unidentifiable,
-never given a value. The full recovery matrix is bench/sysid.py.
+The arm's gain and latency are recovered from them (the latency may come out bounded
+around its value instead, when a starved host blurs the commands' timing); the episodes
+are too short for the slowed arm to reach the cube, so the cube's mass and friction are
+reported unidentifiable, never given a value. The full recovery matrix is bench/sysid.py.
 """
 
 from __future__ import annotations
@@ -57,7 +58,18 @@ def test_gain_and_latency_recovered_from_graph_bags_and_the_cube_is_not(graph_ba
     by_name = {p.pattern: p for p in result.parameters}
     gain, latency = by_name["gain.*"], by_name["latency_steps"]
     assert gain.identifiable and abs(gain.value / KNOWN["scale"]["gain.*"] - 1) < 0.25, gain
-    assert latency.identifiable and abs(latency.value - KNOWN["set"]["latency_steps"]) <= 2
+    truth = KNOWN["set"]["latency_steps"]
+    if latency.identifiable:
+        assert abs(latency.value - truth) <= 2, latency
+    else:
+        # A starved host delays some commands by steps that their receive times do not
+        # show, and the fit then says what it honestly can: a bound, which adaptation
+        # draws from.
+        # Seen in CI (9 ± 2.15) and with the test pinned to one busy core (11 ± 1.36, 1 of
+        # 3 runs); 0.26-0.78 steps otherwise. The bound must still hold the truth, tightly.
+        assert "posterior spread" in latency.reason and latency.bounded is not None, latency
+        low, high = latency.bounded
+        assert low <= truth <= high and high - low <= 6, latency
     assert result.after["holdout"].loss < result.before["holdout"].loss
     assert object_travel(episodes) < 0.002  # the premise: the cube was never touched
     for name in ("mass.cube", "friction.cube_geom"):
