@@ -38,9 +38,13 @@ Rules, in order (the first that applies wins):
    within ``replay_tool_error`` of the recording (else this profile cannot replay them).
    The fit never vetoes a failed replay: it names the joints at fault and how, or the
    evidence says no simple per-joint map explains it (normalisation statistics,
-   nonlinear or state-dependent conventions). One exception: a failure that no map
-   explains, from a policy that shows another mode's signature (rule 3 or 4), is that
-   mode; its behaviour differs from the recorded episodes' (another detour, a blend).
+   nonlinear or state-dependent conventions). Two exceptions, both for a failure that no
+   map explains: from a policy that shows another mode's signature (rule 3 or 4), it is
+   that mode (its behaviour differs from the recorded episodes': another detour, a
+   blend); from a policy that passes both conditions and, closed loop from the replayed
+   starts, reaches the goal wherever the recorded commands did, it is the drift of open
+   loop on an arm that integrates a healthy student's small differences from its teacher
+   (measured on a 5x slower arm), and the label follows the other rules.
 2. ``dynamics_gap``: training conditions fail on the arm while the same policy passes them
    in its own sim (its sim interval entirely above the arm's), and the replay check does
    not fail: the policy's actions are right for the sim, the arm moves differently. The
@@ -236,7 +240,7 @@ def replay_verdict(replay: ReplayResult | None, thresholds: Thresholds) -> dict[
     """Whether the replay failed, which joints a per-joint map blames, and the numbers."""
     if replay is None or not replay.episodes:
         return {"checked": False, "failed": False, "systematic": False, "joints_at_fault": [],
-            "episodes": 0}  # fmt: skip
+            "episodes": 0, "closed_loop_matches": False}  # fmt: skip
     episodes = len(replay.episodes)
     goal_drop = (replay.baseline_reached - replay.reached) / episodes
     own = replay.closed_loop_reached
@@ -305,6 +309,10 @@ def replay_verdict(replay: ReplayResult | None, thresholds: Thresholds) -> dict[
         for e in replay.episodes
     ]
     count = sum(failing)
+    # Closed loop from each replayed start, the goal wherever the recorded commands got it.
+    closed_loop_matches = own is not None and all(
+        e.closed_loop_reached_goal for e in replay.episodes if e.baseline_reached_goal
+    )
     p_value = binomial_tail(count, episodes, thresholds.replay_episode_null)
     significant = count >= 2 and p_value <= thresholds.convention_significance
     if informative and failed_reasons and not significant:
@@ -326,6 +334,7 @@ def replay_verdict(replay: ReplayResult | None, thresholds: Thresholds) -> dict[
         "failing_episodes": count,
         "p_value": p_value,
         "systematic": bool(at_fault),  # a per-joint map blames some joints
+        "closed_loop_matches": closed_loop_matches,
         "joints_at_fault": at_fault,
         "at_fault": _at_fault_text(fit, at_fault),
         "fit": fit.describe(
@@ -433,7 +442,19 @@ def classify(
     # error or behaviour unlike the recorded episodes'; the other modes' signatures say which.
     other_mode = (train_pass and not shifted_pass) or collapsed
     unexplained = verdict["failed"] and not verdict["joints_at_fault"]
-    if (verdict["failed"] and not (unexplained and other_mode)) or (mapped and not train_pass):
+    # Closed loop it does what the recorded commands did, on the arm and from their starts.
+    open_loop_drift = (
+        unexplained and train_pass and shifted_pass and verdict["closed_loop_matches"]
+    )
+    evidence["open_loop_drift"] = bool(open_loop_drift)
+    if open_loop_drift:
+        lines.append(
+            "replay not read as a convention error: no per-joint map explains it, both "
+            "conditions pass, and closed loop the policy reaches the goal from every "
+            "replayed start the recorded commands did (open-loop drift)"
+        )
+    excused = other_mode or open_loop_drift
+    if (verdict["failed"] and not (unexplained and excused)) or (mapped and not train_pass):
         # The seed's rule: a failed replay is a convention/normalisation mismatch; the fit
         # only says which joints and how, it never overrides the replay.
         label = "action_convention_mismatch"

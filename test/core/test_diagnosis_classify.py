@@ -274,3 +274,21 @@ def test_unexplained_replay_failure_defers_to_another_modes_signature():
     # A per-joint map on the same failure is a convention error, whatever the conditions.
     mapped = _replay(0.03, _fit(scale=-1.0, identity=-3.0), reached=0, closed_loop=0)
     assert classify((10, 10), (1, 10), mapped, []).label == "action_convention_mismatch"
+
+
+def test_open_loop_drift_of_a_policy_that_passes_everything_is_not_a_mismatch():
+    """The demo's adapted version on a 5x slower arm: its replay drifts 2.5 cm with no
+    per-joint map to blame, while it passes both conditions and reaches the goal closed
+    loop from every replayed start. Take away any one of those and it is a mismatch."""
+    unexplained = _fit(scale=0.77, fitted=0.72, identity=0.65)
+    drift = _replay(0.025, unexplained, reached=4, closed_loop=4)
+    d = classify((8, 8), (8, 8), drift, [])
+    assert d.evidence["replay"]["failed"] and d.evidence["open_loop_drift"], d.summary
+    assert d.label == "healthy" and "open-loop drift" in d.summary
+    assert classify((3, 8), (8, 8), drift, []).label == "action_convention_mismatch"
+    missed = _replay(0.025, unexplained, reached=4, closed_loop=3)
+    d = classify((8, 8), (8, 8), missed, [])
+    assert d.label == "action_convention_mismatch" and not d.evidence["open_loop_drift"]
+    # A per-joint map on the same drift is a convention error, whatever the conditions.
+    mapped = _replay(0.025, _fit(scale=-1.0, identity=-3.0), reached=4, closed_loop=4)
+    assert classify((8, 8), (8, 8), mapped, []).label == "action_convention_mismatch"
