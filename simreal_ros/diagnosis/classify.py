@@ -43,8 +43,8 @@ Rules, in order (the first that applies wins):
    that mode (its behaviour differs from the recorded episodes': another detour, a
    blend); from a policy that passes both conditions and, closed loop from the replayed
    starts, reaches the goal wherever the recorded commands did, it is the drift of open
-   loop on an arm that integrates a healthy student's small differences from its teacher
-   (measured on a 5x slower arm), and the label follows the other rules.
+   loop on a slow arm that integrates a healthy student's small differences from its
+   teacher, and the label follows the other rules.
 2. ``dynamics_gap``: training conditions fail on the arm while the same policy passes them
    in its own sim (its sim interval entirely above the arm's), and the replay check does
    not fail: the policy's actions are right for the sim, the arm moves differently. The
