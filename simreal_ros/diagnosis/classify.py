@@ -508,7 +508,9 @@ def classify(
     elif train_pass and shifted_pass:
         label = "healthy"
         reason = "passes training and shifted conditions"
-        if verdict["checked"] and verdict["informative"]:
+        if open_loop_drift:
+            reason += "; its open-loop replay drifts, and closed loop it reaches every goal"
+        elif verdict["checked"] and verdict["informative"]:
             reason += " and the open-loop replay"
         elif verdict["checked"]:
             reason += " (the open-loop replay was not informative in this profile)"

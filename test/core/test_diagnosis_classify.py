@@ -285,6 +285,7 @@ def test_open_loop_drift_of_a_policy_that_passes_everything_is_not_a_mismatch():
     d = classify((8, 8), (8, 8), drift, [])
     assert d.evidence["replay"]["failed"] and d.evidence["open_loop_drift"], d.summary
     assert d.label == "healthy" and "open-loop drift" in d.summary
+    assert "replay drifts" in d.evidence["reason"], d.evidence["reason"]
     assert classify((3, 8), (8, 8), drift, []).label == "action_convention_mismatch"
     missed = _replay(0.025, unexplained, reached=4, closed_loop=3)
     d = classify((8, 8), (8, 8), missed, [])
