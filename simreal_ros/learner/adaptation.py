@@ -22,11 +22,12 @@ the identified simulator before the arm spends any more time on it.
    visited state with the teacher's action, behaviour-clone on everything) on the
    running policy's LoRA adapter, starting from it. Episodes mix the training and the
    shifted start conditions, so shifted starts are covered at no arm cost.
+4. optionally (the learner's ``adapt.polish_rounds``), ``sim_polish.polish``: an RL step
+   on the task's reward from the DAgger student in the same profile, kept only where it
+   beats that student there.
 
-No RL polish runs here yet: the student imitates its teacher, so the teacher's level in
-the identified sim caps this stage (docs/results.md). ``sac_finetune`` does the arm-data
-step (method rl/sgft on the arm's own episodes, anchored to the adapted policy, in its
-units).
+``sac_finetune`` does the arm-data step (method rl/sgft on the arm's own episodes, anchored
+to the adapted policy, in its units).
 
 Every profile read here is refused if it is a stand-in (``stand_in: true``): adaptation
 never sees the stand-in's dynamics, only what identification made of its bags.
@@ -186,6 +187,7 @@ class EpisodeJob:
     robot: str = ""  # the arm, as ``robot_reference`` names it (required; a worker loads it)
     safety_filter: bool = False  # behind the safety filter, as the graph runs the policy
     action_scale: tuple[float, ...] | None = None  # the student's per-tick step (None: spec's)
+    exploration: float = 0.0  # std of Gaussian noise on the student's normalised action
 
 
 @dataclasses.dataclass
@@ -196,6 +198,13 @@ class EpisodeData:
     steps: int
     obs: np.ndarray  # normalised observations
     labels: np.ndarray  # the teacher's normalised actions
+    # The transitions as run (the RL polish's data): the normalised action sent, the
+    # task's reward after it, the next normalised observation, and how the step ended.
+    actions: np.ndarray | None = None
+    rewards: np.ndarray | None = None
+    next_obs: np.ndarray | None = None
+    terminals: np.ndarray | None = None
+    truncateds: np.ndarray | None = None
 
 
 _WORKER_CACHE: dict[str, Any] = {}
@@ -243,27 +252,48 @@ def run_episode(job: EpisodeJob) -> EpisodeData:
     rng = np.random.default_rng(job.seed)
     obs_rows: list[np.ndarray] = []
     label_rows: list[np.ndarray] = []
+    action_rows: list[np.ndarray] = []
+    ends: list[tuple[float, bool, bool]] = []
+    last_next: list[np.ndarray] = []
 
     class Mixed:
         def act(self, observation):
             q = np.asarray(observation["joint_position"], dtype=np.float64)
             command = teacher.act(observation)
             normalized = converter.normalized_observation(observation)
+            label = converter.action_from_command(command, q)
             obs_rows.append(np.asarray(normalized, np.float32))
-            label_rows.append(np.asarray(converter.action_from_command(command, q), np.float32))
+            label_rows.append(np.asarray(label, np.float32))
             if job.actor_state is None or rng.random() < job.teacher_probability:
+                action_rows.append(label_rows[-1])
                 return command
             action = np.asarray(policy.actor(normalized), dtype=np.float64)
+            if job.exploration > 0:
+                noise = rng.normal(0.0, job.exploration, action.shape)
+                action = np.clip(action + noise, -1.0, 1.0)
+            action_rows.append(np.asarray(action, np.float32))
             return converter.command_from_action(action, q)
 
-    outcome = rollout(env, Mixed(), job.seed, job.condition)
+    def on_step(step) -> None:
+        ends.append((step.reward, step.terminated, step.truncated))
+        if step.terminated or step.truncated:
+            last_next.append(converter.normalized_observation(step.next_observation))
+
+    outcome = rollout(env, Mixed(), job.seed, job.condition, on_step)
+    obs = np.asarray(obs_rows, np.float32)
+    next_obs = np.concatenate([obs[1:], np.asarray(last_next, np.float32)[:1]])
     return EpisodeData(
         seed=job.seed,
         condition=job.condition,
         success=outcome.success,
         steps=outcome.steps,
-        obs=np.asarray(obs_rows, np.float32),
+        obs=obs,
         labels=np.asarray(label_rows, np.float32),
+        actions=np.asarray(action_rows, np.float32),
+        rewards=np.asarray([e[0] for e in ends], np.float32),
+        next_obs=next_obs.reshape(obs.shape),
+        terminals=np.asarray([e[1] for e in ends], bool),
+        truncateds=np.asarray([e[2] for e in ends], bool),
     )
 
 

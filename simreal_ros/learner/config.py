@@ -224,6 +224,16 @@ class AdaptSettings:
         "(log units; wider where identification's restarts spread more)",
         low=0.0, high=3.0, formerly="adapt_log_spread",
     )  # fmt: skip
+    polish_rounds: int = setting(
+        0,
+        "method adapt: rounds of RL polish after DAgger in the identified sim (TD3 with a "
+        "Q-filtered behaviour term, learner/sim_polish.py), kept only where it beats the "
+        "DAgger student there; 0: none",
+        low=0, high=100,
+    )  # fmt: skip
+    polish_episodes: int = setting(
+        64, "method adapt: exploring sim episodes per RL polish round", low=1, high=100000
+    )
 
 
 @dataclass

@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from simreal_ros.learner import lora
@@ -283,6 +284,7 @@ class RoundTrainer:
         result: the round's metrics (``distance_from_parent`` among them) and the
         candidate's step (``action_scale``)."""
         from simreal_ros.learner.adaptation import AdaptationSettings, adapt
+        from simreal_ros.learner.sim_polish import PolishSettings, polish
 
         if not profile:
             raise ValueError(
@@ -302,7 +304,23 @@ class RoundTrainer:
             seed=cfg.seed * 101 + round_,
             workers=cfg.screen.workers,
         )
-        return adapt(
+        parent = lora.merged(self.actor_peft)
+        result = adapt(
             self.actor_peft, checkpoint_dir, self.checkpoint, profile, out_dir, settings,
             self.robot, executor, progress, parent_scale,
         )  # fmt: skip
+        if cfg.adapt.polish_rounds:
+            polished = polish(
+                self.actor_peft, checkpoint_dir, self.checkpoint, result["profile"],
+                tuple(result["teacher"]["tuning"]), settings,
+                PolishSettings(rounds=cfg.adapt.polish_rounds, episodes=cfg.adapt.polish_episodes),
+                self.robot, executor, progress, result["action_scale"],
+            )  # fmt: skip
+            result["metrics"].update(polished["metrics"])
+            if polished["kept"]:
+                scale = self.checkpoint.spec.action_scale if parent_scale is None else parent_scale
+                ratio = np.asarray(result["action_scale"]) / np.asarray(scale)
+                result["metrics"]["distance_from_parent"] = distance_from_parent(
+                    self.actor_peft, parent, polished["obs"], ratio
+                )
+        return result

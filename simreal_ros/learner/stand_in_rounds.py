@@ -45,7 +45,8 @@ ROUND_METRICS = ("loss", "critic_loss", "actor_loss", "bc_loss", "q_mean", "rewa
                  "entropy", "updates", "new_real_transitions", "distance_from_parent",
                  "adapt_teacher_lead", "adapt_teacher_speed", "adapt_step_factor",
                  "adapt_teacher_success", "adapt_parent_success", "adapt_imitated",
-                 "adapt_dagger_success")  # fmt: skip
+                 "adapt_dagger_success", "adapt_polish_before", "adapt_polish_after",
+                 "adapt_polish_kept")  # fmt: skip
 
 
 def evaluate(cfg: RoundsConfig, adapter_dir: str | None, workers: int = 1) -> dict[str, Any]:

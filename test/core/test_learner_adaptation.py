@@ -296,8 +296,9 @@ def test_the_trust_region_anchors_to_the_parent_not_the_base(tmp_path, small_bas
     assert second.metrics["distance_from_parent"] == pytest.approx(moved, rel=0.05, abs=1e-6)
 
 
+@pytest.mark.parametrize("polish_rounds", [0, 1])
 def test_method_adapt_stages_a_candidate_trained_in_the_identified_sim(
-    tmp_path, small_base, identified, no_stand_in_reads
+    tmp_path, small_base, identified, no_stand_in_reads, polish_rounds
 ):
     from simreal_ros.learner.gate import EvaluationSummary
 
@@ -307,7 +308,7 @@ def test_method_adapt_stages_a_candidate_trained_in_the_identified_sim(
         "store_root": str(tmp_path / "models"), "sysid.profile": str(identified),
         "screen.seeds": 1, "screen.conditions": ["train"], "screen.workers": 1,
         "adapt.teacher_episodes": 1, "adapt.iterations": 1, "adapt.episodes": 2,
-        "adapt.bc_steps": 5,
+        "adapt.bc_steps": 5, "adapt.polish_rounds": polish_rounds, "adapt.polish_episodes": 2,
     })  # fmt: skip
     assert cfg.identifies_from_bags is False  # given a profile, it does not identify
 
@@ -324,6 +325,11 @@ def test_method_adapt_stages_a_candidate_trained_in_the_identified_sim(
     metrics = result.stored.metadata["metrics"]
     assert result.decision.promoted and metrics["distance_from_parent"] > 0
     assert metrics["adapt_rows"] > 0 and "adapt_teacher_lead" in metrics
+    # The RL polish ran in the identified sim (the stand-in guard is on) and its gate's
+    # evidence is in the candidate's metrics; without it, none is.
+    assert ("adapt_polish_kept" in metrics) == bool(polish_rounds)
+    if polish_rounds:
+        assert 0.0 <= metrics["adapt_polish_before"] <= 1.0
     assert seen and all(profile == str(identified) for profile in seen)
     unidentified = updated(cfg, {"sysid.profile": "", "store_root": str(tmp_path / "m2")})
     lost = LearnerSession(
