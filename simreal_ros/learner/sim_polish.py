@@ -58,7 +58,7 @@ class PolishSettings:
     rounds: int = 0  # 0: no polish
     episodes: int = 64  # exploring sim episodes per round
     updates_per_transition: float = 1.0  # the update-to-data ratio
-    gate_episodes: int = 48  # per policy, the same seeds for both
+    gate_episodes: int = 48  # per policy, the same seeds for both (0: no gate)
     exploration: float = 0.1
     teacher_share: float = 0.2  # steps the teacher takes, so the critic sees its actions
     batch_size: int = 256
@@ -188,49 +188,6 @@ def episode_jobs(checkpoint_dir: str, checkpoint, profile: str, tuning, robot, s
     ]  # fmt: skip
 
 
-def train_polish(
-    actor_peft,
-    checkpoint_dir: str,
-    checkpoint,
-    profile: str,
-    tuning: tuple[float, float, tuple[float, ...]],
-    adaptation: AdaptationSettings,
-    settings: PolishSettings,
-    robot: RobotDescription,
-    executor: Any = None,
-    say: Callable[[str], None] = lambda text: None,
-    action_scale: Sequence[float] | None = None,
-) -> tuple[list[dict[str, float]], np.ndarray]:
-    """The polish's rounds on ``actor_peft`` (in place), anchored to its weights at the
-    start; the per-round history and every state visited."""
-    model_profile(profile)
-    learner = PolishLearner(actor_peft, lora.merged(actor_peft), checkpoint.arch.obs_dim,
-                            checkpoint.arch.act_dim, settings, adaptation.seed + 29)  # fmt: skip
-    first = adaptation.seed * 1_000_003 + 600_000
-    episodes: list[EpisodeData] = []
-    history = []
-    for r in range(settings.rounds):
-        state = actor_numpy_state(lora.merged(actor_peft))
-        seeds = range(first + r * settings.episodes, first + (r + 1) * settings.episodes)
-        jobs = episode_jobs(checkpoint_dir, checkpoint, profile, tuning, robot, state, seeds,
-                            adaptation.shifted_share, action_scale, settings.exploration,
-                            adaptation.safety_filter, settings.teacher_share)  # fmt: skip
-        batch = run_map(run_episode, jobs, adaptation.workers, executor, f"polish {r + 1}")
-        episodes += batch
-        learner.set_data(episodes)
-        new = sum(e.steps for e in batch)
-        metrics = learner.train(max(1, round(settings.updates_per_transition * new)))
-        row = {"round": r, "success": float(np.mean([e.success for e in batch])),
-               "transitions": len(learner), **metrics}  # fmt: skip
-        history.append(row)
-        say(
-            f"adaptation: RL polish round {r + 1}/{settings.rounds}: exploring success "
-            f"{row['success']:.0%}, critic {row['critic_loss']:.3f}, teacher preferred on "
-            f"{row['teacher_preferred']:.0%} of states"
-        )
-    return history, np.concatenate([e.obs for e in episodes if e.steps])
-
-
 def polish(
     actor_peft,
     checkpoint_dir: str,
@@ -244,43 +201,67 @@ def polish(
     progress: Callable[[str], None] | None = None,
     action_scale: Sequence[float] | None = None,
 ) -> dict[str, Any]:
-    """``train_polish`` on ``actor_peft`` (in place), then the gate; the metrics."""
-    if not settings.rounds:
-        return {"history": [], "kept": False, "metrics": {}, "obs": np.zeros((0, 0))}
+    """The polish's rounds on ``actor_peft`` (in place), anchored to its weights at the
+    start, then the gate (``gate_episodes`` 0: none, the polish stands); the per-round
+    history, whether the polish was kept, every state visited, and the metrics."""
+    model_profile(profile)
     say = progress or (lambda text: None)
     started = time.time()
     before_state = actor_numpy_state(lora.merged(actor_peft))
     before_adapter = lora.adapter_state(actor_peft)
-    history, visited = train_polish(actor_peft, checkpoint_dir, checkpoint, profile, tuning,
-                           adaptation, settings, robot, executor, say, action_scale)  # fmt: skip
+    learner = PolishLearner(actor_peft, lora.merged(actor_peft), checkpoint.arch.obs_dim,
+                            checkpoint.arch.act_dim, settings, adaptation.seed + 29)  # fmt: skip
+    first = adaptation.seed * 1_000_003 + 600_000
+    episodes: list[EpisodeData] = []
+    history = []
+
+    def jobs(state, seeds, exploration, teacher_share):
+        return episode_jobs(checkpoint_dir, checkpoint, profile, tuning, robot, state, seeds,
+                            adaptation.shifted_share, action_scale, exploration,
+                            adaptation.safety_filter, teacher_share)  # fmt: skip
+
+    for r in range(settings.rounds):
+        state = actor_numpy_state(lora.merged(actor_peft))
+        seeds = range(first + r * settings.episodes, first + (r + 1) * settings.episodes)
+        batch = run_map(run_episode, jobs(state, seeds, settings.exploration,
+                                          settings.teacher_share),
+                        adaptation.workers, executor, f"polish {r + 1}")  # fmt: skip
+        episodes += batch
+        learner.set_data(episodes)
+        new = sum(e.steps for e in batch)
+        metrics = learner.train(max(1, round(settings.updates_per_transition * new)))
+        row = {"round": r, "success": float(np.mean([e.success for e in batch])),
+               "transitions": len(learner), **metrics}  # fmt: skip
+        history.append(row)
+        say(
+            f"adaptation: RL polish round {r + 1}/{settings.rounds}: exploring success "
+            f"{row['success']:.0%}, critic {row['critic_loss']:.3f}, teacher preferred on "
+            f"{row['teacher_preferred']:.0%} of states"
+        )
+    visited = [e.obs for e in episodes if e.steps] or [np.zeros((0, 0), np.float32)]
+    out = {"history": history, "kept": bool(history), "metrics": {},
+           "obs": np.concatenate(visited)}  # fmt: skip
+    if not history or not settings.gate_episodes:
+        return out
     after_state = actor_numpy_state(lora.merged(actor_peft))
     first = adaptation.seed * 1_000_003 + 1_100_000
     seeds = range(first, first + settings.gate_episodes)
-    both = [
-        episode_jobs(checkpoint_dir, checkpoint, profile, tuning, robot, state, seeds,
-                     adaptation.shifted_share, action_scale, 0.0, adaptation.safety_filter)
-        for state in (before_state, after_state)
-    ]  # fmt: skip
-    both = both[0] + both[1]
-    results = run_map(run_episode, both, adaptation.workers, executor, "polish gate")
+    gate = jobs(before_state, seeds, 0.0, 0.0) + jobs(after_state, seeds, 0.0, 0.0)
+    results = run_map(run_episode, gate, adaptation.workers, executor, "polish gate")
     before = sum(e.success for e in results[: len(seeds)])
     after = sum(e.success for e in results[len(seeds) :])
-    kept = after > before
-    if not kept:
+    out["kept"] = after > before
+    if not out["kept"]:
         lora.set_adapter_weights(actor_peft, before_adapter)
     say(
-        f"adaptation: RL polish {'kept' if kept else 'dropped'}: {after}/{len(seeds)} in the "
-        f"identified sim against the DAgger student's {before}/{len(seeds)} "
+        f"adaptation: RL polish {'kept' if out['kept'] else 'dropped'}: {after}/{len(seeds)} "
+        f"in the identified sim against the DAgger student's {before}/{len(seeds)} "
         f"({time.time() - started:.0f} s)"
     )
-    return {
-        "history": history,
-        "kept": kept,
-        "obs": visited,
-        "metrics": {
-            "adapt_polish_before": before / len(seeds),
-            "adapt_polish_after": after / len(seeds),
-            "adapt_polish_kept": float(kept),
-            "adapt_polish_seconds": time.time() - started,
-        },
+    out["metrics"] = {
+        "adapt_polish_before": before / len(seeds),
+        "adapt_polish_after": after / len(seeds),
+        "adapt_polish_kept": float(out["kept"]),
+        "adapt_polish_seconds": time.time() - started,
     }
+    return out

@@ -132,7 +132,7 @@ def test_the_gate_keeps_the_polish_only_where_it_beats_the_dagger_student(monkey
 def test_the_polish_refuses_a_stand_in_profile():
     checkpoint = types.SimpleNamespace(arch=Architecture(OBS, ACT))
     with pytest.raises(StandInProfileError):
-        sim_polish.train_polish(
+        sim_polish.polish(
             small_actor(), "unused", checkpoint, "real_twin", (1.0, 1.0, (0.1,)),
             AdaptationSettings(workers=1), sim_polish.PolishSettings(rounds=1),
             load_robot_description(),
