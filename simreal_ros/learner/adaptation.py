@@ -420,6 +420,21 @@ def search_teacher(
 
 
 # ---------------------------------------------------------------- DAgger
+def episode_jobs(checkpoint_dir: str, checkpoint, profile: str, tuning, robot, state,
+                 seeds: Sequence[int], shifted_share: float, action_scale, exploration: float,
+                 safety_filter: bool, teacher_share: float = 0.0) -> list[EpisodeJob]:  # fmt: skip
+    """The student (``state``) on ``seeds``, ``tuning``'s teacher taking ``teacher_share``
+    of the steps and labelling every one."""
+    conditions = conditions_for(len(seeds), shifted_share)
+    reference = robot_reference(robot.source)
+    scale = None if action_scale is None else tuple(action_scale)
+    return [
+        EpisodeJob(checkpoint_dir, str(profile), checkpoint.spec.task, int(s), conditions[i],
+                   tuning, state, teacher_share, reference, safety_filter, scale, exploration)
+        for i, s in enumerate(seeds)
+    ]  # fmt: skip
+
+
 def actor_numpy_state(actor: torch.nn.Module) -> dict[str, np.ndarray]:
     return {k: v.detach().cpu().numpy().copy() for k, v in actor.state_dict().items()}
 
@@ -440,7 +455,6 @@ def dagger(
     ``tuning`` in ``profile``, from its current weights, the student acting (and labelled)
     at the per-tick step ``action_scale`` (None: the spec's); the per-round history."""
     model_profile(profile)
-    reference = robot_reference(robot.source)
     actor = lora.inner(actor_peft)
     params = [p for p in actor_peft.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=settings.learning_rate)
@@ -449,17 +463,13 @@ def dagger(
     label_parts: list[np.ndarray] = []
     history = []
     first = settings.seed * 1_000_003 + 400_000
-    conditions = conditions_for(settings.episodes, settings.shifted_share)
     for it in range(settings.iterations):
         mix = max(0.0, settings.teacher_mix * (1.0 - it / max(1, settings.iterations - 1)))
         state = actor_numpy_state(lora.merged(actor_peft))
         seeds = range(first + it * settings.episodes, first + (it + 1) * settings.episodes)
-        jobs = [
-            EpisodeJob(checkpoint_dir, str(profile), checkpoint.spec.task, s, conditions[i],
-                       tuning, state, mix, reference, settings.safety_filter,
-                       None if action_scale is None else tuple(action_scale))
-            for i, s in enumerate(seeds)
-        ]  # fmt: skip
+        jobs = episode_jobs(checkpoint_dir, checkpoint, profile, tuning, robot, state, seeds,
+                            settings.shifted_share, action_scale, 0.0, settings.safety_filter,
+                            mix)  # fmt: skip
         results = run_map(run_episode, jobs, settings.workers, executor, f"dagger {it + 1}")
         obs_parts += [r.obs for r in results if r.steps]
         label_parts += [r.labels for r in results if r.steps]

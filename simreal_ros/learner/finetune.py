@@ -304,7 +304,8 @@ class RoundTrainer:
             seed=cfg.seed * 101 + round_,
             workers=cfg.screen.workers,
         )
-        parent = lora.merged(self.actor_peft)
+        # The polish's move is measured from the version before the whole stage.
+        parent = lora.merged(self.actor_peft) if cfg.adapt.polish_rounds else None
         result = adapt(
             self.actor_peft, checkpoint_dir, self.checkpoint, profile, out_dir, settings,
             self.robot, executor, progress, parent_scale,

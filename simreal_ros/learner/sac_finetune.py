@@ -29,6 +29,7 @@ from simreal_ros.learner import lora
 from simreal_ros.learner.bc import bc_loss
 from simreal_ros.learner.replay import Batch, CoTrainingSampler, Transitions
 from simreal_ros.learner.sgft import actor_head, critic_targets, frozen_copy
+from simreal_ros.training.model import soft_update
 
 
 class ColumnCritic(nn.Module):
@@ -177,7 +178,7 @@ class ActorCriticFineTuner:
         # Actor (after the critic has had ``critic_warmup`` updates to fit).
         if self.updates >= self.critic_warmup:
             metrics.update(self._actor_step(batch, alpha))
-        self._polyak()
+        soft_update(self.target_critic, self.critic, self.tau)
         self.updates += 1
         metrics["loss"] = metrics["critic_loss"] + metrics.get("actor_loss", 0.0)
         return metrics
@@ -229,13 +230,6 @@ class ActorCriticFineTuner:
             alpha_loss.backward()
             self.alpha_optimizer.step()
         return metrics
-
-    @torch.no_grad()
-    def _polyak(self) -> None:
-        for target, source in zip(
-            self.target_critic.parameters(), self.critic.parameters(), strict=True
-        ):
-            target.mul_(1.0 - self.tau).add_(source.detach(), alpha=self.tau)
 
     def train(self, updates: int) -> dict[str, float]:
         start = time.perf_counter()

@@ -39,21 +39,20 @@ from simreal_ros.learner import lora
 from simreal_ros.learner.adaptation import (
     AdaptationSettings,
     EpisodeData,
-    EpisodeJob,
     actor_numpy_state,
-    conditions_for,
+    episode_jobs,
     model_profile,
     run_episode,
     run_map,
 )
-from simreal_ros.learner.sgft import HorizonCritic, frozen_copy
-from simreal_ros.robot.description import robot_reference
+from simreal_ros.learner.sgft import HorizonCritic, critic_targets, frozen_copy
 from simreal_ros.robot.description_record import RobotDescription
+from simreal_ros.training.model import soft_update
 
 
 @dataclasses.dataclass(frozen=True)
 class PolishSettings:
-    """The polish's budget and its fixed rules (the learner's ``adapt_polish_*`` fill it)."""
+    """The polish's budget and its fixed rules (the learner's ``adapt.polish_*`` fill it)."""
 
     rounds: int = 0  # 0: no polish
     episodes: int = 64  # exploring sim episodes per round
@@ -92,7 +91,6 @@ class PolishLearner:
         self.rng = np.random.default_rng(seed)
         self.columns: dict[str, torch.Tensor] = {}
         self.reward_scale = 1.0
-        self.updates = 0
 
     def set_data(self, episodes: Sequence[EpisodeData]) -> None:
         """Every transition so far (the buffer keeps all of them; the sim is cheap)."""
@@ -122,9 +120,9 @@ class PolishLearner:
             )
             next_action = (self.target_actor(next_obs) + noise).clamp(-1.0, 1.0)
             t1, t2 = self.target_critic(next_obs, next_action)
-            target = rewards.reshape(-1, 1) * self.reward_scale + s.gamma * (
-                1.0 - terminals.reshape(-1, 1)
-            ) * torch.minimum(t1, t2)
+            target = critic_targets(rewards * self.reward_scale, terminals,
+                                    torch.minimum(t1, t2), torch.zeros_like(rewards), s.gamma,
+                                    0.0, None)  # fmt: skip
         q1, q2 = self.critic(obs, actions)
         critic_loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
         self.critic_optimizer.zero_grad(set_to_none=True)
@@ -147,22 +145,14 @@ class PolishLearner:
         actor_loss.backward()
         nn.utils.clip_grad_norm_(self.actor_params, 10.0)
         self.actor_optimizer.step()
-        self._polyak()
-        self.updates += 1
+        soft_update(self.target_critic, self.critic, s.tau)
+        soft_update(self.target_actor, self.actor, s.tau)
         return {
             "critic_loss": float(critic_loss.detach()),
             "q_mean": float(q.detach().mean()),
             "behaviour": float(behaviour.detach()),
             "teacher_preferred": float(keep_teacher.mean()),
         }
-
-    @torch.no_grad()
-    def _polyak(self) -> None:
-        tau = self.settings.tau
-        for target, source in ((self.target_critic, self.critic),
-                               (self.target_actor, self.actor)):  # fmt: skip
-            for t, p in zip(target.parameters(), source.parameters(), strict=True):
-                t.mul_(1.0 - tau).add_(p.detach(), alpha=tau)
 
     def train(self, updates: int) -> dict[str, float]:
         self.actor_peft.train()
@@ -171,21 +161,6 @@ class PolishLearner:
             for key, value in self.update().items():
                 sums[key] = sums.get(key, 0.0) + value
         return {k: v / max(1, updates) for k, v in sums.items()}
-
-
-def episode_jobs(checkpoint_dir: str, checkpoint, profile: str, tuning, robot, state,
-                 seeds: Sequence[int], shifted_share: float, action_scale, exploration: float,
-                 safety_filter: bool, teacher_share: float = 0.0) -> list[EpisodeJob]:  # fmt: skip
-    """The student (``state``) on ``seeds``, ``tuning``'s teacher taking ``teacher_share``
-    of the steps and labelling every one."""
-    conditions = conditions_for(len(seeds), shifted_share)
-    reference = robot_reference(robot.source)
-    scale = None if action_scale is None else tuple(action_scale)
-    return [
-        EpisodeJob(checkpoint_dir, str(profile), checkpoint.spec.task, int(s), conditions[i],
-                   tuning, state, teacher_share, reference, safety_filter, scale, exploration)
-        for i, s in enumerate(seeds)
-    ]  # fmt: skip
 
 
 def polish(

@@ -145,5 +145,12 @@ class ActorCritic(nn.Module):
         return total / samples
 
 
+@torch.no_grad()
+def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
+    """Polyak averaging: each target weight moves ``tau`` of the way to its source's."""
+    for t, p in zip(target.parameters(), source.parameters(), strict=True):
+        t.mul_(1.0 - tau).add_(p.detach(), alpha=tau)
+
+
 def count_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())

@@ -38,7 +38,7 @@ from torch import nn
 from simreal_ros.config_schema import setting, validate
 from simreal_ros.policy.spec import SpecConverter, default_spec
 from simreal_ros.robot.description_record import RobotDescription
-from simreal_ros.training.model import ActorCritic, Architecture
+from simreal_ros.training.model import ActorCritic, Architecture, soft_update
 from simreal_ros.training.torch_checkpoint import save_checkpoint
 
 STATE_DIR = "train_state"
@@ -308,9 +308,8 @@ class Pretrainer:
             alpha_loss.backward()
             self.alpha_opt.step()
 
+        soft_update(self.target_critic, critic, self.config.tau)
         with torch.no_grad():
-            for p, p_t in zip(critic.parameters(), self.target_critic.parameters(), strict=True):
-                p_t.mul_(1 - self.config.tau).add_(p, alpha=self.config.tau)
             if rl_weight <= 0:
                 q_mean = float(torch.minimum(q1, q2).mean())
         return {"critic": float(critic_loss.detach()), "bc": float(bc.detach()), "q": q_mean}
