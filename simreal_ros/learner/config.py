@@ -234,6 +234,12 @@ class AdaptSettings:
     polish_episodes: int = setting(
         64, "method adapt: exploring sim episodes per RL polish round", low=1, high=100000
     )
+    polish_behaviour_weight: float = setting(
+        1.0,
+        "method adapt: weight of the RL polish's Q-filtered behaviour term against its "
+        "normalised Q term (0: pure TD3)",
+        low=0.0, high=100.0,
+    )  # fmt: skip
 
 
 @dataclass

@@ -314,7 +314,11 @@ class RoundTrainer:
             polished = polish(
                 self.actor_peft, checkpoint_dir, self.checkpoint, result["profile"],
                 tuple(result["teacher"]["tuning"]), settings,
-                PolishSettings(rounds=cfg.adapt.polish_rounds, episodes=cfg.adapt.polish_episodes),
+                PolishSettings(
+                    rounds=cfg.adapt.polish_rounds,
+                    episodes=cfg.adapt.polish_episodes,
+                    behaviour_weight=cfg.adapt.polish_behaviour_weight,
+                ),
                 self.robot, executor, progress, result["action_scale"],
             )  # fmt: skip
             result["metrics"].update(polished["metrics"])
