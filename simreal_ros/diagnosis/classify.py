@@ -9,7 +9,9 @@
   ``MotionSummary``);
 - ``thresholds``: ``Thresholds`` (defaults below; every number is a parameter);
 - ``sim``: optionally, the same policy's training-condition outcome in its own sim (the
-  profile it was trained in): the evidence for a dynamics gap.
+  profile it was trained in): the evidence for a dynamics gap;
+- ``sim_replay``: optionally, the same replay check in that sim (its teacher's
+  demonstrations there, from the same starts): where a convention error must show too.
 
 A convention label needs evidence over more than one episode, with a stated significance:
 a replay failure counts only when at least two replayed episodes fail on their own and a
@@ -44,7 +46,19 @@ Rules, in order (the first that applies wins):
    blend); from a policy that passes both conditions and, closed loop from the replayed
    starts, reaches the goal wherever the recorded commands did, it is the drift of open
    loop on a slow arm that integrates a healthy student's small differences from its
-   teacher, and the label follows the other rules.
+   teacher, and the label follows the other rules. And whatever a map says: a replay that
+   fails on the arm only, while in its own sim the policy passes and its commands replay
+   within the thresholds with no per-joint map to blame there, is the arm's dynamics. A
+   convention is a property of the policy's commands, whatever states they are computed
+   on, so it shows in its own sim as well; the arm's states (a lagging joint, a stuck
+   cube) only take the policy where it differs from its teacher in ways that no
+   convention explains. For the same reason, the replay in its own sim decides by the
+   same criteria (a failed replay; while it fails that sim, a per-joint map) where the
+   arm's replay does not: on a gapped arm its teacher rarely succeeds, so the arm's
+   replay may have nothing to replay. An unexplained failure that shows there as the
+   drift above (the policy passes its own sim and, closed loop, reaches every goal the
+   recorded commands did) is the student's open-loop drift, on the arm too, whatever the
+   arm's conditions say.
 2. ``dynamics_gap``: training conditions fail on the arm while the same policy passes them
    in its own sim (its sim interval entirely above the arm's), and the replay check does
    not fail: the policy's actions are right for the sim, the arm moves differently. The
@@ -369,6 +383,7 @@ def classify(
     stats,
     thresholds: Thresholds | None = None,
     sim=None,
+    sim_replay: ReplayResult | None = None,
 ) -> Diagnosis:
     """Label the failure mode (rules in the module docstring) and keep the evidence."""
     thresholds = thresholds or Thresholds()
@@ -377,6 +392,7 @@ def classify(
     sim = None if sim is None else _as_outcome(sim, "train (own sim)")
     motion = _motion(stats, thresholds)
     verdict = replay_verdict(replay, thresholds)
+    sim_verdict = None if sim_replay is None else replay_verdict(sim_replay, thresholds)
     train_pass = train.episodes > 0 and train.rate >= thresholds.pass_rate
     shifted_pass = shifted.episodes > 0 and shifted.rate >= thresholds.pass_rate
     separated = shifted.ci[1] < train.ci[0]
@@ -387,6 +403,7 @@ def classify(
         "replay": verdict,
         "failing_train_motion": motion.to_dict(),
         "own_sim_train": None if sim is None else sim.to_dict(),
+        "own_sim_replay": sim_verdict,
         "thresholds": dataclasses.asdict(thresholds),
     }
     lines = [
@@ -419,6 +436,13 @@ def classify(
 
     if sim is not None:
         lines.append(f"the same policy in its own sim, train conditions: {sim.text()}")
+    if sim_verdict is not None and sim_verdict["checked"]:
+        state = "FAILS" if sim_verdict["failed"] else "passes"
+        blamed = sim_verdict["at_fault"] or "none"
+        lines.append(
+            f"open-loop replay in its own sim {state} ({sim_verdict['measured']}); joints a "
+            f"per-joint map blames there: {blamed}"
+        )
     collapsed = (
         not train_pass and motion.episodes and motion.collapsed_share >= thresholds.collapse_share
     )
@@ -431,12 +455,38 @@ def classify(
         and sim.ci[0] > train.ci[1]
     )
     evidence["dynamics_gap"] = bool(dynamics_gap)
+    # Its conventions hold where they are known to: in its own sim it does the task and its
+    # commands are its teacher's, so what fails on the arm only is the arm's dynamics.
+    arm_only = bool(
+        (verdict["failed"] or verdict["systematic"])
+        and sim is not None
+        and sim.episodes > 0
+        and sim.rate >= thresholds.pass_rate
+        and sim_verdict is not None
+        and sim_verdict["checked"]
+        and sim_verdict["informative"]
+        and not sim_verdict["failed"]
+        and not sim_verdict["systematic"]
+    )
+    evidence["replay_fails_only_on_arm"] = arm_only
     mapped = (
         verdict["checked"]
         and verdict["systematic"]
         and not verdict["failed"]
         and verdict["episodes"] >= thresholds.convention_min_episodes
         and not dynamics_gap
+        and not arm_only
+    )
+    sim_pass = sim is not None and sim.episodes > 0 and sim.rate >= thresholds.pass_rate
+    # The same two rules in its own sim, where the arm's dynamics play no part.
+    sim_mapped = bool(
+        sim_verdict is not None
+        and sim_verdict["checked"]
+        and sim_verdict["systematic"]
+        and not sim_verdict["failed"]
+        and sim_verdict["episodes"] >= thresholds.convention_min_episodes
+        and sim is not None
+        and not sim_pass
     )
     # A failure no per-joint map explains is either a normalisation/nonlinear convention
     # error or behaviour unlike the recorded episodes'; the other modes' signatures say which.
@@ -447,35 +497,67 @@ def classify(
         unexplained and train_pass and shifted_pass and verdict["closed_loop_matches"]
     )
     evidence["open_loop_drift"] = bool(open_loop_drift)
+    # The same drift in its own sim: it passes there and, closed loop, reaches every goal
+    # the recorded commands did. Then the drift is the student's, wherever it runs.
+    sim_drift = bool(
+        sim_verdict is not None
+        and sim_verdict["failed"]
+        and not sim_verdict["joints_at_fault"]
+        and sim_pass
+        and sim_verdict["closed_loop_matches"]
+    )
+    evidence["open_loop_drift_in_own_sim"] = sim_drift
+    sim_failed = bool(
+        sim_verdict is not None
+        and sim_verdict["failed"]
+        and (sim_verdict["joints_at_fault"] or not (other_mode or sim_drift))
+    )
     if open_loop_drift:
         lines.append(
             "replay not read as a convention error: no per-joint map explains it, both "
             "conditions pass, and closed loop the policy reaches the goal from every "
             "replayed start the recorded commands did (open-loop drift)"
         )
-    excused = other_mode or open_loop_drift
-    if (verdict["failed"] and not (unexplained and excused)) or (mapped and not train_pass):
+    if arm_only:
+        lines.append(
+            "replay not read as a convention error: it fails on the arm only; in its own sim "
+            "the policy passes and its commands replay within the thresholds with no "
+            "per-joint map to blame (a convention would show there too)"
+        )
+    if sim_drift and unexplained and not open_loop_drift:
+        lines.append(
+            "replay not read as a convention error: no per-joint map explains it, and it "
+            "drifts in its own sim too, where the policy passes and closed loop reaches the "
+            "goal from every replayed start the recorded commands did (open-loop drift)"
+        )
+    excused = other_mode or open_loop_drift or sim_drift
+    failed = verdict["failed"] and not arm_only
+    arm_evidence = (failed and not (unexplained and excused)) or (mapped and not train_pass)
+    if arm_evidence or sim_failed or sim_mapped:
         # The seed's rule: a failed replay is a convention/normalisation mismatch; the fit
         # only says which joints and how, it never overrides the replay.
         label = "action_convention_mismatch"
-        if verdict["joints_at_fault"]:
-            how = f"joints at fault: {verdict['at_fault']}"
+        # The arm's evidence where it decides, else its own sim's.
+        decisive, where = (verdict, "") if arm_evidence else (sim_verdict, " in its own sim")
+        if decisive["joints_at_fault"]:
+            how = f"joints at fault: {decisive['at_fault']}"
         else:
             how = (
                 "no simple per-joint map (sign, scale, offset, joint order) explains it: "
                 "a normalisation-statistics, nonlinear or state-dependent convention error"
             )
-        if verdict["failed"]:
-            why = "; ".join(verdict["reasons"])
+        if decisive["failed"]:
+            why = "; ".join(decisive["reasons"])
         else:  # one bad joint of six moves the tool little: the fit sees it, the path not
+            rate = train.rate if arm_evidence else sim.rate
             why = (
                 f"the trajectory stays within tolerance, but the policy fails training "
-                f"conditions ({train.rate:.0%}) and its teacher-forced commands are the "
+                f"conditions{where} ({rate:.0%}) and its teacher-forced commands are the "
                 "recorded ones under a per-joint map"
             )
         reason = (
-            f"the policy's commands on recorded successful episodes do not reproduce them "
-            f"({why}); {how}"
+            f"the policy's commands on recorded successful episodes{where} do not reproduce "
+            f"them ({why}); {how}"
         )
     elif dynamics_gap:
         label = "dynamics_gap"
@@ -510,6 +592,8 @@ def classify(
         reason = "passes training and shifted conditions"
         if open_loop_drift:
             reason += "; its open-loop replay drifts, and closed loop it reaches every goal"
+        elif arm_only:
+            reason += "; its open-loop replay fails on the arm only, not in its own sim"
         elif verdict["checked"] and verdict["informative"]:
             reason += " and the open-loop replay"
         elif verdict["checked"]:

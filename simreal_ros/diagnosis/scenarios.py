@@ -225,37 +225,77 @@ def make_demonstrator(
     return _CoreExpert(task, control_rate_hz, robot, tuning)
 
 
-def adapted_teacher(adapter_dir: str | Path, robot: RobotDescription):
-    """The teacher a stored version learned from, as ``sim.expert.ExpertTuning`` at the
-    per-tick step it ran with: the nearest version on its lineage (itself, then its
-    parents in the same store) whose adaptation imitated a retuned teacher (``adapt``'s
-    metrics). None when no version on it did: the base's nominal teacher. A version's
-    actions are judged against its own teacher's (the replay check), not the nominal
-    one's: a student of a teacher at lead 2 commands about twice the nominal step."""
+def _imitating_version(adapter_dir: str | Path) -> tuple[Path, dict] | None:
+    """The nearest version on ``adapter_dir``'s lineage (itself, then its parents in the same
+    store) whose adaptation imitated a retuned teacher, with its metadata; None: none did."""
     from simreal_ros.policy.checkpoint import read_adapter_metadata
-    from simreal_ros.sim.expert import ExpertTuning, arm_joint_step
 
     directory = Path(adapter_dir)
     for _ in range(10_000):  # a lineage is finite; a cycle in the metadata is not
         metadata = read_adapter_metadata(directory)
         metrics = metadata.get("metrics") or {}
         if float(metrics.get("adapt_imitated", 0.0)) == 1.0:
-            lead = float(metrics["adapt_teacher_lead"])
-            speed = float(metrics["adapt_teacher_speed"])
-            scale = [float(v) for v in metadata["action_scale"]]
-            if not all(math.isfinite(v) and v > 0 for v in (lead, speed, *scale)):
-                raise ValueError(
-                    f"{directory}: the adaptation's teacher (lead {lead}, speed {speed}, "
-                    f"step {scale}) is not finite and positive; the metadata is damaged, "
-                    "re-run the adaptation or diagnose without this version."
-                )
-            return ExpertTuning(lead, speed, arm_joint_step(robot, scale))
+            return directory, metadata
         parent = str(metadata.get("parent_version") or "")
         # A sibling in the same store only: a name, never a path read from the metadata.
         if not parent or Path(parent).name != parent or not (directory.parent / parent).is_dir():
             return None
         directory = directory.parent / parent
     raise ValueError(f"{adapter_dir}: its parent versions form a cycle; the store is damaged.")
+
+
+def adapted_teacher(adapter_dir: str | Path, robot: RobotDescription):
+    """The teacher a stored version learned from, as ``sim.expert.ExpertTuning`` at the
+    per-tick step it ran with: that of the nearest version on its lineage whose adaptation
+    imitated a retuned teacher (``adapt``'s metrics). None when no version on it did: the
+    base's nominal teacher. A version's actions are judged against its own teacher's (the
+    replay check), not the nominal one's: a student of a teacher at lead 2 commands about
+    twice the nominal step."""
+    from simreal_ros.sim.expert import ExpertTuning, arm_joint_step
+
+    found = _imitating_version(adapter_dir)
+    if found is None:
+        return None
+    directory, metadata = found
+    metrics = metadata["metrics"]
+    lead = float(metrics["adapt_teacher_lead"])
+    speed = float(metrics["adapt_teacher_speed"])
+    scale = [float(v) for v in metadata["action_scale"]]
+    if not all(math.isfinite(v) and v > 0 for v in (lead, speed, *scale)):
+        raise ValueError(
+            f"{directory}: the adaptation's teacher (lead {lead}, speed {speed}, "
+            f"step {scale}) is not finite and positive; the metadata is damaged, "
+            "re-run the adaptation or diagnose without this version."
+        )
+    return ExpertTuning(lead, speed, arm_joint_step(robot, scale))
+
+
+def teacher_sim(adapter_dir: str | Path | None, default: str) -> str | None:
+    """The sim in which a stored version's teacher (``adapted_teacher``) is the reference:
+    for a version on a lineage that imitated a retuned teacher, the profile that version
+    was screened in (the identified sim it was adapted in); else ``default`` (the sim the
+    base policy and the nominal teacher were made for). None when that profile is neither
+    a shipped one nor a file the version's own store holds, or is a stand-in."""
+    from simreal_ros.sim.profiles import PROFILE_NAMES, is_stand_in
+
+    found = _imitating_version(adapter_dir) if adapter_dir else None
+    if found is None:
+        return default
+    directory, metadata = found
+    name = str(metadata.get("screening_profile") or "")
+    if name not in PROFILE_NAMES:
+        store = directory.parent.resolve()
+        parts = Path(name).parts
+        # The learner wrote it relative to its own working directory: re-root it at the
+        # store, and read only inside the store (a path from metadata may point anywhere).
+        if store.name in parts:
+            at = len(parts) - 1 - parts[::-1].index(store.name)
+            parts = (str(store), *parts[at + 1 :])
+        path = Path(*parts).resolve() if parts else store
+        if not path.is_file() or store not in path.parents:
+            return None
+        name = str(path)
+    return None if is_stand_in(name) else name
 
 
 def version_demonstrator(policy, task: str, *, robot: RobotDescription):

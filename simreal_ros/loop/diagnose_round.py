@@ -7,9 +7,11 @@ demonstrations in the stand-in's dynamics and replays its commands in sim (not o
 round's own bags: teacher-forcing a policy on what it recorded itself reproduces its
 commands and proves nothing); the demonstrator is the teacher the running version learned
 from (``version_demonstrator``); the motion statistics come from the failing training
-episodes' bags. The dynamics-gap evidence is the same policy's training-condition
-success in its own sim (``sim_profile``, never the stand-in), on seeds that follow the
-replay seeds.
+episodes' bags. The dynamics-gap evidence is the same policy in its own sim, where its
+teacher is the reference (``teacher_sim``: ``sim_profile`` for the base and its nominal
+teacher, the identified sim for an adapted version; never the stand-in): its
+training-condition success, on seeds that follow the replay seeds, and the same replay
+check there from the replay seeds' starts (none where that sim cannot be read).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from simreal_ros.diagnosis.action_stats import action_statistics
 from simreal_ros.diagnosis.classify import ConditionOutcome, classify
 from simreal_ros.diagnosis.episodes import episodes_from_bags, record_demonstrations
 from simreal_ros.diagnosis.replay_check import replay_check
-from simreal_ros.diagnosis.scenarios import version_demonstrator
+from simreal_ros.diagnosis.scenarios import teacher_sim, version_demonstrator
 from simreal_ros.episodes.metadata import CONDITIONS
 from simreal_ros.loop.state import ConditionScore
 from simreal_ros.robot.description_record import RobotDescription
@@ -51,16 +53,11 @@ def diagnose_round(
     recorded = episodes_from_bags(
         bags, robot.joint_names, task=task, successful_only=False, robot=robot
     )
+    own_sim = teacher_sim(getattr(policy, "adapter_dir", None), sim_profile)
+    replay = _replay(policy, task, profile, replay_seeds, robot=robot)
+    sim_replay = _replay(policy, task, own_sim, replay_seeds, robot=robot) if own_sim else None
+    sim_profile = own_sim or sim_profile
     rate = policy.converter.spec.control_rate_hz
-    demonstrations = record_demonstrations(
-        task, profile, "train", list(replay_seeds), rate,
-        expert=version_demonstrator(policy, task, robot=robot), robot=robot,
-    )  # fmt: skip
-    replay = (
-        replay_check(policy, demonstrations, profile, task=task, robot=robot)
-        if demonstrations
-        else None
-    )
     failing = [
         action_statistics(
             e.commands, e.joint_positions, e.tool_positions, e.goal, 1.0 / rate,
@@ -77,8 +74,28 @@ def diagnose_round(
         for c in CONDITIONS
     ]
     sim = own_sim_outcome(policy, task, sim_profile, replay_seeds, sim_episodes, robot=robot)
-    diagnosis = classify(outcomes[0], outcomes[1], replay, failing, sim=sim)
-    return {"label": diagnosis.label, "summary": diagnosis.summary.replace("\n", " | ")}
+    diagnosis = classify(
+        outcomes[0], outcomes[1], replay, failing, sim=sim, sim_replay=sim_replay if sim else None
+    )
+    return {
+        "label": diagnosis.label,
+        "summary": diagnosis.summary.replace("\n", " | "),
+        "evidence": {
+            "own_sim": sim_profile,
+            "replay_fails_only_on_arm": diagnosis.evidence["replay_fails_only_on_arm"],
+        },
+    }
+
+
+def _replay(policy, task: str, profile: str, seeds: Sequence[int], *, robot: RobotDescription):
+    """The replay check in ``profile`` on the version's teacher's demonstrations there."""
+    demonstrations = record_demonstrations(
+        task, profile, "train", list(seeds), policy.converter.spec.control_rate_hz,
+        expert=version_demonstrator(policy, task, robot=robot), robot=robot,
+    )  # fmt: skip
+    if not demonstrations:
+        return None
+    return replay_check(policy, demonstrations, profile, task=task, robot=robot)
 
 
 def own_sim_outcome(

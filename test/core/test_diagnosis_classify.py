@@ -293,3 +293,85 @@ def test_open_loop_drift_of_a_policy_that_passes_everything_is_not_a_mismatch():
     # A per-joint map on the same drift is a convention error, whatever the conditions.
     mapped = _replay(0.025, _fit(scale=-1.0, identity=-3.0), reached=4, closed_loop=4)
     assert classify((8, 8), (8, 8), mapped, []).label == "action_convention_mismatch"
+
+
+def test_a_replay_failing_on_the_arm_only_is_the_arms_dynamics():
+    """A gapped arm (a lagging joint, a stuck cube) takes a sound policy to states where it
+    differs from its teacher, a map or not; a convention would show in its own sim too."""
+    mapped = _replay(0.03, _fit(scale=-1.0, identity=-3.0), reached=0, closed_loop=0)
+    unexplained = _replay(0.03, _fit(scale=0.6, fitted=0.3, identity=0.2), 0, 0)
+    clean = _replay(0.002, _fit())
+    for arm in (mapped, unexplained):
+        d = classify((2, 20), (0, 20), arm, [], sim=(19, 20), sim_replay=clean)
+        assert d.label == "dynamics_gap", d.summary
+        assert d.evidence["replay_fails_only_on_arm"] and "arm only" in d.summary
+        # The same failure in its own sim is a convention error.
+        d = classify((2, 20), (0, 20), arm, [], sim=(19, 20), sim_replay=arm)
+        assert d.label == "action_convention_mismatch", d.summary
+        assert not d.evidence["replay_fails_only_on_arm"]
+        # A per-joint map in its own sim, even one that does not fail, keeps the label.
+        shown = _replay(0.002, _fit(scale=-1.0, identity=-3.0))
+        d = classify((2, 20), (0, 20), arm, [], sim=(19, 20), sim_replay=shown)
+        assert d.label == "action_convention_mismatch", d.summary
+        # Failing its own sim as well, the own-sim replay excuses nothing.
+        d = classify((2, 20), (0, 20), arm, [], sim=(12, 20), sim_replay=clean)
+        assert d.label == "action_convention_mismatch", d.summary
+    # An own-sim replay that cannot reproduce its own demonstrations says nothing.
+    blind = _replay(0.06, _fit(), reached=0, baseline_tool=0.04)
+    d = classify((2, 20), (0, 20), mapped, [], sim=(19, 20), sim_replay=blind)
+    assert d.label == "action_convention_mismatch", d.summary
+    # Passing everything on the arm but the replay: healthy, with the reason.
+    d = classify((20, 20), (19, 20), unexplained, [], sim=(19, 20), sim_replay=clean)
+    assert d.label == "healthy" and "arm only" in d.evidence["reason"], d.summary
+
+
+def test_a_convention_error_shows_in_the_policys_own_sim_when_the_arm_replays_nothing():
+    """On a gapped arm its teacher rarely succeeds, so the arm's replay has little to replay;
+    its own sim, where the teacher succeeds, still shows a convention error."""
+    mapped = _replay(0.03, _fit(scale=-1.0, identity=-3.0), reached=0, closed_loop=0)
+    d = classify((0, 20), (0, 20), None, [], sim=(0, 20), sim_replay=mapped)
+    assert d.label == "action_convention_mismatch", d.summary
+    assert "in its own sim" in d.evidence["reason"] and "sign flipped" in d.evidence["reason"]
+    # A per-joint map that does not fail the replay decides there while it fails that sim.
+    quiet = _replay(0.002, _fit(scale=-1.0, identity=-3.0))
+    d = classify((0, 20), (0, 20), None, [], sim=(5, 20), sim_replay=quiet)
+    assert d.label == "action_convention_mismatch", d.summary
+    assert classify((0, 20), (0, 20), None, [], sim=(19, 20), sim_replay=quiet).label == (
+        "dynamics_gap"
+    )
+    # An unexplained failure there defers to another mode's signature, as on the arm.
+    unexplained = _replay(0.03, _fit(scale=0.6, fitted=0.3, identity=0.2), 0, 0)
+    collapsed = [_stats("frozen"), _stats("dither"), _stats("frozen")]
+    d = classify((2, 20), (1, 20), None, collapsed, sim=(4, 20), sim_replay=unexplained)
+    assert d.label == "mode_collapse", d.summary
+    d = classify((2, 20), (1, 20), None, [], sim=(4, 20), sim_replay=unexplained)
+    assert d.label == "action_convention_mismatch", d.summary
+    # Clean in its own sim and failing on the arm only: the gap.
+    d = classify((0, 20), (0, 20), None, [], sim=(19, 20), sim_replay=_replay(0.002, _fit()))
+    assert d.label == "dynamics_gap", d.summary
+
+
+def test_drift_shown_in_its_own_sim_excuses_a_version_that_fails_a_condition():
+    """The adapted student on a milder arm than identified: it misses the train condition
+    there, and its replay drifts on the arm and in its own sim alike, where it passes and
+    reaches every goal closed loop: the student's open-loop drift, not a convention."""
+    unexplained = _fit(scale=0.66, fitted=0.57, identity=0.43)
+    drift = _replay(0.033, unexplained, reached=1, closed_loop=4)
+    own_drift = _replay(0.02, unexplained, reached=2, closed_loop=4)
+    d = classify((7, 10), (9, 10), drift, [], sim=(18, 20), sim_replay=own_drift)
+    assert d.label == "inconclusive", d.summary
+    assert d.evidence["open_loop_drift_in_own_sim"] and not d.evidence["open_loop_drift"]
+    # Without that evidence the arm's failure stands.
+    assert classify((7, 10), (9, 10), drift, [], sim=(18, 20)).label == (
+        "action_convention_mismatch"
+    )
+    # Missing a goal closed loop in its own sim, or failing that sim, it is no drift.
+    missed = _replay(0.02, unexplained, reached=2, closed_loop=3)
+    d = classify((7, 10), (9, 10), drift, [], sim=(18, 20), sim_replay=missed)
+    assert d.label == "action_convention_mismatch", d.summary
+    d = classify((7, 10), (9, 10), drift, [], sim=(12, 20), sim_replay=own_drift)
+    assert d.label == "action_convention_mismatch", d.summary
+    # A per-joint map on the arm is a convention error, drift or not.
+    mapped = _replay(0.033, _fit(scale=-1.0, identity=-3.0), reached=1, closed_loop=4)
+    d = classify((7, 10), (9, 10), mapped, [], sim=(18, 20), sim_replay=own_drift)
+    assert d.label == "action_convention_mismatch", d.summary

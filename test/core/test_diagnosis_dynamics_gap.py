@@ -1,35 +1,67 @@
-"""The loop's diagnosis on the real_twin stand-in (a dynamics gap, no convention bug):
-never action_convention_mismatch, on several seeds; a real convention bug still is one
-(test_diagnosis_convention_matrix.py covers the bugs on the arm's own model)."""
+"""The loop's diagnosis on gapped stand-ins (a dynamics gap, no convention bug): never
+action_convention_mismatch, on several seeds and on a gap of another kind; a real
+convention bug on the gapped arm still is one (test_diagnosis_convention_matrix.py covers
+the bugs on the arm's own model)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
 
+from simreal_ros.diagnosis.induced_failures import convention_bug_checkpoint
 from simreal_ros.loop.diagnose_round import diagnose_round
 from simreal_ros.loop.state import ConditionScore
 from simreal_ros.policy.checkpoint import shipped_checkpoint
 from simreal_ros.robot.description import load_robot_description
 from simreal_ros.training.evaluate import PolicySource, build_policy, evaluate_policy
 
+# Not a shipped stand-in: a slow arm on a sticky table with a heavy cube, where the
+# nominal teacher's demonstrations and the policy's commands part on the arm's states.
+STICKY_GAP = Path(__file__).resolve().parents[2] / "bench" / "profiles" / "gap_sticky.yaml"
 
-@pytest.mark.parametrize("first_seed", [920000, 921000, 922000])
-def test_the_stand_in_gap_is_not_a_convention_mismatch(first_seed):
+
+def _diagnose(checkpoint: str, profile: str, first_seed: int, replay_first: int):
     torch.set_num_threads(1)
-    checkpoint = str(shipped_checkpoint("push"))
     arm = load_robot_description("simreal_arm")
     scores = []
     for condition in ("train", "shifted"):
         result = evaluate_policy(
-            checkpoint, "real_twin", condition, list(range(first_seed, first_seed + 10)), robot=arm
+            checkpoint, profile, condition, list(range(first_seed, first_seed + 10)), robot=arm
         )
         scores.append(ConditionScore.of(condition, [r.success for r in result.records]))
-    assert scores[0].successes <= 5  # the stand-in breaks the policy (the premise)
     policy = build_policy(PolicySource(checkpoint), robot=arm)
     out = diagnose_round(
-        [], scores, policy, "push", "real_twin", list(range(first_seed + 500, first_seed + 503)),
+        [], scores, policy, "push", profile, list(range(replay_first, replay_first + 3)),
         robot=arm,
     )  # fmt: skip
-    assert out["label"] != "action_convention_mismatch", out["summary"]
+    return scores, out
+
+
+@pytest.mark.parametrize("first_seed", [920000, 921000, 922000])
+def test_the_stand_in_gap_is_not_a_convention_mismatch(first_seed):
+    scores, out = _diagnose(str(shipped_checkpoint("push")), "real_twin", first_seed,
+                            first_seed + 500)  # fmt: skip
+    assert scores[0].successes <= 5  # the stand-in breaks the policy (the premise)
     assert out["label"] == "dynamics_gap", out["summary"]
+
+
+# Replay starts on which the arm's replay alone failed, with and without a per-joint map.
+@pytest.mark.parametrize("replay_first", [930500, 930510, 930560])
+def test_a_gap_of_another_kind_is_not_a_convention_mismatch(replay_first):
+    scores, out = _diagnose(str(shipped_checkpoint("push")), str(STICKY_GAP), 930000, replay_first)
+    assert scores[0].successes <= 5, scores  # the gap breaks the policy
+    assert out["label"] == "dynamics_gap", out["summary"]
+    assert out["evidence"]["replay_fails_only_on_arm"], out["summary"]
+
+
+def test_a_convention_bug_on_the_gapped_arm_is_still_a_mismatch(tmp_path):
+    """The nominal teacher rarely succeeds on the stand-in, so the arm replays little; the
+    bug shows in the policy's own sim."""
+    bugged = convention_bug_checkpoint(
+        shipped_checkpoint("push"), tmp_path / "bug", "sign", (1, 2)
+    )
+    _, out = _diagnose(str(bugged), "real_twin", 940000, 940500)
+    assert out["label"] == "action_convention_mismatch", out["summary"]
+    assert "in its own sim" in out["summary"], out["summary"]
