@@ -24,9 +24,9 @@ def add_parser(subparsers) -> None:
             "Evaluate a checkpoint (optionally + adapter) in training and shifted "
             "conditions and run the open-loop replay check on successful episodes "
             "(recorded bags, or fresh scripted demonstrations), then print the failure "
-            "mode with its evidence: action_convention_mismatch, over_specialization, "
-            "mode_collapse, healthy (or inconclusive). real_twin is a simulated stand-in "
-            "for the arm, not the arm."
+            "mode with its evidence: action_convention_mismatch, dynamics_gap (with "
+            "--own-sim), over_specialization, mode_collapse, healthy (or inconclusive). "
+            "real_twin is a simulated stand-in for the arm, not the arm."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -53,6 +53,14 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "--replay-episodes", type=int, default=8, help="scripted demonstrations to replay"
     )
+    parser.add_argument(
+        "--own-sim",
+        default=None,
+        help="also run the policy in its own sim (a profile that is not a stand-in): the "
+        "evidence for dynamics_gap, and for a convention error the diagnosed profile's "
+        "replay cannot show; auto: randomized, or for an adapted version the identified "
+        "sim it was adapted in",
+    )
     parser.add_argument("--json", default=None, help="also write label and evidence here")
     _, fields = _threshold_fields()
     group = parser.add_argument_group("thresholds")
@@ -74,6 +82,16 @@ def run(args) -> int:
     from simreal_ros.training.evaluate import PolicySource
 
     check_checkpoint_for_robot(args.checkpoint)
+    own_sim = args.own_sim
+    if own_sim == "auto":
+        from simreal_ros.diagnosis.scenarios import teacher_sim
+
+        own_sim = teacher_sim(args.adapter, "randomized")
+        if own_sim is None:
+            raise ValueError(
+                f"--own-sim auto: the identified profile {args.adapter} was adapted in is not "
+                "in its adapter store (or is a stand-in); give --own-sim PROFILE."
+            )
     thresholds_cls, fields = _threshold_fields()
     thresholds = thresholds_cls(**{f.name: getattr(args, f.name) for f in fields})
     with executor_from_args(args) as executor:
@@ -87,6 +105,7 @@ def run(args) -> int:
             thresholds=thresholds,
             replay_episodes=args.replay_episodes,
             executor=executor,
+            own_sim=own_sim,
             robot=load_robot_description(),  # --robot
         )
     if args.json:  # first: the evidence is kept even if printing fails (closed pipe)

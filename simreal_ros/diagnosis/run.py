@@ -10,6 +10,11 @@
    successful episode), fresh scripted-expert demonstrations in the same profile (seeds
    from ``seed + 100000``).
 
+With ``own_sim`` (a profile that is not a stand-in: the sim where the policy's teacher is
+the reference, ``scenarios.teacher_sim``), the same policy also runs there: the training
+conditions on the same seeds and the replay check on fresh scripted demonstrations there,
+the evidence for ``dynamics_gap`` and for a convention error the arm's replay cannot show.
+
 Then ``classify`` (``simreal_ros.diagnosis.classify``) labels the result. ``source`` is a
 ``PolicySource`` (checkpoint directory + optional peft adapter, or in-memory actor
 weights; see ``simreal_ros.training.evaluate``), built with ``build_policy`` in every
@@ -174,6 +179,7 @@ def diagnose(
     replay_episodes: int = 8,
     recorded: Sequence[RecordedEpisode] | None = None,
     executor: SimExecutor | None = None,
+    own_sim: str | None = None,
     *,
     robot: RobotDescription,
 ) -> Diagnosis:
@@ -184,6 +190,18 @@ def diagnose(
     policy's own training slice) instead of ``bags`` or fresh demonstrations.
     """
     check_profile(profile)
+    if own_sim is not None:
+        check_profile(own_sim)
+        if own_sim == profile:
+            raise ValueError(
+                f"own sim {own_sim!r} is the profile diagnosed; give the sim the policy was "
+                "trained in, or leave it out."
+            )
+        if is_stand_in(own_sim):
+            raise ValueError(
+                f"own sim {own_sim!r} is a stand-in for the arm, not the policy's own sim; "
+                "give the profile it was trained in (randomized for the shipped policies)."
+            )
     if episodes < 1:
         raise ValueError("episodes must be at least 1 per condition.")
     if replay_episodes < 1 and not bags and not recorded:
@@ -203,32 +221,43 @@ def diagnose(
     if own:
         executor = make_executor("local", max(1, int(workers)))
     with executor if own else nullcontext(executor):
-        # The replay, then each condition's seeds in one chunk per worker.
-        jobs = [
+        # The replays, then each condition's seeds in one chunk per worker.
+        runs = [(profile, "train"), (profile, "shifted")]
+        replays = [
             DiagnosisJob(
                 source, task, profile, None, tuple(replay_seeds), arm, bags_arg,
                 tuple(recorded) if recorded else None,
             )
-        ] + [
-            DiagnosisJob(source, task, profile, condition, tuple(chunk), arm)
-            for condition in ("train", "shifted")
-            for chunk in split_evenly(seeds, executor.workers)
         ]  # fmt: skip
+        if own_sim is not None:
+            runs.append((own_sim, "train"))
+            replays.append(DiagnosisJob(source, task, own_sim, None, tuple(replay_seeds), arm))
+        jobs = replays + [
+            DiagnosisJob(source, task, where, condition, tuple(chunk), arm)
+            for where, condition in runs
+            for chunk in split_evenly(seeds, executor.workers)
+        ]
         outputs = executor.map(run_job, jobs, progress=f"diagnose {profile}")
     replay, replay_source = outputs[0]
-    rows_of = {"train": [], "shifted": []}
-    for job, rows in zip(jobs[1:], outputs[1:], strict=True):
-        rows_of[job.condition].extend(rows)
-    train, shifted = (
-        sorted(rows_of[c], key=lambda r: seeds.index(r.seed)) for c in ("train", "shifted")
+    sim_replay = outputs[1][0] if own_sim is not None else None
+    rows_of = {run: [] for run in runs}
+    for job, rows in zip(jobs[len(replays) :], outputs[len(replays) :], strict=True):
+        rows_of[job.profile, job.condition].extend(rows)
+    train, shifted, *own = (
+        sorted(rows_of[run], key=lambda r: seeds.index(r.seed)) for run in runs
     )
     failing = [r.stats for r in train if not r.success]
+    sim = None
+    if own:
+        sim = ConditionOutcome("train", sum(r.success for r in own[0]), len(own[0]))
     diagnosis = classify(
         ConditionOutcome("train", sum(r.success for r in train), len(train)),
         ConditionOutcome("shifted", sum(r.success for r in shifted), len(shifted)),
         replay,
         failing,
         thresholds,
+        sim=sim,
+        sim_replay=sim_replay,
     )
     stand_in = " (simulated stand-in for the arm, not the arm)" if is_stand_in(profile) else ""
     replayed = len(replay.episodes) if replay else 0
@@ -249,6 +278,7 @@ def diagnose(
             "stand_in": is_stand_in(profile),
             "seeds": seeds,
             "replay_source": replay_source,
+            "own_sim": own_sim,
             "episodes": {
                 condition: [_episode_dict(r) for r in rows]
                 for condition, rows in (("train", train), ("shifted", shifted))

@@ -5,6 +5,7 @@ the bugs on the arm's own model)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,32 @@ def test_a_convention_bug_on_the_gapped_arm_is_still_a_mismatch(tmp_path):
     _, out = _diagnose(str(bugged), "real_twin", 940000, 940500)
     assert out["label"] == "action_convention_mismatch", out["summary"]
     assert "in its own sim" in out["summary"], out["summary"]
+
+
+def test_simreal_diagnose_takes_the_policys_own_sim(tmp_path, capsys):
+    """`simreal diagnose --own-sim` gives the command line the loop's evidence: the base on
+    the stand-in is a dynamics gap, a convention bug there a mismatch from its own sim."""
+    from simreal_ros.cli.main import main
+    from simreal_ros.diagnosis.run import diagnose
+
+    torch.set_num_threads(1)
+    out = tmp_path / "base.json"
+    common = ["--dynamics-profile", "real_twin", "--episodes", "10", "--seed", "940000",
+              "--replay-episodes", "3", "--workers", "1"]  # fmt: skip
+    assert main(["diagnose", "--checkpoint", str(shipped_checkpoint("push")), *common,
+                 "--own-sim", "auto", "--json", str(out)]) == 0  # fmt: skip
+    result = json.loads(out.read_text())
+    assert result["label"] == "dynamics_gap", result["summary"]
+    assert result["evidence"]["own_sim"] == "randomized"
+    bugged = convention_bug_checkpoint(
+        shipped_checkpoint("push"), tmp_path / "bug", "sign", (1, 2)
+    )
+    arm = load_robot_description("simreal_arm")
+    kwargs = dict(profile="real_twin", episodes=10, seed=940000, replay_episodes=3, robot=arm)
+    result = diagnose(str(bugged), own_sim="randomized", **kwargs)
+    assert result.label == "action_convention_mismatch", result.summary
+    assert "in its own sim" in result.evidence["reason"], result.summary
+    with pytest.raises(ValueError, match="is the profile diagnosed"):
+        diagnose(str(bugged), own_sim="real_twin", **kwargs)
+    with pytest.raises(ValueError, match="is a stand-in for the arm"):
+        diagnose(str(bugged), own_sim=str(STICKY_GAP), **kwargs)
