@@ -4,18 +4,21 @@ and a convention bug still is one.
 Each case is diagnosed as the loop diagnoses a round (``loop.diagnose_round``): 10
 episodes per condition on the stand-in, the replay check on 3 scripted demonstrations
 there and in the policy's own sim, 20 episodes in its own sim.
-- controls: the shipped push policy (and each ``--adapter`` version of it) on every
-  ``--profiles`` stand-in, from ``--replay-sets`` sets of replay starts: none may be
-  labelled ``action_convention_mismatch``;
-- bugs (``--bugs``): every bug of the push convention matrix
-  (``diagnosis.induced_failures.convention_matrix``) on every stand-in, one set each:
-  counted where labelled a mismatch.
-``bench/profiles/`` holds gaps of other kinds than the shipped stand-ins'. The cases run
-on the project's executor (every local core by default). Prints a row per case and the
-totals; exits 1 if a control is labelled a mismatch.
+- controls: the push policy (``--checkpoint``, default the shipped one; and each
+  ``--adapter`` version of it) on every ``--profiles`` stand-in, from ``--replay-sets``
+  sets of replay starts: none may be labelled ``action_convention_mismatch``;
+- bugs (``--bugs``): every bug kind of the convention matrix
+  (``diagnosis.induced_failures.convention_matrix``) built into that checkpoint, on every
+  stand-in, one set each: counted where labelled a mismatch.
+The arm is this process's (``SIMREAL_ROBOT``). ``bench/profiles/`` holds gaps of other
+kinds than the shipped stand-ins' (for the first arm). The cases run on the project's
+executor (every local core by default). Prints a row per case and the totals; exits 1 if
+a control is labelled a mismatch.
 
     PYTHONPATH=. .venv/bin/python bench/diagnosis_gaps.py [--profiles real_twin
         bench/profiles/gap_sticky.yaml ...] [--adapter DIR ...] [--replay-sets 8] [--bugs]
+    SIMREAL_ROBOT=panda PYTHONPATH=. .venv/bin/python bench/diagnosis_gaps.py \
+        --checkpoint checkpoints/panda/push --profiles real_twin_panda --bugs
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class Case:
     profile: str
     replay_first: int
     bug: bool
+    robot: str  # the arm, as a worker process finds it (``robot_reference``)
 
 
 def run_case(case: Case) -> dict:
@@ -65,7 +69,7 @@ def run_case(case: Case) -> dict:
     from simreal_ros.robot.description import load_robot_description
     from simreal_ros.training.evaluate import PolicySource, build_policy, evaluate_policy
 
-    arm = load_robot_description("simreal_arm")
+    arm = load_robot_description(case.robot)
     source = PolicySource(case.checkpoint, adapter_dir=case.adapter_dir)
     seeds = list(range(FIRST_SEED, FIRST_SEED + 10))
     scores = [
@@ -89,10 +93,10 @@ def run_case(case: Case) -> dict:
 
 
 def cases(args, folder: Path) -> list[Case]:
-    from simreal_ros.diagnosis.induced_failures import convention_matrix
-    from simreal_ros.policy.checkpoint import shipped_checkpoint
+    from simreal_ros.diagnosis.induced_failures import convention_bug_checkpoint, convention_matrix
+    from simreal_ros.robot.description import load_robot_description, robot_reference
 
-    push = str(shipped_checkpoint("push"))
+    push, arm = args.checkpoint, robot_reference(load_robot_description().source)
     out = []
     for profile in args.profiles:
         short = Path(profile).stem
@@ -100,15 +104,18 @@ def cases(args, folder: Path) -> list[Case]:
             who = "base" if adapter is None else Path(adapter).name
             out += [
                 Case(f"{who} @{short} set {k}", push, adapter, profile,
-                     FIRST_SEED + 500 + 10 * k, False)
+                     FIRST_SEED + 500 + 10 * k, False, arm)
                 for k in range(args.replay_sets)
             ]  # fmt: skip
     if args.bugs:
-        for i, bug in enumerate(c for c in convention_matrix("push") if c.kind != "none"):
-            checkpoint = str(bug.build(folder / f"bug{i}"))
+        # The matrix's bugs once each: here every bug runs on every stand-in.
+        bugs = {(c.kind, c.joints, c.amount): c for c in convention_matrix("push")}
+        for i, bug in enumerate(c for c in bugs.values() if c.kind != "none"):
+            checkpoint = str(convention_bug_checkpoint(
+                push, folder / f"bug{i}", bug.kind, bug.joints, bug.amount))  # fmt: skip
             name = bug.name.split(" ", 1)[1]
             out += [
-                Case(f"{name} @{Path(p).stem}", checkpoint, None, p, FIRST_SEED + 500, True)
+                Case(f"{name} @{Path(p).stem}", checkpoint, None, p, FIRST_SEED + 500, True, arm)
                 for p in args.profiles
             ]
     return out
@@ -116,12 +123,17 @@ def cases(args, folder: Path) -> list[Case]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", default=None, help="default: the shipped push policy")
     parser.add_argument("--profiles", nargs="+", default=list(PROFILES))
     parser.add_argument("--adapter", nargs="*", default=[], help="adapted versions to add")
     parser.add_argument("--replay-sets", type=int, default=8, help="per control")
     parser.add_argument("--bugs", action="store_true", help="the push convention matrix too")
     add_executor_options(parser)
     args = parser.parse_args()
+    if args.checkpoint is None:
+        from simreal_ros.policy.checkpoint import shipped_checkpoint
+
+        args.checkpoint = str(shipped_checkpoint("push"))
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder, executor_from_args(args) as executor:
         rows = executor.map(run_case, cases(args, Path(folder)), progress="diagnoses")
