@@ -531,6 +531,13 @@ def classify(
             "goal from every replayed start the recorded commands did (open-loop drift)"
         )
     excused = other_mode or open_loop_drift or sim_drift
+    # How a replay that did not make the label read, for the other labels' reasons.
+    if arm_only:
+        replay_read = "the open-loop replay fails on the arm only, not in its own sim"
+    elif verdict["failed"] and (open_loop_drift or sim_drift):
+        replay_read = "the open-loop replay drifts, and closed loop the policy reaches every goal"
+    else:
+        replay_read = "the replay check does not fail"
     failed = verdict["failed"] and not arm_only
     arm_evidence = (failed and not (unexplained and excused)) or (mapped and not train_pass)
     if arm_evidence or sim_failed or sim_mapped:
@@ -563,9 +570,8 @@ def classify(
         label = "dynamics_gap"
         reason = (
             f"fails training conditions on the arm ({train.rate:.0%}) but passes them in its "
-            f"own sim ({sim.rate:.0%}; the intervals do not overlap) and the replay check "
-            "does not fail: the arm's dynamics differ from the sim's; identify them and "
-            "adapt in the identified sim"
+            f"own sim ({sim.rate:.0%}; the intervals do not overlap) and {replay_read}: the "
+            "arm's dynamics differ from the sim's; identify them and adapt in the identified sim"
         )
     elif train_pass and not shifted_pass:
         label = "over_specialization"
@@ -590,10 +596,8 @@ def classify(
     elif train_pass and shifted_pass:
         label = "healthy"
         reason = "passes training and shifted conditions"
-        if open_loop_drift:
-            reason += "; its open-loop replay drifts, and closed loop it reaches every goal"
-        elif arm_only:
-            reason += "; its open-loop replay fails on the arm only, not in its own sim"
+        if verdict["failed"]:
+            reason += f"; {replay_read}"
         elif verdict["checked"] and verdict["informative"]:
             reason += " and the open-loop replay"
         elif verdict["checked"]:
@@ -605,6 +609,8 @@ def classify(
         seen = ["training conditions fail without frozen or hesitant motion"]
         if verdict["checked"] and not verdict["informative"]:
             seen.append("the open-loop replay was not informative in this profile")
+        elif verdict["failed"]:
+            seen.append(f"{replay_read}, not a convention error")
         elif verdict["checked"]:
             seen.append("the open-loop replay passes and no per-joint map explains the actions")
         reason = "; ".join(seen)

@@ -304,7 +304,7 @@ def test_a_replay_failing_on_the_arm_only_is_the_arms_dynamics():
     for arm in (mapped, unexplained):
         d = classify((2, 20), (0, 20), arm, [], sim=(19, 20), sim_replay=clean)
         assert d.label == "dynamics_gap", d.summary
-        assert d.evidence["replay_fails_only_on_arm"] and "arm only" in d.summary
+        assert d.evidence["replay_fails_only_on_arm"] and "arm only" in d.evidence["reason"]
         # The same failure in its own sim is a convention error.
         d = classify((2, 20), (0, 20), arm, [], sim=(19, 20), sim_replay=arm)
         assert d.label == "action_convention_mismatch", d.summary
@@ -361,6 +361,7 @@ def test_drift_shown_in_its_own_sim_excuses_a_version_that_fails_a_condition():
     d = classify((7, 10), (9, 10), drift, [], sim=(18, 20), sim_replay=own_drift)
     assert d.label == "inconclusive", d.summary
     assert d.evidence["open_loop_drift_in_own_sim"] and not d.evidence["open_loop_drift"]
+    assert "replay drifts" in d.evidence["reason"], d.evidence["reason"]
     # Without that evidence the arm's failure stands.
     assert classify((7, 10), (9, 10), drift, [], sim=(18, 20)).label == (
         "action_convention_mismatch"
