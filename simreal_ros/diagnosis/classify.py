@@ -455,13 +455,12 @@ def classify(
         and sim.ci[0] > train.ci[1]
     )
     evidence["dynamics_gap"] = bool(dynamics_gap)
+    sim_pass = sim is not None and sim.episodes > 0 and sim.rate >= thresholds.pass_rate
     # Its conventions hold where they are known to: in its own sim it does the task and its
     # commands are its teacher's, so what fails on the arm only is the arm's dynamics.
     arm_only = bool(
         (verdict["failed"] or verdict["systematic"])
-        and sim is not None
-        and sim.episodes > 0
-        and sim.rate >= thresholds.pass_rate
+        and sim_pass
         and sim_verdict is not None
         and sim_verdict["checked"]
         and sim_verdict["informative"]
@@ -477,7 +476,6 @@ def classify(
         and not dynamics_gap
         and not arm_only
     )
-    sim_pass = sim is not None and sim.episodes > 0 and sim.rate >= thresholds.pass_rate
     # The same two rules in its own sim, where the arm's dynamics play no part.
     sim_mapped = bool(
         sim_verdict is not None
