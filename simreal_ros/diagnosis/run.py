@@ -116,7 +116,7 @@ def _replay(
     import torch
 
     torch.set_num_threads(1)
-    from simreal_ros.diagnosis.episodes import episodes_from_bags, record_demonstrations
+    from simreal_ros.diagnosis.episodes import episodes_from_bags
 
     policy = build_policy(source, robot=robot)
     spec = policy.converter.spec
@@ -130,17 +130,45 @@ def _replay(
         origin = f"bags in {bags}"
     if not episodes:
         # Nothing usable given (e.g. a round without a success): scripted demonstrations.
-        from simreal_ros.diagnosis.scenarios import version_demonstrator
-
-        episodes = record_demonstrations(
-            task, profile, "train", seeds, spec.control_rate_hz,
-            expert=version_demonstrator(policy, task, robot=robot), robot=robot,
-        )  # fmt: skip
         note = f" (no successful episode in {origin})" if origin else ""
         origin = f"{len(seeds)} scripted demonstrations{note}"
-    if not episodes:
-        return None, origin + ", none successful"  # nothing to replay
+        replay = scripted_replay(policy, task, profile, seeds, robot=robot)
+        return replay, origin + ("" if replay else ", none successful")
     return replay_check(policy, episodes, profile, task=task, robot=robot), origin
+
+
+def scripted_replay(
+    policy, task: str, profile: str, seeds: Sequence[int], *, robot: RobotDescription
+) -> ReplayResult | None:
+    """The replay check in ``profile`` on fresh demonstrations there by the teacher
+    ``policy``'s version learned from (``version_demonstrator``); None: none succeeded."""
+    from simreal_ros.diagnosis.episodes import record_demonstrations
+    from simreal_ros.diagnosis.scenarios import version_demonstrator
+
+    episodes = record_demonstrations(
+        task, profile, "train", list(seeds), policy.converter.spec.control_rate_hz,
+        expert=version_demonstrator(policy, task, robot=robot), robot=robot,
+    )  # fmt: skip
+    if not episodes:
+        return None
+    return replay_check(policy, episodes, profile, task=task, robot=robot)
+
+
+def check_own_sim(own_sim: str, diagnosed: str | None = None) -> str:
+    """``own_sim`` unchanged once it loads and can be a policy's own sim: not a stand-in,
+    and not ``diagnosed`` (the profile playing the arm); ValueError saying what to give."""
+    check_profile(own_sim)
+    if own_sim == diagnosed:
+        raise ValueError(
+            f"own sim {own_sim!r} is the profile diagnosed; give the sim the policy was "
+            "trained in, or leave it out."
+        )
+    if is_stand_in(own_sim):
+        raise ValueError(
+            f"own sim {own_sim!r} is a stand-in for the arm, not the policy's own sim; "
+            "give the profile it was trained in (randomized for the shipped policies)."
+        )
+    return own_sim
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,17 +219,7 @@ def diagnose(
     """
     check_profile(profile)
     if own_sim is not None:
-        check_profile(own_sim)
-        if own_sim == profile:
-            raise ValueError(
-                f"own sim {own_sim!r} is the profile diagnosed; give the sim the policy was "
-                "trained in, or leave it out."
-            )
-        if is_stand_in(own_sim):
-            raise ValueError(
-                f"own sim {own_sim!r} is a stand-in for the arm, not the policy's own sim; "
-                "give the profile it was trained in (randomized for the shipped policies)."
-            )
+        check_own_sim(own_sim, profile)
     if episodes < 1:
         raise ValueError("episodes must be at least 1 per condition.")
     if replay_episodes < 1 and not bags and not recorded:

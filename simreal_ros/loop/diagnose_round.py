@@ -22,9 +22,9 @@ from typing import Any
 
 from simreal_ros.diagnosis.action_stats import action_statistics
 from simreal_ros.diagnosis.classify import ConditionOutcome, classify
-from simreal_ros.diagnosis.episodes import episodes_from_bags, record_demonstrations
-from simreal_ros.diagnosis.replay_check import replay_check
-from simreal_ros.diagnosis.scenarios import teacher_sim, version_demonstrator
+from simreal_ros.diagnosis.episodes import episodes_from_bags
+from simreal_ros.diagnosis.run import check_own_sim, scripted_replay
+from simreal_ros.diagnosis.scenarios import teacher_sim
 from simreal_ros.episodes.metadata import CONDITIONS
 from simreal_ros.loop.state import ConditionScore
 from simreal_ros.robot.description_record import RobotDescription
@@ -54,8 +54,10 @@ def diagnose_round(
         bags, robot.joint_names, task=task, successful_only=False, robot=robot
     )
     own_sim = teacher_sim(getattr(policy, "adapter_dir", None), sim_profile)
-    replay = _replay(policy, task, profile, replay_seeds, robot=robot)
-    sim_replay = _replay(policy, task, own_sim, replay_seeds, robot=robot) if own_sim else None
+    replay = scripted_replay(policy, task, profile, replay_seeds, robot=robot)
+    sim_replay = None
+    if own_sim:
+        sim_replay = scripted_replay(policy, task, own_sim, replay_seeds, robot=robot)
     sim_profile = own_sim or sim_profile
     rate = policy.converter.spec.control_rate_hz
     failing = [
@@ -87,17 +89,6 @@ def diagnose_round(
     }
 
 
-def _replay(policy, task: str, profile: str, seeds: Sequence[int], *, robot: RobotDescription):
-    """The replay check in ``profile`` on the version's teacher's demonstrations there."""
-    demonstrations = record_demonstrations(
-        task, profile, "train", list(seeds), policy.converter.spec.control_rate_hz,
-        expert=version_demonstrator(policy, task, robot=robot), robot=robot,
-    )  # fmt: skip
-    if not demonstrations:
-        return None
-    return replay_check(policy, demonstrations, profile, task=task, robot=robot)
-
-
 def own_sim_outcome(
     policy,
     task: str,
@@ -110,13 +101,11 @@ def own_sim_outcome(
     """The policy's training-condition success in its own sim on ``robot`` (None:
     ``episodes`` 0)."""
     from simreal_ros.sim.gym_env import ArmTaskEnv
-    from simreal_ros.sim.profiles import is_stand_in
     from simreal_ros.training.evaluate import evaluate_episode
 
     if episodes <= 0:
         return None
-    if is_stand_in(profile):
-        raise ValueError(f"{profile!r} is a stand-in, not the policy's own sim.")
+    check_own_sim(profile)
     first = (max(replay_seeds) + 1) if len(replay_seeds) else 0
     env = ArmTaskEnv(
         task=task, profile=profile, condition="train",
