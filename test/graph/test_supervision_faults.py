@@ -141,6 +141,7 @@ def test_sim_graph_survives_a_sigkill_of_each_node(tmp_path, rclpy_context, rigs
     assert flush.wait_for_service(timeout_sec=30.0), "the recorder's ~/flush service"
     # Per topic: in one CI run 300 messages in all were flushed, none of /joint_states.
     rig.wait(lambda: flushed_at_least("/joint_states", 50), 60.0, "50 joint states flushed")
+    readies = rig.up.output().count(GRAPH_READY)
     old, _ = rig.kill("recorder")
     rig.wait(lambda: rig.respawned("recorder", old), 10.0, "the recorder's respawn")
     assert bag_state(bag) == "unclosed"
@@ -148,7 +149,9 @@ def test_sim_graph_survives_a_sigkill_of_each_node(tmp_path, rclpy_context, rigs
     assert recovered.metadata.outcome == "incomplete"
     assert recovered.metadata.message_counts.get("/joint_states", 0) > 10
     # The next episode, from a trial runner started now (`simreal trials`, as an operator
-    # would run it).
+    # would run it), once the graph reports itself whole again: a respawned process may
+    # still be starting, and in one CI run its ~/start did not answer the runner in 10 s.
+    rig.wait(lambda: rig.up.output().count(GRAPH_READY) > readies, 60.0, "the graph ready again")
     out = tmp_path / "next.json"
     trials = NodeProcess(
         "trials",
