@@ -293,7 +293,7 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
             return response
         profile, _ = self.core.get_dynamics()
         response.success = True
-        response.message = f"profile {profile}, {len(request.names)} override(s)"
+        response.message = f"profile {profile.name}, {len(request.names)} override(s)"
         return response
 
     def _on_get_dynamics(self, request, response):
@@ -301,7 +301,8 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
             return response
         profile, values = self.core.get_dynamics()
         _stamp(self.core.sim_time, response.sim_time)
-        response.profile = profile
+        response.profile = profile.name
+        response.stand_in = profile.is_stand_in
         response.names = list(values)
         response.values = [float(v) for v in values.values()]
         return response

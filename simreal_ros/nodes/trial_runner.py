@@ -27,7 +27,6 @@ from simreal_ros.nodes import qos
 from simreal_ros.nodes.diagnostics import OK, diagnostic_array
 from simreal_ros.nodes.params import declare_config
 from simreal_ros.nodes.services import call_service
-from simreal_ros.sim.profiles import is_stand_in
 from simreal_ros.srv import GetDynamics, ResetEpisode, Resync, StartEpisode, StopEpisode
 from simreal_ros.trials.config import TrialRunnerConfig
 from simreal_ros.trials.runner import (
@@ -171,15 +170,21 @@ class TrialRunnerNode(Node):
         """(source label, dynamics profile, the sim clock now or None)."""
         if self.config.profile == "real":
             return self.config.source or "real", "", None
-        profile, sim_time = "", None
+        profile, stand_in, sim_time = "", False, None
         if self._dynamics_available:
             try:
                 answer = self._call_optional(self._dynamics, GetDynamics.Request(), "get_dynamics")
-                profile, sim_time = answer.profile, answer.sim_time
+                profile, stand_in, sim_time = answer.profile, answer.stand_in, answer.sim_time
             except TimeoutError:
-                self._dynamics_available = False  # an older bridge: label by config only
-        # A stand-in profile (real_twin) is simulated, never the physical arm.
-        source = self.config.source or ("real_twin" if is_stand_in(profile) else "sim")
+                self._dynamics_available = False
+                self.get_logger().warning(
+                    f"{self.config.dynamics_service} not available: episodes are labelled "
+                    f"{self.config.source or 'sim'!r} (set the source parameter to "
+                    "'real_twin' if the bridge plays a stand-in)"
+                )
+        # The bridge says whether its profile plays the arm: a profile given by path has a
+        # name no lookup here can resolve. A stand-in is simulated, never the physical arm.
+        source = self.config.source or ("real_twin" if stand_in else "sim")
         return source, profile, sim_time
 
     def _set_paused(self, paused: bool) -> None:

@@ -28,7 +28,7 @@ import numpy as np
 from simreal_ros import config_schema
 from simreal_ros.config_schema import setting
 from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
-from simreal_ros.sim.profiles import check_profile
+from simreal_ros.sim.profiles import DynamicsProfile, check_profile
 from simreal_ros.sim.tasks import CONDITIONS, TASKS
 
 
@@ -239,9 +239,10 @@ class SimBridgeCore:
         with self.lock:
             self.env.set_dynamics(profile, values)
 
-    def get_dynamics(self) -> tuple[str, dict[str, float]]:
+    def get_dynamics(self) -> tuple[DynamicsProfile, dict[str, float]]:
+        """The profile in force (its name and stand-in flag travel with it) and its values."""
         with self.lock:
-            return self.env.profile.name, self.physics.get_dynamics()
+            return self.env.profile, self.physics.get_dynamics()
 
     # ---------------------------------------------------------------- stepping
     def step(self, n: int) -> None:

@@ -13,7 +13,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 from simreal_ros.msg import PolicyAction, TaskStatus
-from simreal_ros.srv import ResetEpisode, Resync, StopEpisode
+from simreal_ros.srv import GetDynamics, ResetEpisode, Resync, StopEpisode
 from std_srvs.srv import SetBool
 
 from simreal_ros.episodes.dataset import read_episode
@@ -29,7 +29,7 @@ JOINTS = [f"j{i}" for i in range(7)]
 class FakeBridge:
     """Publishes a 100 Hz episode that ends (done) after `steps`; even seeds succeed."""
 
-    def __init__(self, context, steps=8, hang_seeds=()):
+    def __init__(self, context, steps=8, hang_seeds=(), stand_in_profile=""):
         self.node = rclpy.create_node("sim_bridge", context=context)
         self.steps = steps
         self.hang_seeds = set(hang_seeds)
@@ -41,6 +41,9 @@ class FakeBridge:
         self.paused = False
         self.node.create_service(ResetEpisode, "~/reset", self.on_reset)
         self.node.create_service(SetBool, "~/pause", self.on_pause)
+        if stand_in_profile:  # a profile given by path: a name no lookup can resolve
+            self.stand_in_profile = stand_in_profile
+            self.node.create_service(GetDynamics, "~/get_dynamics", self.on_get_dynamics)
         # The safety filter's resync, on a node of its own as in the graph.
         self.safety = rclpy.create_node("safety", context=context)
         self.safety.create_service(Resync, "~/resync", self.on_resync)
@@ -56,6 +59,10 @@ class FakeBridge:
         response.success, response.episode_id = True, self.episode_id
         response.stamp.sec, response.stamp.nanosec = request.seed + 1, 0
         self.reset_stamps.append((response.stamp.sec, response.stamp.nanosec))
+        return response
+
+    def on_get_dynamics(self, request, response):
+        response.profile, response.stand_in = self.stand_in_profile, True
         return response
 
     def on_resync(self, request, response):
@@ -98,7 +105,8 @@ class FakeBridge:
 
 
 @pytest.fixture
-def running_graph(rclpy_context, tmp_path):
+def running_graph(rclpy_context, tmp_path, request):
+    stand_in_profile = getattr(request, "param", "")
     recorder = RecorderNode(
         context=rclpy_context,
         parameter_overrides=[
@@ -107,12 +115,13 @@ def running_graph(rclpy_context, tmp_path):
             Parameter("min_free_disk_mb", value=0.0),
         ],
     )
-    bridge = FakeBridge(rclpy_context, hang_seeds=(4,))
+    bridge = FakeBridge(rclpy_context, hang_seeds=(4,), stand_in_profile=stand_in_profile)
+    dynamics = "/sim_bridge/get_dynamics" if stand_in_profile else "/nobody/get_dynamics"
     runner = TrialRunnerNode(
         context=rclpy_context,
         parameter_overrides=[
             Parameter("service_timeout_s", value=5.0),
-            Parameter("dynamics_service", value="/nobody/get_dynamics"),
+            Parameter("dynamics_service", value=dynamics),
         ],
     )
     # One thread, as the nodes run (see trial_runner.SpinningNode for why).
@@ -162,6 +171,19 @@ def test_five_labelled_episodes_through_reset_record_and_task_status(running_gra
     assert len(data) >= 1 and data.dones[-1]
     takeover = read_episode(results[1].bag_path, JOINTS)
     assert takeover.human_interventions.any()
+
+
+@pytest.mark.parametrize("running_graph", ["my_gap"], indirect=True)
+def test_a_stand_in_the_bridge_names_labels_its_episodes_the_stand_ins(running_graph):
+    """The bridge says its profile is a stand-in; the runner labels from that, not from a
+    lookup of the name (a user's profile given by path is unknown by name)."""
+    runner, _, _ = running_graph
+    results = run_trials(runner, 2, "train", seeds=[0, 2], timeout_s=1.5, progress=False)
+    assert [r.error for r in results] == ["", ""]
+    for r in results:
+        info = yaml.safe_load(Path(r.bag_path, "metadata.yaml").read_text())
+        meta = EpisodeMetadata.from_custom_data(info["rosbag2_bagfile_information"]["custom_data"])
+        assert (meta.source, meta.profile) == ("real_twin", "my_gap")
 
 
 def test_operator_label_service_ends_the_running_episode(running_graph, rclpy_context):

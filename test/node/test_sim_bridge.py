@@ -135,13 +135,15 @@ def test_reset_step_and_dynamics_services_in_lockstep(executor, probe):
     )
     assert ok.success, ok.message
     values = call(executor, get_dyn, GetDynamics.Request())
+    assert values.profile == "nominal" and not values.stand_in
     table = dict(zip(values.names, values.values, strict=True))
     assert table["mass.cube"] == pytest.approx(0.4) and table["latency_steps"] == 3.0
     refused = call(executor, set_dyn, SetDynamics.Request(names=["mass.moon"], values=[1.0]))
     assert not refused.success and "unknown dynamics parameter" in refused.message
     twin = call(executor, set_dyn, SetDynamics.Request(profile="real_twin"))
     assert twin.success
-    assert call(executor, get_dyn, GetDynamics.Request()).profile == "real_twin"
+    answer = call(executor, get_dyn, GetDynamics.Request())
+    assert answer.profile == "real_twin" and answer.stand_in  # the flag travels with it
 
 
 def test_camera_publishes_images_with_camera_info(executor, probe):
