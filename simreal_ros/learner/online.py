@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,6 +57,10 @@ class LearnerStatus:
     samples_per_s: float
     last_gate: str = ""  # "<version>: promoted" or "<version>: rejected"
     last_gate_reason: str = ""
+    # Requests for a round (request_round) received, and the newest one answered: by a
+    # decision, by waiting for arm data (``waiting`` says why) or by a failure.
+    requests: int = 0
+    requests_answered: int = 0
 
 
 class OnlineLearner:
@@ -94,6 +99,9 @@ class OnlineLearner:
         self.episodes_seen = 0
         self.skipped: list[str] = []
         self.waiting = ""
+        self.sources_seen: Counter[str] = Counter()  # announced episodes by source label
+        self._requests = 0
+        self._answered = 0
         self._loaded: set[str] = set()
         self.real_bags: list[str] = []  # the real episodes identification reads, oldest first
         self._last_round_time = time.monotonic()
@@ -116,16 +124,21 @@ class OnlineLearner:
         with self._lock:
             self._pending.append(episode)
             self.episodes_seen += 1
+            self.sources_seen[episode.source or "(none)"] += 1
             self._lock.notify_all()
 
-    def request_round(self) -> None:
+    def request_round(self) -> int:
+        """Ask for a round now; returns the request's number (see ``status().requests``)."""
         with self._lock:
             self._force = True
+            self._requests += 1
             self._lock.notify_all()
+            return self._requests
 
     def status(self) -> LearnerStatus:
         with self._lock:
             pending = len(self._pending)
+            requests, answered = self._requests, self._answered
         session = self.session
         sizes: dict[str, int] = {}
         if self.real is not None:
@@ -156,6 +169,8 @@ class OnlineLearner:
             samples_per_s=self.last_metrics.get("samples_per_s", float("nan")),
             last_gate=last_gate,
             last_gate_reason=last_gate_reason,
+            requests=requests,
+            requests_answered=answered,
         )
 
     def update_config(self, config: LearnerConfig) -> None:
@@ -197,7 +212,7 @@ class OnlineLearner:
     def _due(self) -> bool:
         cfg = self.config
         new_real = sum(1 for e in self._pending if e.source in REAL_SOURCES)
-        if self._force and (self._pending or self.real is not None):
+        if self._force:  # answered even with no data: the answer then says what is missing
             return True
         if cfg.round_every_episodes and new_real >= cfg.round_every_episodes:
             return True
@@ -224,6 +239,7 @@ class OnlineLearner:
                     continue
                 batch, self._pending = self._pending, []
                 self._force = False
+                answers = self._requests
                 if self._next_config is not None and self.session is not None:
                     self.session.config, self._next_config = self._next_config, None
             try:
@@ -234,6 +250,8 @@ class OnlineLearner:
             finally:
                 self._last_round_time = time.monotonic()
                 self.state = "idle"
+                with self._lock:
+                    self._answered = answers
 
     def _round(self, episodes: list[EpisodeInfo]) -> None:
         session = self.session
@@ -265,13 +283,8 @@ class OnlineLearner:
             if len(sim):
                 session.add_sim_data(sim)
         if self.real is None or len(self.real) < self.config.min_real_transitions:
-            have = 0 if self.real is None else len(self.real)
-            message = (
-                f"waiting for data: {have} real transitions, {self.config.min_real_transitions} "
-                "needed (min_real_transitions); record more real episodes."
-            )
-            log.info(message)
-            self.waiting = message
+            self.waiting = self._waiting_reason()
+            log.info(self.waiting)
             return
         self.waiting = ""
         if self.config.identifies_from_bags:
@@ -286,6 +299,25 @@ class OnlineLearner:
         self.last_error = ""
         if self.on_result is not None:
             self.on_result(result)
+
+    def _waiting_reason(self) -> str:
+        """Why no round can run: how much arm data there is, and the labels the announced
+        episodes carry against the ones that count as the arm's."""
+        have = 0 if self.real is None else len(self.real)
+        with self._lock:
+            seen = dict(self.sources_seen)
+        labels = ", ".join(f"{source} {count}" for source, count in sorted(seen.items()))
+        announced = (
+            f"the {sum(seen.values())} episode(s) announced are labelled {labels}"
+            if seen
+            else "no episode was announced on /episodes/recorded"
+        )
+        return (
+            f"waiting for data: {have} arm transitions, {self.config.min_real_transitions} "
+            f"needed (min_real_transitions); {announced}; the learner trains on episodes "
+            f"labelled {', '.join(REAL_SOURCES)}. Record episodes on the arm, or on a "
+            "stand-in whose profile says stand_in: true."
+        )
 
     def _screening_profile(self) -> str:
         return self.session.screening_profile if self.session else self.config.screen.profile

@@ -106,6 +106,22 @@ class LoopConfig:
         validate(self)
         self.round_methods()
         self.learner_overrides()
+        self.stand_in_name()
+
+    def stand_in_name(self) -> str:
+        """The stand-in profile's name, once its file loads and says ``stand_in: true``
+        (episodes on any other profile are sim data, which the learner never takes for the
+        arm's)."""
+        from simreal_ros.sim.profiles import load_profile
+
+        profile = load_profile(self.stand_in_profile)
+        if not profile.is_stand_in:
+            raise ValueError(
+                f"stand_in_profile {self.stand_in_profile!r} (profile {profile.name!r}) does "
+                "not say stand_in: true, so its episodes would be labelled sim and never "
+                "count as the arm's; add 'stand_in: true' to the file if it plays the arm."
+            )
+        return profile.name
 
     def round_methods(self) -> list[str]:
         """The methods the rounds cycle through, validated."""

@@ -232,6 +232,7 @@ def render_report(summary: LoopSummary) -> str:
         for r in records
     ]
     config_rows = [[key, str(value)] for key, value in sorted(summary.config.items())]
+    stand_in = str(summary.config.get("stand_in_profile", "real_twin"))
     plots = "".join(f'<img alt="plot" src="data:image/png;base64,{png}">' for png in images)
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>simreal loop {html.escape(summary.run_id)}</title>
@@ -244,10 +245,10 @@ img {{ margin: 4px; border: 1px solid #eee; }}
 .lost {{ border: 2px solid #c00; background: #fee; padding: 8px; margin: 8px 0; }}
 </style></head><body>
 <h1>Fine-tuning loop: {html.escape(summary.run_id)}</h1>
-<p class="note">The arm in this run is the <b>real_twin stand-in</b>: a simulated arm with a
-fixed, hidden dynamics gap, driven through the full ROS 2 graph exactly as a physical arm
-would be. It is not a physical robot. Solid lines: the graph's trials (fresh seeds every
-round). Dashed: the off-ROS check, the running policy on the stand-in behind the safety
+<p class="note">The arm in this run is the <b>stand-in {html.escape(stand_in)}</b>: a
+simulated arm with a fixed, hidden dynamics gap, driven through the full ROS 2 graph exactly
+as a physical arm would be. It is not a physical robot. Solid lines: the graph's trials
+(fresh seeds every round). Dashed: the off-ROS check, the running policy on the stand-in behind the safety
 filter, the same seeds every round and never trained on (a check a physical arm cannot
 give).</p>
 {_arm_section(records)}

@@ -14,6 +14,9 @@ from rclpy.node import Node
 
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 
+# The learner's status name: the loop reads its answers to round requests from it.
+LEARNER_STATUS = "learner: rounds"
+
 
 def diagnostic_array(
     node: Node,

@@ -5,8 +5,10 @@ worker thread, never on the executor: after every ``round_every_episodes`` real 
 (or ``round_every_seconds``) it fine-tunes (bc, rl or sgft), screens the candidate in sim
 over seeds, stores it atomically, and publishes the decision on /learner/policy_update
 (latched; rejected candidates too, with promoted=false and the reason). ~/train_now
-(std_srvs/Trigger) starts a round at once. /diagnostics: round, loss, samples/s, buffer
-sizes by source, last gate result.
+(std_srvs/Trigger) starts a round at once; its message names the request's number. Each
+request is answered with a decision, or, without enough arm data, by ``waiting`` on
+/diagnostics (with ``requests_answered``) saying which labels the episodes carry.
+/diagnostics: round, loss, samples/s, buffer sizes by source, last gate result.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 import math
 
 from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from std_srvs.srv import Trigger
 
@@ -25,7 +28,7 @@ from simreal_ros.learner.online import EpisodeInfo, OnlineLearner
 from simreal_ros.learner.session import RoundResult
 from simreal_ros.msg import EpisodeEvent, PolicyUpdate, ScreenResult
 from simreal_ros.nodes import qos
-from simreal_ros.nodes.diagnostics import ERROR, OK, WARN, diagnostic_array
+from simreal_ros.nodes.diagnostics import ERROR, LEARNER_STATUS, OK, WARN, diagnostic_array
 from simreal_ros.nodes.params import declare_config, declare_robot
 from simreal_ros.nodes.runtime import run_node
 
@@ -87,7 +90,11 @@ class LearnerNode(Node):
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.STATUS)
         self.create_subscription(EpisodeEvent, "/episodes/recorded", self._on_episode, qos.STATUS)
         self.create_service(Trigger, "~/train_now", self._on_train_now)
-        self.create_timer(1.0, self._publish_diagnostics)
+        # On the wall clock: in sim the loop pauses /clock while a round trains, and the
+        # learner's answers must still reach it.
+        self.create_timer(
+            1.0, self._publish_diagnostics, clock=Clock(clock_type=ClockType.STEADY_TIME)
+        )
         self._log_handler = _RosLogHandler(self)
         core_log = logging.getLogger("simreal_ros.learner")
         core_log.setLevel(logging.INFO)
@@ -197,11 +204,12 @@ class LearnerNode(Node):
             response.success = False
             response.message = status.last_error
             return response
-        self.learner.request_round()
+        request = self.learner.request_round()
         response.success = True
+        # "request N": the number /diagnostics' requests_answered reaches once it is answered.
         response.message = (
-            f"round requested ({status.episodes_pending} episode(s) pending; "
-            f"buffers {status.buffer_sizes})"
+            f"round requested: request {request} ({status.episodes_pending} episode(s) "
+            f"pending; buffers {status.buffer_sizes})"
         )
         return response
 
@@ -230,6 +238,8 @@ class LearnerNode(Node):
             "last_gate_reason": status.last_gate_reason,
             "last_error": status.last_error,
             "waiting": status.waiting,
+            "requests": str(status.requests),
+            "requests_answered": str(status.requests_answered),
             "skipped_episodes": str(status.skipped_episodes),
             "method": self.config.method,
             "sim_replay": str(self.config.sim_replay),
@@ -245,7 +255,7 @@ class LearnerNode(Node):
         else:
             level, message = OK, f"{status.state}; running {status.running_version}"
         self._diag_pub.publish(
-            diagnostic_array(self, "learner: rounds", "learner", level, message, values)
+            diagnostic_array(self, LEARNER_STATUS, "learner", level, message, values)
         )
 
     def destroy_node(self) -> None:

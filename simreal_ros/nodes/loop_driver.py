@@ -9,9 +9,11 @@ interventions.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
+from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
@@ -20,8 +22,10 @@ from rclpy.node import Node
 from std_srvs.srv import SetBool, Trigger
 
 from simreal_ros.loop.state import LearnerDecision
+from simreal_ros.loop.stops import NoArmData
 from simreal_ros.msg import EpisodeEvent, PolicyAction, PolicyUpdate, SafetyStatus
 from simreal_ros.nodes import qos
+from simreal_ros.nodes.diagnostics import LEARNER_STATUS
 from simreal_ros.nodes.episode_event import episode_event
 from simreal_ros.nodes.services import call_service
 from simreal_ros.srv import Rollback
@@ -61,6 +65,7 @@ class LoopDriverNode(Node):
         self._policy_version = ""
         self._actions = 0
         self._interventions = 0
+        self._learner_status: dict[str, str] = {}  # the learner's newest /diagnostics values
         self._train_now = self.create_client(Trigger, "/learner/train_now")
         self._policy_state = self.create_client(ChangeState, "/policy/change_state")
         self._sim_pause = self.create_client(SetBool, "/sim_bridge/pause")
@@ -71,6 +76,7 @@ class LoopDriverNode(Node):
         )
         self.create_subscription(PolicyAction, "/policy/action", self._on_action, qos.STATUS)
         self.create_subscription(SafetyStatus, "/safety/status", self._on_safety, qos.STATUS)
+        self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, qos.STATUS)
         self._episodes_pub = self.create_publisher(EpisodeEvent, "/episodes/recorded", qos.STATUS)
 
     def _on_update(self, msg: PolicyUpdate) -> None:
@@ -85,6 +91,24 @@ class LoopDriverNode(Node):
     def _on_safety(self, msg: SafetyStatus) -> None:
         with self._lock:
             self._interventions = max(self._interventions, int(msg.interventions_total))
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            if status.name == LEARNER_STATUS:
+                with self._lock:
+                    self._learner_status = {kv.key: kv.value for kv in status.values}
+
+    def _no_arm_data(self, request: int | None) -> str:
+        """The learner's reason when it answered ``request`` by waiting for arm data."""
+        if request is None:
+            return ""
+        with self._lock:
+            status = dict(self._learner_status)
+        try:
+            answered = int(status.get("requests_answered", "0"))
+        except ValueError:
+            return ""
+        return status.get("waiting", "") if answered >= request else ""
 
     @property
     def policy_version(self) -> str:
@@ -154,19 +178,33 @@ class LoopDriverNode(Node):
         with self._lock:
             known = set(exclude) | {u.version for u in self._updates}
             seen = len(self._updates)
+            self._learner_status = {}  # a restarted learner counts its requests anew
         future = self._train_now.call_async(Trigger.Request())
         deadline = time.monotonic() + timeout_s
         while not future.done() and time.monotonic() < deadline:
             self._sleep(0.05)
-        if not future.done() or not future.result().success:
-            raise TimeoutError("the learner did not accept a round (/learner/train_now).")
+        if not future.done():
+            raise TimeoutError(
+                f"the learner did not answer /learner/train_now within {timeout_s:.0f} s."
+            )
+        answer = future.result()
+        if not answer.success:
+            raise RuntimeError(f"the learner refused a round: {answer.message}")
+        match = re.search(r"\brequest (\d+)\b", answer.message)
+        request = int(match.group(1)) if match else None  # an older learner: no number
         while time.monotonic() < deadline:
             with self._lock:
                 fresh = [u for u in self._updates[seen:] if u.version not in known]
             if fresh:
                 return fresh[0]
+            reason = self._no_arm_data(request)
+            if reason:
+                raise NoArmData(reason)
             self._sleep(0.2)
-        raise TimeoutError(f"the learner gave no decision within {timeout_s:.0f} s.")
+        raise TimeoutError(
+            f"the learner gave no decision within {timeout_s:.0f} s (round_timeout_s); "
+            "see the learner's lines in graph.log in the run directory."
+        )
 
     def switch_policy(self, version: str, timeout_s: float = 30.0) -> None:
         """Make the policy node run ``version`` (its ~/rollback takes any version it knows)

@@ -126,3 +126,37 @@ def test_a_run_time_setting_change_applies_from_the_next_round(setup, tmp_path):
         assert seeds_seen and set(seeds_seen) == {3}
     finally:
         learner.stop()
+
+
+def test_a_requested_round_without_arm_data_is_answered_with_the_labels(setup, tmp_path):
+    """Episodes labelled sim never count as the arm's: the request is answered (not left
+    pending) with a reason naming the label they carry and the ones the learner wants."""
+    root, _ = setup
+    base = load_checkpoint(root / "push")
+    sim = [
+        record_rollout(tmp_path / f"sim{i}", base, seed=i, source="sim", profile="nominal",
+                       episode_seconds=0.5, robot=load_robot_description())
+        for i in range(2)
+    ]  # fmt: skip
+    cfg = tiny_bc_config(root, tmp_path)
+    learner = OnlineLearner(
+        cfg, on_result=lambda result: None, robot=load_robot_description(),
+        evaluator=lambda *args: EvaluationSummary(1, 1, 0.0),
+    )  # fmt: skip
+    learner.start()
+    try:
+        # Nothing announced at all: the request is still answered, with that reason.
+        first = learner.request_round()
+        assert wait(lambda: learner.status().requests_answered >= first), learner.status()
+        assert "no episode was announced" in learner.status().waiting
+        for i, m in enumerate(sim):
+            learner.offer(EpisodeInfo(m.episode_id, str(tmp_path / f"sim{i}"), m.source))
+        second = learner.request_round()
+        assert second == first + 1
+        assert wait(lambda: learner.status().requests_answered >= second), learner.status()
+        status = learner.status()
+        assert status.requests == second and status.last_gate == ""
+        assert f"labelled sim {len(sim)}" in status.waiting
+        assert "real_twin" in status.waiting and "0 arm transitions" in status.waiting
+    finally:
+        learner.stop()

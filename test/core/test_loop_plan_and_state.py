@@ -110,7 +110,7 @@ def test_report_is_self_contained_html_with_plots_and_tables(tmp_path):
     )
     text = path.read_text()
     assert text.count("data:image/png;base64,") == 4
-    assert "real_twin stand-in" in text
+    assert "stand-in real_twin" in text
     assert "over_specialization" in text and "promoted" in text
     assert "30/50 (" in text and "off-ROS check" in text  # round 1's shifted check
     assert "http" not in text.replace("http-equiv", "")  # nothing fetched when opened offline

@@ -21,10 +21,13 @@ import sys
 import time
 
 import pytest
+import yaml
 
+from simreal_ros.episodes.catalog import list_episodes
 from simreal_ros.episodes.dataset import start_command_gap
 from simreal_ros.graph.processes import NodeProcess, graph_environment
 from simreal_ros.robot.description import load_robot_description
+from simreal_ros.sim.profiles import profile_path
 
 # Serial: the graph, the loop and the learner need about 1.6 cores (154 s alone); beside
 # another worker both ran 2-3x slower than one after the other.
@@ -48,9 +51,19 @@ ARGS = [
 ]  # fmt: skip
 
 
-def loop_process(runs_dir, run_id: str) -> NodeProcess:
+def own_stand_in(directory) -> str:
+    """A user's stand-in given by path, under a name no shipped profile has: the real_twin
+    gap, copied. Its episodes must still be labelled the stand-in's."""
+    raw = yaml.safe_load(profile_path("real_twin").read_text())
+    raw["profile"] = "my_gap"
+    path = directory / "my_gap.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+def loop_process(runs_dir, run_id: str, stand_in: str) -> NodeProcess:
     argv = [sys.executable, "-m", "simreal_ros.cli.main", "loop", *ARGS]
-    argv += ["--runs-dir", str(runs_dir), "--run-id", run_id]
+    argv += ["--stand-in-profile", stand_in, "--runs-dir", str(runs_dir), "--run-id", run_id]
     return NodeProcess("loop", argv, graph_environment())
 
 
@@ -76,7 +89,8 @@ def test_loop_resumes_after_sigterm_and_rolls_back_a_candidate_that_loses_on_the
     tmp_path,
 ):
     run = tmp_path / "runs" / "t1"
-    first = loop_process(tmp_path / "runs", "t1")
+    stand_in = own_stand_in(tmp_path)
+    first = loop_process(tmp_path / "runs", "t1", stand_in)
     try:
         deadline = time.monotonic() + 240
         while completed_rounds(run / "summary.json") < 1 and time.monotonic() < deadline:
@@ -91,7 +105,7 @@ def test_loop_resumes_after_sigterm_and_rolls_back_a_candidate_that_loses_on_the
     assert len(pids) >= 6, "the sim graph has five nodes and the lifecycle manager"
     assert not [pid for pid in pids if alive(pid)], "SIGTERM left graph nodes running"
 
-    second = loop_process(tmp_path / "runs", "t1")
+    second = loop_process(tmp_path / "runs", "t1", stand_in)
     try:
         second.process.wait(timeout=600)
     except subprocess.TimeoutExpired:
@@ -102,6 +116,8 @@ def test_loop_resumes_after_sigterm_and_rolls_back_a_candidate_that_loses_on_the
     graph_tail = "\n".join((run / "graph.log").read_text().splitlines()[-40:])
     assert second.returncode == 0, output[-4000:] + "\n--- graph.log ---\n" + graph_tail
     assert "resuming at round 1: re-announced" in output
+    first_line = next(line for line in output.splitlines() if line.startswith("[simreal loop]"))
+    assert f"the arm is the stand-in my_gap ({stand_in})" in first_line, output[:400]
 
     summary = json.loads((run / "summary.json").read_text())
     rounds = [r for r in summary["rounds"] if r["complete"]]
@@ -140,8 +156,12 @@ def test_loop_resumes_after_sigterm_and_rolls_back_a_candidate_that_loses_on_the
     bags = [p for p in (run / "bags").iterdir() if p.is_dir()]
     assert len(bags) >= round1["real_episodes_total"]
     assert (run / "models" / round1["update"]["version"]).is_dir()
+    # Every episode on the stand-in given by path is the stand-in's, never sim: the learner
+    # identified and trained on them above.
+    sources = {e.metadata.source for e in list_episodes(run / "bags") if e.metadata}
+    assert sources == {"real_twin"}, sources
     report = (run / "report.html").read_text()
-    assert "real_twin stand-in" in report and report.count("data:image/png") == 4
+    assert f"stand-in {stand_in}" in report and report.count("data:image/png") == 4
     assert "passed the sim screen and lost on the arm" in report
     # Every episode starts where the sim reset put the arm: the safety filter resynced at
     # the reset's stamp instead of commanding the previous episode's pose.
