@@ -248,9 +248,9 @@ img {{ margin: 4px; border: 1px solid #eee; }}
 <p class="note">The arm in this run is the <b>stand-in {html.escape(stand_in)}</b>: a
 simulated arm with a fixed, hidden dynamics gap, driven through the full ROS 2 graph exactly
 as a physical arm would be. It is not a physical robot. Solid lines: the graph's trials
-(fresh seeds every round). Dashed: the off-ROS check, the running policy on the stand-in behind the safety
-filter, the same seeds every round and never trained on (a check a physical arm cannot
-give).</p>
+(fresh seeds every round). Dashed: the off-ROS check, the running policy on the stand-in
+behind the safety filter, the same seeds every round and never trained on (a check a
+physical arm cannot give).</p>
 {_arm_section(records)}
 <h2>Plots</h2>{plots}
 <h2>Rounds</h2>{
