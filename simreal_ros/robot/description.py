@@ -95,6 +95,18 @@ def _number(value: Any, path: Path, field: str) -> float:
     return number
 
 
+def _article(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
+
+
+def _limit_fields(entry: Mapping) -> list[tuple[str, str, str]]:
+    """(name, flag, key) of every field an entry must have: position limits when its
+    has_position_limits is true, and the four the safety filter needs."""
+    position = [("lower", "has_position_limits", "min_position"),
+                ("upper", "has_position_limits", "max_position")]  # fmt: skip
+    return (position if entry.get("has_position_limits", False) else []) + list(LIMIT_FIELDS)
+
+
 def read_joint_limits(path: Path, joints: tuple[str, ...]) -> dict[str, Any]:
     """Per controller joint: lower, upper (None when the file leaves them to the model),
     velocity, acceleration, jerk and effort, from a ros2_control joint_limits YAML; under
@@ -117,34 +129,81 @@ def read_joint_limits(path: Path, joints: tuple[str, ...]) -> dict[str, Any]:
         )
     table = raw["joint_limits"]
     limits: dict[str, Any] = {}
+    # Every problem of the file at once: a user fixing one per run needs as many runs.
+    problems: list[str] = []
     for joint in joints:
         entry = table.get(joint)
         if not isinstance(entry, Mapping):
-            raise RobotDescriptionError(
-                f"{path}: joint_limits.{joint} is missing; every controller joint needs "
-                "velocity, acceleration, jerk and effort limits."
+            problems.append(
+                f"joint_limits.{joint} is missing; every controller joint needs velocity, "
+                "acceleration, jerk and effort limits."
             )
+            continue
         values: dict[str, float | None] = {"lower": None, "upper": None}
-        if entry.get("has_position_limits", False):
-            for key, bound in (("min_position", "lower"), ("max_position", "upper")):
-                value = _field(entry, key, path, f"joint_limits.{joint} has position limits.")
-                values[bound] = _number(value, path, f"joint_limits.{joint}.{key}")
-        for name, flag, key in LIMIT_FIELDS:
+        for name, flag, key in _limit_fields(entry):
             where = f"joint_limits.{joint}.{key}"
-            if not entry.get(flag, False) or key not in entry:
-                raise RobotDescriptionError(
-                    f"{path}: {where} is missing (or {flag} is false); the safety filter "
-                    f"needs a {name} limit on every joint: set {flag}: true and {key}."
-                )
-            value = _number(entry[key], path, where)
-            if value <= 0:
-                raise RobotDescriptionError(f"{path}: {where} = {value:g} must be positive.")
+            if not entry.get(flag, False) or key not in entry or entry[key] is None:
+                if name in ("lower", "upper"):
+                    problems.append(f"{where} is missing; {joint} has position limits.")
+                else:
+                    problems.append(
+                        f"{where} is missing (or {flag} is false); the safety filter needs "
+                        f"{_article(name)} {name} limit on every joint: set {flag}: true and "
+                        f"{key}."
+                    )
+                continue
+            try:
+                value = _number(entry[key], path, where)
+            except RobotDescriptionError as error:
+                problems.append(str(error).removeprefix(f"{path}: "))
+                continue
+            if name not in ("lower", "upper") and value <= 0:
+                problems.append(f"{where} = {value:g} must be positive.")
+                continue
             values[name] = value
         limits[joint] = values
+    if problems:
+        listing = "\n  - ".join(problems)
+        raise RobotDescriptionError(
+            f"{path}: {len(problems)} problem(s) with the joint limits:\n  - {listing}"
+        )
     # Entries for joints the controller does not drive (a MoveIt file lists every joint)
     # are allowed, but each must name a joint of the model (checked in robot.model).
     limits[EXTRA_LIMITS] = sorted(set(map(str, table)) - set(joints))
     return limits
+
+
+TOOL_FRAME_HINT = (
+    "name the tool's site or body, or give {link: <link>, offset: [x, y, z]} to add one."
+)
+DEFAULT_TOOL_SITE = "tool_frame"
+
+
+def _tool_frame(raw: Any, path: Path) -> dict[str, Any]:
+    """The description's tool fields from ``tool_frame``: a site or body of the model by
+    name, or ``{link, offset, rpy, name}`` for a tool point the model does not mark (a
+    URDF without a tool link), added as a site on compile."""
+    if not isinstance(raw, Mapping):
+        return {"tool_frame": str(raw)}
+    unknown = sorted(set(map(str, raw)) - {"link", "offset", "rpy", "name"})
+    if unknown or "link" not in raw:
+        raise RobotDescriptionError(
+            f"{path}: tool_frame as a mapping takes link (required), offset [x, y, z] in "
+            f"metres, rpy [roll, pitch, yaw] in radians and name"
+            f"{'; unknown: ' + ', '.join(unknown) if unknown else '; link is missing'}."
+        )
+    vectors = {}
+    for key in ("offset", "rpy"):
+        value = raw.get(key, [0.0, 0.0, 0.0])
+        if not isinstance(value, list) or len(value) != 3:
+            raise RobotDescriptionError(f"{path}: tool_frame.{key} needs three numbers.")
+        vectors[key] = tuple(_number(v, path, f"tool_frame.{key}") for v in value)
+    return {
+        "tool_frame": str(raw.get("name") or DEFAULT_TOOL_SITE),
+        "tool_link": str(raw["link"]),
+        "tool_offset": vectors["offset"],
+        "tool_rpy": vectors["rpy"],
+    }
 
 
 def parse_robot_description(path: str | Path) -> RobotDescription:
@@ -207,7 +266,7 @@ def parse_robot_description(path: str | Path) -> RobotDescription:
         effort_limit=_array(column["effort"]),
         home_position=_array(home),
         model_path=(path.parent / str(_field(raw, "model", path, hint))).resolve(),
-        tool_frame=str(_field(raw, "tool_frame", path, "name the tool's site or body.")),
+        **_tool_frame(_field(raw, "tool_frame", path, TOOL_FRAME_HINT), path),
         workspace_lower=_array(corners[0]),
         workspace_upper=_array(corners[1]),
         gripper_joint=None if gripper is None else str(gripper),

@@ -37,7 +37,7 @@ class RobotDescription:
     effort_limit: np.ndarray
     home_position: np.ndarray
     model_path: Path
-    tool_frame: str
+    tool_frame: str  # the tool's site in the compiled model (added there for a tool_link)
     workspace_lower: np.ndarray
     workspace_upper: np.ndarray
     gripper_joint: str | None = None
@@ -45,6 +45,11 @@ class RobotDescription:
     joint_limits_path: Path | None = None
     other_limited_joints: tuple[str, ...] = ()  # named in the limits, not controlled
     joint_units: tuple[str, ...] | None = None  # "rad"/"m" per joint, from the model
+    # A tool frame the model lacks: a site named ``tool_frame`` added on compile to the body
+    # ``tool_link`` at ``tool_offset`` (m) and ``tool_rpy`` (rad, URDF roll-pitch-yaw).
+    tool_link: str | None = None
+    tool_offset: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    tool_rpy: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     @property
     def num_joints(self) -> int:

@@ -112,7 +112,9 @@ def robot_spec(description: RobotDescription) -> mujoco.MjSpec:
         )
     tool = description.tool_frame
     sites = {site.name for site in spec.sites}
-    if tool not in sites:
+    if description.tool_link is not None:
+        _add_tool_site(spec, description, sites)
+    elif tool not in sites:
         bodies = {body.name: body for body in spec.bodies}
         if tool not in bodies:
             raise RobotDescriptionError(
@@ -121,6 +123,7 @@ def robot_spec(description: RobotDescription) -> mujoco.MjSpec:
                 "point."
             )
         bodies[tool].add_site(name=tool)
+    exclude_adjacent_links(spec)
     driven: dict[str, list] = {}
     for actuator in spec.actuators:
         driven.setdefault(actuator.target, []).append(actuator)
@@ -139,6 +142,77 @@ def robot_spec(description: RobotDescription) -> mujoco.MjSpec:
             actuator.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
             actuator.ctrlrange = [float(lower), float(upper)]
     return spec
+
+
+def _add_tool_site(spec: mujoco.MjSpec, description: RobotDescription, sites: set) -> None:
+    """The tool frame of ``tool_frame: {link, offset, rpy}``: a site on that link."""
+    bodies = {body.name: body for body in spec.bodies if body.name}
+    where = f"{description.source}: tool_frame"
+    if description.tool_link not in bodies:
+        raise RobotDescriptionError(
+            f"{where}.link {description.tool_link!r} is not a body (link) of the model "
+            f"{description.model_path.name}; its bodies are: {', '.join(sorted(bodies))}."
+        )
+    if description.tool_frame in sites:
+        raise RobotDescriptionError(
+            f"{where}: the model already has a site {description.tool_frame!r}; name that "
+            "site as the tool_frame, or give the new one another name (tool_frame.name)."
+        )
+    roll, pitch, yaw = description.tool_rpy
+    quat = np.zeros(4)
+    # URDF's rpy: about the fixed x, then y, then z axes, so R = Rz(yaw) Ry(pitch) Rx(roll).
+    mujoco.mju_euler2Quat(quat, np.array([roll, pitch, yaw]), "XYZ")
+    bodies[description.tool_link].add_site(
+        name=description.tool_frame, pos=list(description.tool_offset), quat=quat.tolist()
+    )
+
+
+def _weld_roots(spec: mujoco.MjSpec) -> dict[str, str]:
+    """Each named body's weld root: the nearest jointed body at or above it, or "" for a
+    body welded to the world (a fixed base and its fixed links)."""
+    roots: dict[str, str] = {}
+    stack = [(child, "") for child in spec.worldbody.bodies]
+    while stack:
+        body, above = stack.pop()
+        root = body.name if len(body.joints) else above
+        roots[body.name] = root
+        stack.extend((child, root) for child in body.bodies)
+    return roots
+
+
+def exclude_adjacent_links(spec: mujoco.MjSpec) -> int:
+    """Exclude contacts between every pair of adjacent links (a link and its parent, fixed
+    links counted with the link they hang on), the fixed base included; returns how many
+    body pairs were excluded.
+
+    MuJoCo filters parent-child contacts itself, except where the parent is welded to the
+    world: a fixed base and link 1 collide. A URDF cannot set collision bits, so its meshes
+    come in as contype 1 / conaffinity 1, and meshes that meet at a joint then press the
+    base into link 1 with kilonewtons at rest. A real arm's adjacent links never touch
+    through their joint, whatever the model file says."""
+    for index, body in enumerate(spec.bodies):
+        if body.name == "":  # an exclude names its bodies
+            body.name = f"unnamed_body_{index}"
+    roots = _weld_roots(spec)
+    groups: dict[str, list[str]] = {}
+    for name, root in roots.items():
+        groups.setdefault(root, []).append(name)
+    parent_root = {
+        body.name: roots.get(body.parent.name, "")
+        for body in spec.bodies
+        if body.name in roots and len(body.joints)
+    }
+    existing = {frozenset((e.bodyname1, e.bodyname2)) for e in spec.excludes}
+    added = 0
+    for child, parent in parent_root.items():
+        for first in groups.get(parent, []):
+            for second in groups[child]:
+                pair = frozenset((first, second))
+                if pair not in existing:
+                    spec.add_exclude(bodyname1=first, bodyname2=second)
+                    existing.add(pair)
+                    added += 1
+    return added
 
 
 def _package_hint(path: Path) -> str:
@@ -219,47 +293,102 @@ def joint_address(model: mujoco.MjModel, names) -> tuple[np.ndarray, np.ndarray]
     return qpos, dof
 
 
+def _urdf_velocity_limits(path: Path) -> dict[str, float]:
+    """The ``<limit velocity>`` of each URDF joint: MuJoCo keeps a URDF's effort (as the
+    joint's actuatorfrcrange) but drops its velocity, which the limits are checked
+    against all the same."""
+    import xml.etree.ElementTree as ElementTree
+
+    if path.suffix.lower() != ".urdf":
+        return {}
+    try:
+        root = ElementTree.parse(path).getroot()
+    except ElementTree.ParseError:
+        return {}  # MuJoCo's parser has accepted it; nothing more to read here
+    velocities = {}
+    for joint in root.iter("joint"):
+        limit = joint.find("limit")
+        if limit is not None and limit.get("velocity") is not None:
+            try:
+                velocities[str(joint.get("name"))] = float(limit.get("velocity"))
+            except ValueError:
+                continue
+    return velocities
+
+
+def _above_model(where: str, what: str, ours: float, theirs: float, source: str) -> str:
+    return (
+        f"joint {where!r} {what} {ours:g} is above the model's {theirs:g} ({source}); the "
+        f"model's is the more restrictive (a limit may not exceed the model's): lower "
+        f"{what} to {theirs:g} or less in the joint limits file, or, if the model's value "
+        "is wrong, correct the model."
+    )
+
+
 def check_against_model(description: RobotDescription) -> RobotDescription:
     """The description with position limits the limits file left out taken from the model
     and its joint units ("rad" per hinge, "m" per slide); refuses limits beyond the model's
-    and a home pose outside the limits."""
+    (every one at once) and a home pose outside the limits."""
     model = compile_robot(description)
     where = f"{description.source}"
     lower = np.array(description.position_lower, dtype=float)
     upper = np.array(description.position_upper, dtype=float)
+    urdf_velocity = _urdf_velocity_limits(description.model_path)
+    problems: list[str] = []
     for i, name in enumerate(description.joint_names):
         joint = model.joint(name)
         limited = bool(model.jnt_limited[joint.id])
         low, high = (float(x) for x in model.jnt_range[joint.id])
         if np.isnan(lower[i]) or np.isnan(upper[i]):
             if not limited:
-                raise RobotDescriptionError(
-                    f"{where}: joint {name!r} has no position limits in the joint limits file "
-                    "nor a range in the model; set has_position_limits: true with "
-                    "min_position and max_position."
+                problems.append(
+                    f"joint {name!r} has no position limits in the joint limits file nor a "
+                    "range in the model; set has_position_limits: true with min_position "
+                    "and max_position."
                 )
+                continue
             lower[i] = low if np.isnan(lower[i]) else lower[i]
             upper[i] = high if np.isnan(upper[i]) else upper[i]
         if lower[i] >= upper[i]:
-            raise RobotDescriptionError(
-                f"{where}: joint {name!r} has min_position {lower[i]:g} >= max_position "
-                f"{upper[i]:g}."
+            problems.append(
+                f"joint {name!r} has min_position {lower[i]:g} >= max_position {upper[i]:g}."
             )
         if limited and (lower[i] < low - _LIMIT_SLACK or upper[i] > high + _LIMIT_SLACK):
-            raise RobotDescriptionError(
-                f"{where}: joint {name!r} position limits [{lower[i]:g}, {upper[i]:g}] go "
-                f"beyond the model's range [{low:g}, {high:g}]; a limit may not exceed the "
-                f"model's.{degrees_hint(description)}"
+            problems.append(
+                f"joint {name!r} position limits [{lower[i]:g}, {upper[i]:g}] go beyond the "
+                f"model's range [{low:g}, {high:g}]; a limit may not exceed the model's."
+                f"{degrees_hint(description)}"
             )
+        effort = float(description.effort_limit[i])
+        if model.jnt_actfrclimited[joint.id]:
+            force = float(np.max(np.abs(model.jnt_actfrcrange[joint.id])))
+            if effort > force + _LIMIT_SLACK:
+                source = (
+                    "the URDF's <limit effort>"
+                    if description.model_path.suffix.lower() == ".urdf"
+                    else "the joint's actuatorfrcrange"
+                )
+                problems.append(_above_model(name, "max_effort", effort, force, source))
         for actuator in np.flatnonzero(model.actuator_trnid[:, 0] == joint.id):
             if model.actuator_forcelimited[actuator]:
                 force = float(np.max(np.abs(model.actuator_forcerange[actuator])))
-                if description.effort_limit[i] > force + _LIMIT_SLACK:
-                    raise RobotDescriptionError(
-                        f"{where}: joint {name!r} max_effort {description.effort_limit[i]:g} "
-                        f"is above its actuator's force range ({force:g}) in the model; a "
-                        "limit may not exceed the model's."
-                    )
+                if effort > force + _LIMIT_SLACK:
+                    problems.append(
+                        _above_model(name, "max_effort", effort, force, "its actuator's "
+                                     "forcerange")
+                    )  # fmt: skip
+        velocity = float(description.velocity_limit[i])
+        if name in urdf_velocity and velocity > urdf_velocity[name] + _LIMIT_SLACK:
+            problems.append(
+                _above_model(name, "max_velocity", velocity, urdf_velocity[name],
+                             "the URDF's <limit velocity>")
+            )  # fmt: skip
+    if problems:
+        listing = "\n  - ".join(problems)
+        raise RobotDescriptionError(
+            f"{where} (limits {description.joint_limits_path}): {len(problems)} problem(s) "
+            f"against the model {description.model_path.name}:\n  - {listing}"
+        )
     home = np.asarray(description.home_position)
     outside = [
         name

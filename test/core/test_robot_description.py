@@ -355,3 +355,116 @@ def test_parse_alone_needs_no_model(tmp_path):
     path = _write_robot(tmp_path)
     shutil.copy(path, tmp_path / "copy.yaml")
     assert parse_robot_description(tmp_path / "copy.yaml").name == "two_link"
+
+
+# ------------------------------------------------------------------ limits, tool, home
+def test_every_missing_limit_is_reported_at_once_in_plain_english(tmp_path):
+    limits = _limits(j1__max_effort=None, j1__max_acceleration=None, j2__has_jerk_limits=False)
+    limits["joint_limits"]["j2"]["max_velocity"] = "fast"
+    with pytest.raises(RobotDescriptionError) as caught:
+        _load(_write_robot(tmp_path, limits=limits))
+    message = str(caught.value)
+    assert "4 problem(s)" in message
+    for field in ("j1.max_effort", "j1.max_acceleration", "j2.max_jerk", "j2.max_velocity"):
+        assert f"joint_limits.{field}" in message, field
+    assert "an effort limit" in message and "an acceleration limit" in message
+    assert "a jerk limit" in message and "a effort" not in message
+    assert "'fast' is not a number" in message
+
+
+def _urdf(effort: float = 30.0, velocity: float = 2.0) -> str:
+    inertial = (
+        '<inertial><mass value="1"/><inertia ixx="0.01" iyy="0.01" izz="0.01" ixy="0" '
+        'ixz="0" iyz="0"/></inertial>'
+    )
+    limit = f'<limit lower="-2" upper="2" effort="{effort}" velocity="{velocity}"/>'
+    return (
+        f'<robot name="r"><link name="base"/><link name="l1">{inertial}</link>'
+        f'<link name="l2">{inertial}</link><link name="flange"/>'
+        f'<joint name="j1" type="revolute"><parent link="base"/><child link="l1"/>'
+        f'<axis xyz="0 0 1"/>{limit}</joint>'
+        f'<joint name="j2" type="revolute"><parent link="l1"/><child link="l2"/>'
+        f'<origin xyz="0 0 0.3"/><axis xyz="0 1 0"/>{limit}</joint>'
+        '<joint name="tip" type="fixed"><parent link="l2"/><child link="flange"/>'
+        '<origin xyz="0.3 0 0"/></joint></robot>'
+    )
+
+
+def _write_urdf_robot(tmp_path, urdf: str, limits=None, **fields):
+    path = _write_robot(tmp_path, limits=limits, **fields)
+    (tmp_path / "arm.urdf").write_text(urdf)
+    path.write_text(path.read_text().replace("model: arm.xml", "model: arm.urdf"))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("urdf", "field", "theirs", "source"),
+    [
+        (_urdf(effort=15.0), "max_effort 20", "15", "<limit effort>"),
+        (_urdf(velocity=1.5), "max_velocity 2", "1.5", "<limit velocity>"),
+    ],
+    ids=["effort", "velocity"],
+)
+def test_a_limit_above_the_urdfs_own_is_refused_saying_which_is_stricter(
+    tmp_path, urdf, field, theirs, source
+):
+    with pytest.raises(RobotDescriptionError) as caught:
+        _load(_write_urdf_robot(tmp_path, urdf))
+    message = str(caught.value)
+    assert f"joint 'j1' {field} is above the model's {theirs}" in message
+    assert f"joint 'j2' {field}" in message  # both joints, in one report
+    assert source in message and "the model's is the more restrictive" in message
+    assert f"to {theirs} or less" in message and str(tmp_path / "limits.yaml") in message
+    # At or under the URDF's limit it loads.
+    _load(_write_urdf_robot(tmp_path, _urdf()))
+
+
+def test_a_tool_frame_on_a_link_with_an_offset_and_rpy(tmp_path):
+    tool = {"link": "link2", "offset": [0.35, 0.0, 0.0], "rpy": [np.pi, 0.0, 0.0], "name": "tcp"}
+    robot = _load(_write_robot(tmp_path, tool_frame=tool))
+    assert robot.tool_frame == "tcp" and robot.tool_link == "link2"
+    model = compile_robot(robot)
+    data = mujoco.MjData(model)
+    data.qpos[:] = [0.4, -0.7]
+    mujoco.mj_kinematics(model, data)
+    link = data.body("link2")
+    rotation = link.xmat.reshape(3, 3)
+    assert data.site("tcp").xpos == pytest.approx(link.xpos + rotation @ [0.35, 0, 0], abs=1e-9)
+    flipped = rotation @ np.diag([1.0, -1.0, -1.0])  # roll by pi about the link's x
+    assert data.site("tcp").xmat.reshape(3, 3) == pytest.approx(flipped, abs=1e-9)
+    assert compile_scene(robot).site("tcp").id >= 0
+
+
+@pytest.mark.parametrize(
+    ("tool", "message"),
+    [
+        ({"offset": [0, 0, 0.1]}, "link is missing"),
+        ({"link": "link2", "offest": [0, 0, 0.1]}, "unknown: offest"),
+        ({"link": "link2", "offset": [0, 0.1]}, r"tool_frame\.offset needs three numbers"),
+        ({"link": "link9"}, "tool_frame.link 'link9' is not a body"),
+    ],
+)
+def test_a_bad_tool_frame_mapping_is_refused(tmp_path, tool, message):
+    with pytest.raises(RobotDescriptionError, match=message):
+        _load(_write_robot(tmp_path, tool_frame=tool))
+
+
+def test_a_home_outside_the_box_names_both_remedies_and_which_applies(tmp_path, capsys):
+    from simreal_ros.cli.main import main
+
+    # The flange at (0.6, 0, 0) at home [0, 0]: below a box whose floor is 0.005.
+    box = {"lower": [0.2, -0.45, 0.005], "upper": [0.85, 0.45, 0.6]}
+    _write_robot(tmp_path, home=[0.0, 0.0], workspace=box)
+    robot_description._load.cache_clear()
+    assert main(["robot", "check", str(tmp_path)]) == 2
+    out = capsys.readouterr().out
+    assert "0.5 cm below the box's lower z" in out
+    assert "Either the home posture is wrong" in out and "widen workspace" in out
+    assert f"simreal robot home {tmp_path}" in out
+    # Tool in the table: the home is wrong, not the box.
+    _write_robot(tmp_path, home=[0.0, 0.3], workspace=box)
+    robot_description._load.cache_clear()
+    assert main(["robot", "check", str(tmp_path)]) == 2
+    out = capsys.readouterr().out
+    assert "cm below the table top" in out and "the home posture is wrong, not the box" in out
+    assert "widen" not in out
