@@ -64,6 +64,15 @@ class TimeStep:
     info: dict[str, Any]
 
 
+def physics_for(robot: RobotDescription, profile: DynamicsProfile):
+    """The physics a profile runs on: MuJoCo, or the second engine with its effects."""
+    if profile.engine == "drake":
+        from simreal_ros.sim.drake_physics import DrakeArmPhysics  # pydrake only here
+
+        return DrakeArmPhysics(robot, profile.effects)
+    return ArmPhysics(robot)
+
+
 class TaskEnvironment:
     """One arm, one task, one dynamics profile; stepped at the control rate."""
 
@@ -76,10 +85,10 @@ class TaskEnvironment:
         if physics is None and robot is None:
             raise ValueError("give the environment its arm: robot= (or physics= built for it).")
         self.config = config or EnvironmentConfig()
-        self.physics = physics or ArmPhysics(robot)
+        self.profile: DynamicsProfile = load_profile(self.config.profile)
+        self.physics = physics or physics_for(robot, self.profile)
         self.robot = self.physics.robot
         self.task: Task = make_task(self.config.task)
-        self.profile: DynamicsProfile = load_profile(self.config.profile)
         self.overrides: dict[str, float] = {}
         self.substeps = max(1, round(1.0 / (self.config.control_rate_hz * self.physics.timestep)))
         self.max_steps = max(1, round(self.config.episode_seconds * self.config.control_rate_hz))
@@ -157,7 +166,14 @@ class TaskEnvironment:
         is switched again.
         """
         if profile:
-            self.profile = load_profile(profile)
+            new = load_profile(profile)
+            if (new.engine, new.effects) != (self.profile.engine, self.profile.effects):
+                raise ValueError(
+                    f"profile {profile!r} runs on {new.engine} with its own effects, this "
+                    f"environment on {self.profile.engine}: start a new one with that profile "
+                    "(the sim bridge: restart it with profile:=...)."
+                )
+            self.profile = new
             self.overrides = {}
         if values:
             self.physics.get_dynamics(list(values))  # refuses unknown names before changing

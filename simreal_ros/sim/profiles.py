@@ -5,7 +5,8 @@ nominal values, ``set`` gives values; each entry is a number (fixed) or a ``[low
 range drawn uniformly per reset; ``tied`` draws a parameter along a valley with another
 (identification writes it where the data fix only their combination). A shipped profile
 is named (``nominal``, ``randomized``, ``real_twin``, ``real_twin_mild``,
-``real_twin_panda``); any other is given by its path, so a user can describe their own
+``real_twin_panda``, and the second engine's ``drake_clean`` and ``drake_worn``); any
+other is given by its path, so a user can describe their own
 arm's gap. A profile with ``stand_in: true`` (``real_twin``: a fixed, hidden gap outside
 the randomized ranges) plays the physical arm and is never called real.
 """
@@ -24,9 +25,20 @@ import numpy as np
 import yaml
 
 from simreal_ros import resources
+from simreal_ros.sim.effects import EngineEffects, effects_from_mapping
+
+ENGINES = ("mujoco", "drake")
 
 # The shipped profiles, by name; any other profile is a YAML path.
-PROFILE_NAMES = ("nominal", "randomized", "real_twin", "real_twin_mild", "real_twin_panda")
+PROFILE_NAMES = (
+    "nominal",
+    "randomized",
+    "real_twin",
+    "real_twin_mild",
+    "real_twin_panda",
+    "drake_clean",
+    "drake_worn",
+)
 
 
 def profiles_dir() -> Path:
@@ -75,6 +87,10 @@ class DynamicsProfile:
     randomize_each_reset: bool = False
     stand_in: bool = False  # plays the physical arm (a fixed, hidden gap); never "real"
     tied: Mapping[str, Tie] = dataclasses.field(default_factory=dict)
+    # The physics engine: "mujoco" (the project's simulator) or "drake" (a second engine,
+    # for stand-ins outside the simulator's family), and the second engine's effects.
+    engine: str = "mujoco"
+    effects: EngineEffects = dataclasses.field(default_factory=EngineEffects)
 
     @property
     def is_stand_in(self) -> bool:
@@ -200,6 +216,14 @@ def load_profile_file(path: Path) -> DynamicsProfile:
         raw = yaml.safe_load(stream) or {}
     if not isinstance(raw, dict) or "profile" not in raw:
         raise ValueError(f"{path}: a dynamics profile needs a 'profile:' name at the top.")
+    engine = str(raw.get("engine", "mujoco"))
+    if engine not in ENGINES:
+        raise ValueError(f"{path}: engine {engine!r}; use one of {', '.join(ENGINES)}.")
+    if raw.get("effects") is not None and engine == "mujoco":
+        raise ValueError(
+            f"{path}: effects need a second engine (engine: drake); MuJoCo profiles express "
+            "their gap with scale: and set:."
+        )
     scale = _entries(raw.get("scale"), path, "scale")
     values = _entries(raw.get("set"), path, "set")
     return DynamicsProfile(
@@ -209,6 +233,8 @@ def load_profile_file(path: Path) -> DynamicsProfile:
         randomize_each_reset=bool(raw.get("randomize_each_reset", False)),
         stand_in=bool(raw.get("stand_in", False)),
         tied=_ties(raw.get("tied"), path, scale, values),
+        engine=engine,
+        effects=effects_from_mapping(raw.get("effects"), str(path)),
     )
 
 
