@@ -126,7 +126,8 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
         profile = self.core.env.profile
         label = " (a stand-in for the physical arm)" if profile.is_stand_in else ""
         self.get_logger().info(
-            f"configured: task {self.config.task}, profile {profile.name}{label}, "
+            f"configured: task {self.config.task}, profile {profile.name}{label} on "
+            f"{profile.engine}, "
             f"{self.config.mode}, /joint_states at {self.config.joint_state_rate_hz:g} Hz"
         )
         return super().on_configure(state)
@@ -368,6 +369,7 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
     def _publish_diagnostics(self) -> None:
         core = self.core
         values: dict[str, str] = {}
+        engine = "mujoco" if core is None else core.env.profile.engine
         if core is None:
             level, message = WARN, "unconfigured"
         else:
@@ -399,7 +401,7 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
                 "profile": profile.name + (" (stand-in)" if profile.is_stand_in else ""),
             }
         self._diag_pub.publish(
-            diagnostic_array(self, "sim_bridge: simulation", "mujoco", level, message, values)
+            diagnostic_array(self, "sim_bridge: simulation", engine, level, message, values)
         )
 
 

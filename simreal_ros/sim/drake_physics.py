@@ -300,6 +300,22 @@ class DrakeArmPhysics:
     def set_goal(self, goal: np.ndarray) -> None:
         self._goal = np.asarray(goal, dtype=float).copy()
 
+    @property
+    def data(self):
+        """This state as MuJoCo data of the same description (what a camera renders): the
+        parameter model's data with the joints, the cube and the goal set from Drake."""
+        import mujoco
+
+        mirror, data = self.parameters, self.parameters.data
+        data.qpos[mirror.qpos_idx] = self.joint_positions()
+        for follower, leader, offset, ratio in mirror._mirrored_joints():
+            data.qpos[follower] = offset + ratio * data.qpos[leader]
+        data.qpos[mirror.cube_qpos : mirror.cube_qpos + 3] = self.object_position()
+        data.qpos[mirror.cube_qpos + 3 : mirror.cube_qpos + 7] = self.object_orientation()
+        data.mocap_pos[mirror.goal_mocap] = self._goal
+        mujoco.mj_kinematics(mirror.model, data)
+        return data
+
     # --------------------------------------------------------------- dynamics
     def dynamics_names(self) -> list[str]:
         return self.parameters.dynamics_names()

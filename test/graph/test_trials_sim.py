@@ -22,7 +22,12 @@ from simreal_ros.nodes import qos
 pytestmark = pytest.mark.graph
 
 
-def test_trials_cli_runs_five_labelled_recorded_episodes(tmp_path, rclpy_context, executor):
+# The sim, and the second-engine stand-in behind the same topics and services: its
+# episodes are the stand-in's (real_twin), never sim and never real.
+@pytest.mark.parametrize(("profile", "source"), [("nominal", "sim"), ("drake_worn", "real_twin")])
+def test_trials_cli_runs_five_labelled_recorded_episodes(
+    tmp_path, rclpy_context, executor, profile, source
+):
     assert importlib.util.find_spec("simreal_ros.nodes.sim_bridge"), "sim_bridge is missing"
     from simreal_ros.robot.description import load_robot_description
 
@@ -33,7 +38,7 @@ def test_trials_cli_runs_five_labelled_recorded_episodes(tmp_path, rclpy_context
         python_module_argv(
             "simreal_ros.nodes.sim_bridge",
             ["-p", "autostart:=true", "-p", "episode_seconds:=1.0",
-             "-p", "joint_state_rate_hz:=100.0"],
+             "-p", "joint_state_rate_hz:=100.0", "-p", f"profile:={profile}"],
         ),
         env,
     )  # fmt: skip
@@ -57,6 +62,7 @@ def test_trials_cli_runs_five_labelled_recorded_episodes(tmp_path, rclpy_context
     trials = None
     try:
         assert bridge.wait_for_output("active: episode", 60.0), bridge.output()
+        assert f"profile {profile}" in bridge.output(), bridge.output()
         assert recorder.wait_for_output("recorder ready", 30.0), recorder.output()
         assert safety.wait_for_output("safety", 30.0), safety.output()
         # A stand-in for the policy: hold the home position, one action per 20 Hz tick,
@@ -102,8 +108,10 @@ def test_trials_cli_runs_five_labelled_recorded_episodes(tmp_path, rclpy_context
             assert not r["timed_out"], r  # every episode ended on /task/status done
             assert bag_state(r["bag_path"]) == "closed"
             meta = read_episode_metadata(r["bag_path"])
-            assert meta.outcome == r["outcome"] and meta.complete and meta.source == "sim"
+            assert meta.outcome == r["outcome"] and meta.complete and meta.source == source
             assert meta.seed == r["seed"] and meta.condition == "train"
+            assert meta.profile == profile
+            assert meta.message_counts["/object/pose"] > 50
             assert meta.message_counts["/joint_states"] > 50
             assert meta.message_counts["/task/status"] >= 15
             data = read_episode(r["bag_path"], robot.joint_names)
