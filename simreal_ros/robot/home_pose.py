@@ -64,10 +64,10 @@ def _descend(
     pull = (span.mean() / span) ** 2  # a narrow range pulls harder
     for iteration in range(iterations):
         jacp, jacr = kinematics.jacobian(q)
-        axis = kinematics._site_xmat.reshape(3, 3)[:, 2]
+        axis = kinematics.last_rotation[:, 2]
         # The axis error lies in the table's plane; a turn about the vertical (the tool's
         # roll) is left free, so only the x and y rows of the rotation Jacobian count.
-        error = np.concatenate([target - kinematics._site_xpos, np.cross(axis, DOWN)[:2]])
+        error = np.concatenate([target - kinematics.last_position, np.cross(axis, DOWN)[:2]])
         jacobian = np.vstack([jacp, jacr[:2]])
         inverse = jacobian.T @ np.linalg.inv(jacobian @ jacobian.T + damping * np.eye(5))
         step = inverse @ error

@@ -73,6 +73,16 @@ class ToolKinematics:
         mujoco.mj_kinematics(self.model, self.data)
         return self._site_xpos
 
+    @property
+    def last_position(self) -> np.ndarray:
+        """The tool position at the last ``q`` given (a view: copy it to keep it)."""
+        return self._site_xpos
+
+    @property
+    def last_rotation(self) -> np.ndarray:
+        """The tool rotation matrix (3x3) at the last ``q`` given (a view)."""
+        return self._site_xmat.reshape(3, 3)
+
     def __call__(self, q) -> np.ndarray:
         return self.position(q).copy()
 

@@ -12,7 +12,10 @@ What a model may lack is filled in the way a ros2_control arm behaves:
   the effort limit;
 - a URDF's bodies are gravity-compensated (a position-controlled arm's drives hold it up),
   and its fixed-joint links are kept, so a tool link can be the tool frame;
-- a ``tool_frame`` that names a body gets a site of the same name at the body's origin.
+- a ``tool_frame`` that names a body gets a site of the same name at the body's origin,
+  and one given as ``{link, offset, rpy}`` a site there;
+- adjacent links (a link and its parent) and the fixed base never collide, whatever the
+  model's collision bits say (``exclude_adjacent_links``).
 """
 
 from __future__ import annotations
