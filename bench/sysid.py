@@ -36,7 +36,6 @@ import yaml
 from simreal_ros.robot.description import load_robot_description
 from simreal_ros.sim.physics import ArmPhysics
 from simreal_ros.sysid import FitSettings, identify_bags
-from simreal_ros.sysid.fit import LATENCY
 from simreal_ros.sysid.graph_recording import record_through_graph
 from simreal_ros.sysid.output import (
     estimate_error,
@@ -44,6 +43,7 @@ from simreal_ros.sysid.output import (
     hidden_factors,
     range_holds,
 )
+from simreal_ros.sysid.parameters import LATENCY
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FACTOR_BOUND, LATENCY_BOUND = 0.25, 2

@@ -72,7 +72,7 @@ def run(args) -> int:
         parse_parameters,
         per_joint_parameters,
     )
-    from simreal_ros.sysid.fit import parameterisations
+    from simreal_ros.sysid.model_selection import parameterisations
     from simreal_ros.sysid.output import format_result, hidden_factors
     from simreal_ros.sysid.simulate import ArmPhysics
 

@@ -5,12 +5,12 @@ under candidate dynamics (``simulate``), fits them with CMA-ES (``fit``) and wri
 profile YAML, the numbers and a plot (``output``). No rclpy.
 """
 
-from simreal_ros.sysid.fit import (
+from simreal_ros.sysid.fit import identify
+from simreal_ros.sysid.parameters import (
     DEFAULT_PARAMETERS,
     FitParameter,
     FitSettings,
     SysidResult,
-    identify,
     parse_parameters,
     per_joint_parameters,
 )

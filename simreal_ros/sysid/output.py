@@ -27,7 +27,7 @@ import yaml
 
 from simreal_ros.atomic_files import write_text_atomic
 from simreal_ros.sim.profiles import load_profile
-from simreal_ros.sysid.fit import LATENCY, FitParameter, ParameterEstimate, SysidResult
+from simreal_ros.sysid.parameters import LATENCY, FitParameter, ParameterEstimate, SysidResult
 from simreal_ros.sysid.simulate import ReplaySimulator
 
 PRIOR_PROFILE = "randomized"

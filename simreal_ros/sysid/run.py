@@ -7,15 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from simreal_ros.robot.description_record import RobotDescription
-from simreal_ros.sysid.fit import (
-    FitParameter,
-    FitSettings,
-    SysidResult,
-    parameterisations,
-    select_parameterisation,
-)
 from simreal_ros.sysid.fit import identify as fit_dynamics
+from simreal_ros.sysid.model_selection import parameterisations, select_parameterisation
 from simreal_ros.sysid.output import prior_ranges, write_result
+from simreal_ros.sysid.parameters import FitParameter, FitSettings, SysidResult
 from simreal_ros.sysid.recording import read_replay_episodes
 from simreal_ros.sysid.simulate import ReplaySimulator
 

@@ -272,8 +272,8 @@ def test_a_value_the_data_bound_but_do_not_fix_is_drawn_from_that_range(tmp_path
     from simreal_ros.learner.adaptation import adaptation_profile
     from simreal_ros.loop.state import describe_identification
     from simreal_ros.sim.profiles import load_profile
-    from simreal_ros.sysid.fit import ErrorReport, ParameterEstimate, SysidResult
     from simreal_ros.sysid.output import identification_summary, write_result
+    from simreal_ros.sysid.parameters import ErrorReport, ParameterEstimate, SysidResult
 
     def estimate(pattern, value=None, bounded=None, reason=""):
         return ParameterEstimate(
@@ -341,12 +341,8 @@ def test_a_value_that_does_not_hold_across_its_partners_prior_range_gets_that_ra
     (which the profile draws it from), the friction's best value moves past its limit: no
     value, the range it spans. A friction the data fix on its own, and a gain not coupled
     to the mass, keep their values."""
-    from simreal_ros.sysid.fit import (
-        ParameterEstimate,
-        _spans_the_prior,
-        across_the_prior,
-        spread_limits,
-    )
+    from simreal_ros.sysid.identifiability import _spans_the_prior, across_the_prior, spread_limits
+    from simreal_ros.sysid.parameters import ParameterEstimate
 
     def estimate(pattern, value):
         return ParameterEstimate(pattern, [pattern], value is not None, value, 0.0, [], 0.05,
@@ -398,8 +394,8 @@ def test_a_value_that_follows_a_drawn_partner_is_drawn_along_their_valley(tmp_pa
     the valley (a light cube on a slippery table)."""
     from simreal_ros.learner.adaptation import adaptation_profile
     from simreal_ros.sim.profiles import load_profile
-    from simreal_ros.sysid.fit import ErrorReport, ParameterEstimate, SysidResult
     from simreal_ros.sysid.output import write_result
+    from simreal_ros.sysid.parameters import ErrorReport, ParameterEstimate, SysidResult
 
     follows = {"partner": "mass.cube", "points": [[0.6, 1.7 / 0.6], [1.0, 1.7], [1.6, 1.0625]]}
     error = ErrorReport(1.0, 0.01, 0.01, 3)
@@ -481,7 +477,8 @@ def test_a_range_is_set_against_the_prior_the_narrower_statement_leading():
     than the prior's ranges, so they are drawn where both allow; a latency of 8.1..19.9,
     whose centre lies past the prior's 0..10, and a friction narrower than the prior's,
     stand."""
-    from simreal_ros.sysid.fit import ParameterEstimate, _with_the_prior
+    from simreal_ros.sysid.identifiability import _with_the_prior
+    from simreal_ros.sysid.parameters import ParameterEstimate
 
     params = [FitParameter("mass.cube", 0.2, 5.0), FitParameter("mass.tool", 0.2, 5.0),
               FitParameter("latency_steps", 0, 50), FitParameter("friction.table", 0.2, 5.0),
@@ -517,7 +514,7 @@ def test_segments_restart_from_the_recording(known_bags):
 
 
 def test_a_value_that_follows_a_dropped_parameter_is_not_given():
-    from simreal_ros.sysid.fit import partners_of_dropped
+    from simreal_ros.sysid.identifiability import partners_of_dropped
 
     # 0: a wrist gain without a value; 1: the damping coupled with it; 2: the latency;
     # 3: a parameter coupled only with the damping. Probes: ×1.25 (log 0.223), 2 steps.
@@ -552,7 +549,7 @@ def test_a_value_that_follows_a_dropped_parameter_is_not_given():
 
 
 def test_along_a_flat_direction_the_least_constrained_parameter_is_dropped():
-    from simreal_ros.sysid.fit import _flat_direction, _newton_subset
+    from simreal_ros.sysid.polish import _flat_direction, _newton_subset
 
     # Gain, damping, latency (probes: log 1.25, log 1.25, 2 steps). In probe units the error
     # has no minimum along (0.1, 1, 0.2): the damping moves ten probes per probe of the
@@ -569,7 +566,8 @@ def test_along_a_flat_direction_the_least_constrained_parameter_is_dropped():
 
 
 def test_of_a_trading_pair_only_the_looser_loses_its_value_and_the_other_is_judged_after():
-    from simreal_ros.sysid.fit import looser_of_pair, partners_of_dropped
+    from simreal_ros.sysid.identifiability import partners_of_dropped
+    from simreal_ros.sysid.polish import looser_of_pair
 
     # The fresh-clone demo's pair: gain and damping at posterior correlation +0.99, both
     # dropped, so the adaptation trained in the prior's gains. Along the pair's flat
@@ -592,7 +590,7 @@ def test_of_a_trading_pair_only_the_looser_loses_its_value_and_the_other_is_judg
 
 
 def test_a_value_the_error_bounds_from_one_side_only_is_not_given():
-    from simreal_ros.sysid.fit import one_sided_bound
+    from simreal_ros.sysid.identifiability import one_sided_bound
 
     # Error 1.0 at the estimate; probes ×0.8 and ×1.25 raise it by these amounts.
     assert one_sided_bound([0.05, 0.08], 1.0, 0.01) == ""
@@ -607,7 +605,7 @@ class _LaggingArm:
     fix log(gain) - slope (latency - 14) tightly and the latency itself loosely."""
 
     def __init__(self, slope: float, weak: float) -> None:
-        from simreal_ros.sysid.fit import LATENCY
+        from simreal_ros.sysid.parameters import LATENCY
 
         self.parameters = [FitParameter("gain.*", 0.05, 5.0), FitParameter(LATENCY, 0, 50)]
         self.names = [["gain.a"], [LATENCY]]
@@ -629,7 +627,8 @@ def test_a_value_bound_on_one_side_only_gets_the_range_its_error_profile_allows(
     the error stays within 1% at 11 and 17 steps and rises past it at 7 and 19, the
     range's ends; holding the gain would narrow that to the probes' own resolution, and a
     flat direction runs to the search's box."""
-    from simreal_ros.sysid.fit import ParameterEstimate, _profiled, profile_range
+    from simreal_ros.sysid.identifiability import _profiled, profile_range
+    from simreal_ros.sysid.parameters import ParameterEstimate
 
     settings = _settings()
     arm = _LaggingArm(slope=0.05, weak=0.03)
@@ -661,7 +660,7 @@ class _QuadraticObjective:
     """An error with a known minimum, in the objective's interface (per-segment losses)."""
 
     def __init__(self, truth, latency_truth):
-        from simreal_ros.sysid.fit import LATENCY, FitParameter
+        from simreal_ros.sysid.parameters import LATENCY, FitParameter
 
         self.parameters = [FitParameter("gain.a", 0.05, 5.0), FitParameter("gain.b", 0.05, 5.0),
                            FitParameter(LATENCY, 0.0, 50.0)]  # fmt: skip
@@ -678,7 +677,9 @@ class _QuadraticObjective:
 
 
 def test_a_fit_left_on_a_slope_settles_and_one_that_is_not_at_a_minimum_gives_no_value():
-    from simreal_ros.sysid.fit import FitSettings, _local_model, _settle, not_at_minimum
+    from simreal_ros.sysid.identifiability import not_at_minimum
+    from simreal_ros.sysid.parameters import FitSettings
+    from simreal_ros.sysid.polish import _local_model, _settle
 
     # What the per-joint search did: it stopped with two gains 25-38% high.
     objective = _QuadraticObjective([0.3, 0.25], 4)
@@ -705,7 +706,7 @@ class _ValleyObjective:
     log(damping) loosely (the coupled valley of a position servo), and the latency."""
 
     def __init__(self):
-        from simreal_ros.sysid.fit import LATENCY
+        from simreal_ros.sysid.parameters import LATENCY
 
         self.parameters = [
             FitParameter("gain.a", 0.05, 5.0),
@@ -723,7 +724,7 @@ class _ValleyObjective:
 
 
 def test_least_squares_refine_follows_the_valley_and_holds_what_it_is_told():
-    from simreal_ros.sysid.fit import _refine
+    from simreal_ros.sysid.polish import _refine
 
     objective = _ValleyObjective()
     settings = _settings()
@@ -743,7 +744,8 @@ def test_least_squares_refine_follows_the_valley_and_holds_what_it_is_told():
 
 
 def test_the_search_budget_grows_with_the_parameter_count():
-    from simreal_ros.sysid.fit import DEFAULT_PARAMETERS, per_joint_parameters, search_budget
+    from simreal_ros.sysid.parameters import DEFAULT_PARAMETERS, per_joint_parameters
+    from simreal_ros.sysid.search import search_budget
 
     joints = ROBOT.joint_names
     assert search_budget(300, DEFAULT_PARAMETERS) == 300
@@ -757,13 +759,13 @@ def test_a_value_that_follows_a_hold_the_data_exclude_gets_none_and_a_slide_wide
     and held at nominal moved the table's friction x1.38 -> x1.62 (no value); a gain that
     slid beside a latency held where its data allow keeps its value with a wider spread;
     a corrected valley (holding lowers the error) keeps its values."""
-    from simreal_ros.sysid.fit import (
-        ParameterEstimate,
+    from simreal_ros.sysid.identifiability import (
         _widened,
         against_the_data,
         follows_the_hold,
         spread_limits,
     )
+    from simreal_ros.sysid.parameters import ParameterEstimate
 
     params = (
         FitParameter("gain.*", 0.05, 5.0),
@@ -852,8 +854,9 @@ def test_a_friction_below_the_one_that_decides_its_contacts_is_stated_as_one_mod
     judged against a truth as the simulation sees it; a value above it is left alone."""
     from types import SimpleNamespace
 
-    from simreal_ros.sysid.fit import LATENCY, ParameterEstimate, friction_floors
+    from simreal_ros.sysid.identifiability import friction_floors
     from simreal_ros.sysid.output import estimate_error, range_holds
+    from simreal_ros.sysid.parameters import LATENCY, ParameterEstimate
 
     physics = ArmPhysics(ROBOT)
     names = ["friction.cube_geom", "gain.*"]
@@ -904,7 +907,7 @@ def test_a_few_pushed_segments_that_agree_make_a_curvature_reliable_by_their_sig
     the others, all curving up. The t statistic of sizes stays under 2 (about sqrt of the
     responding count, over-dispersed); the signed-rank test of their signs passes. Noise of
     either sign does not, nor do 5 segments (exact p 1/32)."""
-    from simreal_ros.sysid.fit import curvature_by_sign
+    from simreal_ros.sysid.identifiability import curvature_by_sign
 
     rng = np.random.default_rng(3)
     agreeing = np.zeros(48)
@@ -924,8 +927,8 @@ def test_a_few_pushed_segments_that_agree_make_a_curvature_reliable_by_their_sig
 def test_the_cube_and_table_frictions_are_fitted_as_their_contact(tmp_path):
     """One factor on both: the truth it is judged against is the contact's friction (the
     larger of the two), and the prior draws it as it draws each of them."""
-    from simreal_ros.sysid.fit import CONTACT_FRICTION, DEFAULT_PARAMETERS
     from simreal_ros.sysid.output import hidden_factors, prior_ranges
+    from simreal_ros.sysid.parameters import CONTACT_FRICTION, DEFAULT_PARAMETERS
 
     assert CONTACT_FRICTION in [p.pattern for p in DEFAULT_PARAMETERS]
     nominal = ArmPhysics(ROBOT).nominal_dynamics
