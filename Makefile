@@ -27,8 +27,11 @@ $(VENV)/.deps.stamp: requirements.txt
 		$(if $(FIND_LINKS),--find-links $(FIND_LINKS)) -r requirements.txt
 	touch $@
 
-# Generated interfaces go into the venv; the Python code runs from the checkout.
-$(VENV)/.interfaces.stamp: $(VENV)/.deps.stamp $(INTERFACES) CMakeLists.txt package.xml
+# Generated interfaces go into the venv; the Python code runs from the checkout. With them
+# go the checkout's simreal_ros/__init__.py and a .pth naming the checkout, so the venv's
+# python imports the checkout's code from any directory (see CMakeLists.txt).
+$(VENV)/.interfaces.stamp: $(VENV)/.deps.stamp $(INTERFACES) CMakeLists.txt package.xml \
+		simreal_ros/__init__.py
 	mkdir -p build
 	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(ROOT)/$(VENV) \
 		-DPython3_EXECUTABLE=$(ROOT)/$(PY) -DSIMREAL_INSTALL_PYTHON=OFF \
