@@ -28,9 +28,11 @@ from rosbags.rosbag2 import CompressionMode, StoragePlugin, Writer
 from rosbags.rosbag2 import storage_mcap as _mcap
 
 from simreal_ros.episodes.metadata import METADATA_TOPIC, METADATA_TYPE, EpisodeMetadata
+from simreal_ros.episodes.steps import ControlStepCounter
 from simreal_ros.episodes.typestore import definition_and_hash, full_type_name, project_typestore
 
 POLICY_ACTION_TYPE = "simreal_ros/msg/PolicyAction"
+TASK_STATUS_TYPE = "simreal_ros/msg/TaskStatus"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,6 +348,10 @@ class EpisodeRecording:
             i for i, t in enumerate(self.topics) if t.msgtype == POLICY_ACTION_TYPE
         }
         self._steps_index = {i for i, t in enumerate(self.topics) if t.topic == action_topic}
+        self._status_index = {
+            i for i, t in enumerate(self.topics) if t.msgtype == TASK_STATUS_TYPE
+        }
+        self._steps = ControlStepCounter(metadata.episode_id)
         # Counters: `received`/`dropped` belong to the producer, the rest to the writer.
         self.received = 0
         self.queue_drops = 0
@@ -498,6 +504,8 @@ class EpisodeRecording:
         self.bytes_written += len(data)
         if index in self._action_index:
             self._inspect_action(index, data)
+        elif index in self._status_index:
+            self._inspect_status(data)
 
     def _inspect_action(self, index: int, data: bytes) -> None:
         try:
@@ -508,9 +516,19 @@ class EpisodeRecording:
         if msg.policy_version and msg.policy_version not in meta.policy_versions:
             meta.policy_versions.append(msg.policy_version)
         if index in self._steps_index:
-            meta.steps += 1
+            self._steps.action()
+            meta.steps = self._steps.count
         if msg.human_intervention:
             meta.human_interventions += 1
+
+    def _inspect_status(self, data: bytes) -> None:
+        """A task status may end the episode: later actions are no control steps."""
+        try:
+            msg = project_typestore().deserialize_cdr(bytes(data), TASK_STATUS_TYPE)
+        except Exception:
+            return  # recorded as it came, like an unreadable action
+        self._steps.status(msg.episode_id, bool(msg.done), bool(msg.truncated))
+        self.metadata.steps = self._steps.count
 
     def _flush(self) -> None:
         if self.error:

@@ -8,6 +8,7 @@ from pathlib import Path
 from simreal_ros.episodes.bag_reader import bag_state, mcap_file, scan_mcap
 from simreal_ros.episodes.dataset import find_bags, read_episode_metadata
 from simreal_ros.episodes.metadata import EpisodeMetadata
+from simreal_ros.episodes.steps import CONTROL_STEPS
 
 
 @dataclasses.dataclass
@@ -27,7 +28,7 @@ def list_episodes(data_dir: Path | str) -> list[EpisodeEntry]:
 
 def format_table(entries: list[EpisodeEntry]) -> str:
     header = f"{'episode':36} {'state':9} {'source':9} {'cond':7} {'outcome':10} "
-    header += f"{'steps':>5} {'secs':>6} {'drop':>4} {'MiB':>7}  policy versions"
+    header += f"{CONTROL_STEPS:>13} {'secs':>6} {'drop':>4} {'MiB':>7}  policy versions"
     lines = [header]
     for e in entries:
         m = e.metadata
@@ -36,7 +37,7 @@ def format_table(entries: list[EpisodeEntry]) -> str:
             continue
         lines.append(
             f"{m.episode_id:36} {e.state:9} {m.source:9} {m.condition or '-':7} "
-            f"{m.outcome or '-':10} {m.steps:5d} {m.duration_s:6.1f} {m.dropped:4d} "
+            f"{m.outcome or '-':10} {m.steps:13d} {m.duration_s:6.1f} {m.dropped:4d} "
             f"{e.size_bytes / 2**20:7.1f}  {','.join(m.policy_versions) or '-'}"
         )
     successes = sum(1 for e in entries if e.metadata and e.metadata.success)

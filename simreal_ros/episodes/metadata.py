@@ -76,7 +76,7 @@ class EpisodeMetadata:
     policy_versions: list[str] = dataclasses.field(default_factory=list)
     message_counts: dict[str, int] = dataclasses.field(default_factory=dict)
     dropped: int = 0
-    steps: int = 0
+    steps: int = 0  # control steps (simreal_ros.episodes.steps)
     human_interventions: int = 0
     # Joint order and units of /joint_states and actions as recorded (from the robot model).
     joint_names: list[str] = dataclasses.field(default_factory=list)

@@ -22,9 +22,11 @@ from rosbags.rosbag2.metadata import parse_qos
 
 from simreal_ros.episodes.bag_reader import ScanResult, bag_state, iter_mcap_records, mcap_file
 from simreal_ros.episodes.metadata import METADATA_TOPIC, METADATA_TYPE, EpisodeMetadata
+from simreal_ros.episodes.steps import ControlStepCounter
 from simreal_ros.episodes.typestore import project_typestore, register_definition
 
 POLICY_ACTION_TYPE = "simreal_ros/msg/PolicyAction"
+TASK_STATUS_TYPE = "simreal_ros/msg/TaskStatus"
 ACTION_TOPIC = "/policy/action"
 
 
@@ -76,7 +78,10 @@ def recover_bag(bag_dir: Path, keep_original: bool = False) -> RecoveryReport:
     last_meta: EpisodeMetadata | None = None
     first_ns, last_ns = 0, 0
     scan = ScanResult({}, {}, Counter(), False, "")
-    seen: dict = {"steps": 0, "human": 0, "versions": []}
+    seen: dict = {"human": 0, "versions": []}
+    # Control steps for the episode id the start metadata record names (the recorder writes
+    # it first), as the recorder counted them.
+    steps: ControlStepCounter | None = None
     try:
         for record in iter_mcap_records(source, scan):
             if not isinstance(record, Message):
@@ -90,8 +95,14 @@ def recover_bag(bag_dir: Path, keep_original: bool = False) -> RecoveryReport:
             last_ns = max(last_ns, record.log_time)
             if channel.topic == METADATA_TOPIC:
                 last_meta = _decode_metadata(store, record.data) or last_meta
-            elif scan.schemas[channel.schema_id].name == POLICY_ACTION_TYPE:
-                _count_action(store, channel.topic, record.data, seen)
+                continue
+            if steps is None:
+                steps = ControlStepCounter(last_meta.episode_id if last_meta else "")
+            msgtype = scan.schemas[channel.schema_id].name
+            if msgtype == POLICY_ACTION_TYPE:
+                _count_action(store, channel.topic, record.data, seen, steps)
+            elif msgtype == TASK_STATUS_TYPE:
+                _count_status(store, record.data, steps)
         meta = last_meta or EpisodeMetadata(episode_id=_safe_id(bag_dir.name))
         if not meta.complete:
             meta.outcome = "incomplete"
@@ -101,7 +112,7 @@ def recover_bag(bag_dir: Path, keep_original: bool = False) -> RecoveryReport:
         meta.start_time_ns = meta.start_time_ns or first_ns
         meta.message_counts = {t: n for t, n in counts.items() if t != METADATA_TOPIC}
         # Counted from the data: the start record knew none of this yet.
-        meta.steps = seen["steps"]
+        meta.steps = steps.count if steps is not None else 0
         meta.human_interventions = seen["human"]
         meta.policy_versions = list(dict.fromkeys(meta.policy_versions + seen["versions"]))
         # The record of the recovery itself, so readers of the MCAP alone see it too.
@@ -170,17 +181,25 @@ def _add_connection(writer: Writer, store, scan: ScanResult, channel: Channel):
     )
 
 
-def _count_action(store, topic: str, data: bytes, seen: dict) -> None:
+def _count_action(store, topic: str, data: bytes, seen: dict, steps: ControlStepCounter) -> None:
     try:
         msg = store.deserialize_cdr(data, POLICY_ACTION_TYPE)
     except Exception:
         return
     if topic == ACTION_TOPIC:
-        seen["steps"] += 1
+        steps.action()
     if msg.human_intervention:
         seen["human"] += 1
     if msg.policy_version and msg.policy_version not in seen["versions"]:
         seen["versions"].append(msg.policy_version)
+
+
+def _count_status(store, data: bytes, steps: ControlStepCounter) -> None:
+    try:
+        msg = store.deserialize_cdr(data, TASK_STATUS_TYPE)
+    except Exception:
+        return
+    steps.status(msg.episode_id, bool(msg.done), bool(msg.truncated))
 
 
 def _decode_metadata(store, data: bytes) -> EpisodeMetadata | None:

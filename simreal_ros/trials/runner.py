@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from simreal_ros.episodes.metadata import NAMED_FAILURE_MODES, normalize_failure_mode
+from simreal_ros.episodes.steps import CONTROL_STEPS
 from simreal_ros.stats import wilson_interval
 
 
@@ -25,6 +26,8 @@ class TaskEnd:
     success: bool = False
     truncated: bool = False
     timed_out: bool = False
+    # The task's own step counter (sim ticks since the reset): not the episode's length,
+    # which is its control steps as the recorder counted them (episodes.steps).
     steps: int = 0
     total_reward: float = 0.0
     # Set when the operator labelled the episode (real profile: ~/label or keyboard).
@@ -49,7 +52,7 @@ class EpisodeResult:
     success: bool
     failure_mode: str
     note: str
-    steps: int
+    steps: int  # control steps (episodes.steps), as the recorder counted them in the bag
     total_reward: float
     duration_s: float
     timed_out: bool
@@ -75,7 +78,8 @@ class TrialGraph(Protocol):
         """Block until the task says done, the operator labels, or ``timeout_s`` passes."""
 
     def stop_recording(self, label: Label) -> dict:
-        """Stop the recorder with the label; returns the episode event as a dict."""
+        """Stop the recorder with the label; returns the episode event as a dict (bag_path,
+        messages, dropped, policy_versions, and steps: the control steps in the bag)."""
 
     def human_interventions(self) -> int:
         """Takeover messages seen since the last reset."""
@@ -211,11 +215,7 @@ def _run_one(graph, index, seed, condition, timeout_s, labeler, episode_ids) -> 
         recording = True
         end = graph.wait_for_end(episode_id, timeout_s)
         label = labeler(end)
-        result.steps, result.total_reward, result.timed_out = (
-            end.steps,
-            end.total_reward,
-            end.timed_out,
-        )
+        result.total_reward, result.timed_out = end.total_reward, end.timed_out
         result.human_interventions = graph.human_interventions()
         if result.human_interventions:
             label.note = (label.note + " " if label.note else "") + (
@@ -227,6 +227,8 @@ def _run_one(graph, index, seed, condition, timeout_s, labeler, episode_ids) -> 
         result.failure_mode, result.note = label.failure_mode, label.note
         result.messages = int(event.get("messages", 0))
         result.dropped = int(event.get("dropped", 0))
+        # The episode's length as `simreal episodes list` shows it: one count, the bag's.
+        result.steps = int(event.get("steps", 0))
         result.policy_versions = tuple(event.get("policy_versions", ()))
         result.bag_path = event.get("bag_path", result.bag_path)
     except Exception as error:  # one broken episode must not end the session
@@ -242,7 +244,8 @@ def _run_one(graph, index, seed, condition, timeout_s, labeler, episode_ids) -> 
 
 
 def summarize(results: Sequence[EpisodeResult]) -> str:
-    """Success rate with its Wilson 95% interval, then one line per episode."""
+    """Success rate with its Wilson 95% interval, then one line per episode with its length
+    in control steps (the number `simreal episodes list` shows for the same bag)."""
     n = len(results)
     successes = sum(r.success for r in results)
     low, high = wilson_interval(successes, n)
@@ -256,6 +259,6 @@ def summarize(results: Sequence[EpisodeResult]) -> str:
         error = f" ERROR {r.error}" if r.error else ""
         lines.append(
             f"  {r.index + 1:3d} {r.episode_id:36} seed {r.seed:<6d} {r.outcome}{extra} "
-            f"steps {r.steps} dropped {r.dropped}{error}"
+            f"{CONTROL_STEPS} {r.steps} dropped {r.dropped}{error}"
         )
     return "\n".join(lines)

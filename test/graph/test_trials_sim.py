@@ -16,10 +16,23 @@ from simreal_ros.msg import PolicyAction
 
 from simreal_ros.episodes.bag_reader import bag_state
 from simreal_ros.episodes.dataset import read_episode, read_episode_metadata
+from simreal_ros.episodes.steps import CONTROL_STEPS
 from simreal_ros.graph.processes import NodeProcess, graph_environment, python_module_argv
 from simreal_ros.nodes import qos
 
 pytestmark = pytest.mark.graph
+
+
+def main_output(argv: list[str]) -> str:
+    import contextlib
+    import io
+
+    from simreal_ros.cli.main import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(argv) == 0
+    return out.getvalue()
 
 
 # The sim, and the second-engine stand-in behind the same topics and services: its
@@ -116,9 +129,18 @@ def test_trials_cli_runs_five_labelled_recorded_episodes(
             assert meta.message_counts["/task/status"] >= 15
             data = read_episode(r["bag_path"], robot.joint_names)
             assert len(data) > 5, r
+            # One length for one bag: the trials' summary and the episode index agree, and
+            # the learner gets a transition per control step (less an action whose
+            # observation came before the recording started).
+            assert r["steps"] == meta.steps and meta.steps - 1 <= len(data) <= meta.steps, r
             assert data.dones[-1] or data.truncateds[-1]
             np.testing.assert_allclose(data.actions[0], robot.home_position)
         assert [r["seed"] for r in results] == [3, 4, 5, 6, 7]
+        listed = main_output(["episodes", "list", "--data-dir", str(tmp_path / "episodes")])
+        for r in results:
+            (row,) = [line for line in listed.splitlines() if line.startswith(r["episode_id"])]
+            assert f" {r['steps']:13d} " in row, (r["steps"], listed)
+            assert f"{CONTROL_STEPS} {r['steps']} " in trials.output()
         print("\n" + trials.output()[-600:])
     finally:
         for process in (trials, safety, recorder, bridge):

@@ -157,6 +157,7 @@ def test_five_labelled_episodes_through_reset_record_and_task_status(running_gra
     # After every reset the safety filter was resynced at the stamp that reset returned.
     assert bridge.resyncs == bridge.reset_stamps and len(bridge.resyncs) == 5
     assert [r.outcome for r in results] == ["success", "failure", "success", "failure", "failure"]
+    # Each episode's length, the recorder's control steps: the task said done at its 8th.
     assert [r.steps for r in results[:4]] == [8] * 4
     assert results[4].timed_out  # seed 4: the fake bridge never says done
     assert results[1].human_interventions == 1
@@ -167,6 +168,10 @@ def test_five_labelled_episodes_through_reset_record_and_task_status(running_gra
         assert meta.outcome == r.outcome and meta.complete and meta.source == "sim"
         assert meta.policy_versions == ["v3"] and meta.dropped == 0
         assert r.messages == sum(meta.message_counts.values())
+        # `simreal trials` and `simreal episodes list` say the same of the same bag.
+        assert r.steps == meta.steps, (r.steps, meta.steps)
+    for r in results[:4]:
+        assert len(read_episode(r.bag_path, JOINTS)) == r.steps  # the learner's transitions
     data = read_episode(results[0].bag_path, JOINTS)
     assert len(data) >= 1 and data.dones[-1]
     takeover = read_episode(results[1].bag_path, JOINTS)
