@@ -32,6 +32,9 @@ from simreal_ros.nodes.diagnostics import ERROR, LEARNER_STATUS, OK, WARN, diagn
 from simreal_ros.nodes.params import declare_config, declare_robot
 from simreal_ros.nodes.runtime import run_node
 
+# How long a stopping node waits for the learner's worker to finish what it is doing.
+STOP_WAIT_S = 1.0
+
 
 class _RosLogHandler(logging.Handler):
     """Core learner logs (per-episode r / V_sim / r~, round summaries) to the node's log."""
@@ -259,7 +262,17 @@ class LearnerNode(Node):
         )
 
     def destroy_node(self) -> None:
-        self.learner.stop()
+        # A round (or the session's start) in progress is abandoned, not waited for: it can
+        # take minutes, and `simreal up` stops a node that is not gone in 5 s with SIGKILL.
+        # Its episodes are not lost (the bags are the data plane); nothing half-written is
+        # kept (the store writes versions atomically).
+        state = self.learner.state
+        self.learner.stop(timeout=STOP_WAIT_S)
+        if state not in ("idle", "failed"):
+            self.get_logger().info(
+                f"stopped while {state}: that work is abandoned (recorded episodes stay in "
+                "their bags)"
+            )
         logging.getLogger("simreal_ros.learner").removeHandler(self._log_handler)
         super().destroy_node()
 
