@@ -9,7 +9,7 @@ import yaml
 
 from simreal_ros.cli.profile_options import add_dynamics_profile_option
 from simreal_ros.graph import description
-from simreal_ros.graph.runner import NODE_EXIT_BASE, GraphRunner
+from simreal_ros.graph.runner import NODE_EXIT_BASE, STARTUP_FAILED, GraphRunner
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:
@@ -23,16 +23,33 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return node, parameter, yaml.safe_load(value)
 
 
+def supervision_help() -> str:
+    """What `simreal up` does when a node dies, and how it stops, from the graph
+    description's per-node supervision (docs/supervision.md)."""
+    required = [n for n, s in description.SUPERVISION.items() if s.required and s.respawn]
+    most = max(s.max_respawns for s in description.SUPERVISION.values())
+    return (
+        "Supervision follows each node's policy in the graph description "
+        "(docs/supervision.md): a node that dies is respawned after a short delay (longer "
+        "after each quick repeat) and the other nodes keep running. The safety filter and "
+        "the arm side stay up: a dead policy is respawned while the filter holds the arm. "
+        f"Only a required node ({', '.join(required)}) given up on after its respawns in a "
+        f"row (at most {most}) stops the graph, with exit code {NODE_EXIT_BASE} plus its "
+        "position in the graph (0-based, in start order); a node given up on that is not "
+        f"required stays stopped. Exit code {STARTUP_FAILED}: a managed node never became "
+        "active. Ctrl-C or SIGTERM stops every node; the last line (graph stopped) names "
+        "each node's exit status, and the exit code is 0."
+    )
+
+
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "up",
         help="start the graph (sim or real) as processes",
         description=(
             "Start the nodes of a graph (the same description the launch files read) as "
-            "separate processes, stream their logs, and stop them all on Ctrl-C. Settings "
-            "(--set, the config/ YAML files) are checked before anything starts. If a node "
-            f"dies the others are stopped and the exit code is {NODE_EXIT_BASE} plus the "
-            "node's position in the graph (0-based, in start order)."
+            "separate processes and stream their logs. Settings (--set, the config/ YAML "
+            f"files) are checked before anything starts. {supervision_help()}"
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

@@ -53,8 +53,34 @@ STANDBY_AFTER_S = 5.0
 GRAPH_READY = "graph ready"
 
 
+# The start of the last line `simreal up` prints, whatever stopped it (``stopped_line``).
+GRAPH_STOPPED = "graph stopped"
+
+
 def exit_code_for(index: int) -> int:
     return NODE_EXIT_BASE + index
+
+
+def exit_status(code: int | None) -> str:
+    """A node process's exit status in words: ``0``, ``1``, ``killed by SIGKILL``."""
+    if code is None:
+        return "not started"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return str(code)
+
+
+def stopped_line(
+    reason: str, names: Sequence[str], codes: dict[str, int], exit_code: int | None
+) -> str:
+    """The last line of `simreal up`: why the graph stopped, every node's exit status (in
+    start order) and the exit code of `simreal up` itself (None: an error follows)."""
+    statuses = ", ".join(f"{name} {exit_status(codes.get(name))}" for name in names)
+    line = f"{GRAPH_STOPPED} ({reason}): {statuses or 'no nodes'}"
+    return line if exit_code is None else f"{line}; exit code {exit_code}"
 
 
 def ros_arguments(node: NodeSpec, profile: str, overrides_file: Path | None) -> list[str]:
@@ -321,7 +347,11 @@ class GraphRunner:
         return codes
 
     def run(self, duration: float | None = None) -> int:
-        """Run until Ctrl-C/SIGTERM, ``duration`` seconds, or a death that stops the graph."""
+        """Run until Ctrl-C/SIGTERM, ``duration`` seconds, or a death that stops the graph.
+
+        The last line says why the graph stopped, each node's exit status and the exit
+        code (``stopped_line``): 0 after a stop the user asked for, whatever the nodes
+        returned while they stopped."""
         stop_requested = []
 
         def request_stop(signum, frame):
@@ -330,23 +360,30 @@ class GraphRunner:
         previous = {
             sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)
         }
-        exit_code = 0
+        exit_code: int | None = None  # None while an error is on its way out
+        reason = "an error in simreal up, below"
         try:
             self.start()
             deadline = None if duration is None else time.monotonic() + duration
+            exit_code = 0
             while not stop_requested:
                 fatal = self.supervise()
                 if fatal is not None:
                     failed_startup = self.records[fatal].last_exit_code == STARTUP_FAILED
                     exit_code = STARTUP_FAILED if failed_startup else exit_code_for(fatal)
+                    reason = f"node '{self.nodes[fatal].name}' died"
                     break
                 if deadline is not None and time.monotonic() >= deadline:
+                    reason = f"--duration {duration:g} s reached"
                     break
                 time.sleep(0.05)
+            else:
+                reason = f"{signal.Signals(stop_requested[0]).name} from the user"
         finally:
-            self.stop()
+            codes = self.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            self._say(stopped_line(reason, [n.name for n in self.nodes], codes, exit_code))
         return exit_code
 
     def _say(self, text: str) -> None:

@@ -421,3 +421,52 @@ def test_a_filter_death_is_judged_from_the_lifecycle_transition_events():
     held_only = [*events(1.6, 1.5)[:3], Transition(1.5, "safety", 13, 3)]
     assert not filter_death_seen(1.0, held_only)
     assert not filter_death_seen(1.0, [])
+
+
+def test_up_help_states_the_supervision_rule_not_that_one_death_stops_every_node(capsys):
+    from simreal_ros.cli.main import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["up", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "the others are stopped" not in text and "dies the others" not in text
+    assert "Supervision follows each node's policy" in text and "docs/supervision.md" in text
+    assert "respawned" in text and "the other nodes keep running" in text
+    assert "The safety filter and the arm side stay up" in text
+    assert "a dead policy is respawned while the filter holds the arm" in text
+    required = [name for name, s in description.SUPERVISION.items() if s.required]
+    assert f"Only a required node ({', '.join(required)})" in text
+    assert "(graph stopped)" in text and "the exit code is 0" in text
+
+
+def test_a_user_stop_ends_with_a_line_naming_each_node_and_its_exit_status(tmp_path):
+    import io
+    import threading
+
+    from simreal_ros.graph import runner as runner_module
+
+    plain = Supervision(required=False, respawn=True, respawn_delay_s=0.05)
+    nodes = [
+        NodeSpec(name=name, executable=name, module="core.standby_node", supervision=plain)
+        for name in ("first", "second")
+    ]
+    log = io.StringIO()
+    runner = GraphRunner(nodes, "sim", log=log)
+    test_dir = str(Path(__file__).resolve().parents[1])
+    runner.env["PYTHONPATH"] = f"{test_dir}:{runner.env['PYTHONPATH']}"
+    runner.env["STANDBY_TEST_DIR"] = str(tmp_path)
+
+    def ctrl_c_once_ready() -> None:
+        deadline = time.monotonic() + 60.0
+        while runner_module.GRAPH_READY not in log.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends `simreal up`
+
+    threading.Thread(target=ctrl_c_once_ready, daemon=True).start()
+    assert runner.run() == 0, log.getvalue()
+    last = log.getvalue().splitlines()[-1]
+    # The stand-in nodes die of the SIGINT they are stopped with (a KeyboardInterrupt).
+    expected = "first killed by SIGINT, second killed by SIGINT; exit code 0"
+    assert last == f"[simreal up] graph stopped (SIGINT from the user): {expected}", last
+    assert runner_module.exit_status(0) == "0" and runner_module.exit_status(3) == "3"
+    assert runner_module.exit_status(-9) == "killed by SIGKILL"

@@ -11,9 +11,13 @@ import subprocess
 import pytest
 from readme_commands import ROOT, all_commands, key_of, simreal_argv
 
+from simreal_ros.graph import description
 from simreal_ros.graph.processes import NodeProcess, graph_environment
+from simreal_ros.graph.runner import GRAPH_STOPPED
 
 pytestmark = pytest.mark.graph
+
+NODES = [node.name for node in description.graph("sim")]
 
 
 def graph_command(key: tuple[str, ...]) -> str:
@@ -44,6 +48,14 @@ def test_quickstart_up_and_trials_run_as_written(tmp_path):
     finally:
         up.stop(timeout=30.0)  # up stops its six nodes one after another; slow on a busy host
     assert up.returncode == 0, up.output()[-3000:]
+    # Ctrl-C (SIGINT, what stop sends first): the last line says so, with every node's exit
+    # status, and no node's output carries a coroutine an interrupted executor left behind.
+    last = up.output().splitlines()[-1]
+    assert f"[simreal up] {GRAPH_STOPPED} (SIGINT from the user): " in last, last
+    assert last.endswith("; exit code 0"), last
+    for name in NODES:
+        assert re.search(rf"[:,] {name} 0[,;]", last), (name, last)  # each stopped by itself
+    assert "was never awaited" not in up.output(), up.output()[-3000:]
     assert "dynamics real_twin" in up.output()
     listed = subprocess.run(
         [str(ROOT / ".venv" / "bin" / "simreal"), "episodes", "list"],
