@@ -12,6 +12,17 @@ from simreal_ros.graph import description
 from simreal_ros.graph.runner import NODE_EXIT_BASE, STARTUP_FAILED, GraphRunner
 
 
+def describe_dynamics(profile: str) -> str:
+    """A profile as the start-up line names it: its name, the engine, whether a stand-in."""
+    from simreal_ros.sim.profiles import load_profile
+
+    loaded = load_profile(profile)
+    label = f"{profile} ({loaded.engine}"
+    if loaded.name != profile:
+        label = f"{loaded.name} from {profile} ({loaded.engine}"
+    return label + (", a stand-in for the arm, never the arm)" if loaded.is_stand_in else ")")
+
+
 def parse_override(text: str) -> tuple[str, str, Any]:
     """Parse ``node.param=value``; the value is read as YAML data (numbers, bools, lists)."""
     target, separator, value = text.partition("=")
@@ -63,8 +74,8 @@ def add_parser(subparsers) -> None:
         parser,
         default="",
         help="sim graph only: the sim bridge's dynamics, a shipped profile (nominal, "
-        "randomized, real_twin, the stand-in for the arm) or a profile YAML (default: "
-        "the bridge's own, nominal)",
+        "randomized; the stand-ins for the arm real_twin, drake_clean, drake_worn, ...) or a "
+        "profile YAML (default: the bridge's own, nominal)",
         dest="dynamics_profile",
     )
     parser.add_argument(
@@ -186,7 +197,7 @@ def run(args) -> int:
         runs = f"; policy runs {running_policy(given['policy'], args.task, args.checkpoint)}"
     print(
         f"[simreal up] graph {args.graph}, robot {robot}, task {args.task}"
-        + (f", dynamics {dynamics}" if "sim_bridge" in given else "")
+        + (f", dynamics {describe_dynamics(dynamics)}" if "sim_bridge" in given else "")
         + f"{runs}: {', '.join(n.name for n in nodes)}",
         flush=True,
     )
