@@ -73,6 +73,11 @@ def exit_status(code: int | None) -> str:
     return str(code)
 
 
+# How long a node may take to stop after Ctrl-C before SIGTERM: a learner stopped while its
+# session starts abandons that work, but its interpreter's teardown (torch) took 5-9 s on
+# a loaded 2-core host.
+STOP_GRACE_S = 10.0
+
 def stopped_line(
     reason: str, names: Sequence[str], codes: dict[str, int], exit_code: int | None
 ) -> str:
@@ -342,7 +347,7 @@ class GraphRunner:
         self.standby.clear()
         # Stop in reverse start order: consumers first, the arm's side last.
         for process in reversed(self.processes):
-            codes[process.name] = process.stop()
+            codes[process.name] = process.stop(timeout=STOP_GRACE_S)
         self._workdir.cleanup()
         return codes
 

@@ -263,9 +263,9 @@ class LearnerNode(Node):
 
     def destroy_node(self) -> None:
         # A round (or the session's start) in progress is abandoned, not waited for: it can
-        # take minutes, and `simreal up` stops a node that is not gone in 5 s with SIGKILL.
-        # Its episodes are not lost (the bags are the data plane); nothing half-written is
-        # kept (the store writes versions atomically).
+        # take minutes, and `simreal up` sends SIGTERM to a node not gone in its stop grace
+        # (graph.runner.STOP_GRACE_S). Its episodes are not lost (the bags are the data
+        # plane); nothing half-written is kept (the store writes versions atomically).
         state = self.learner.state
         self.learner.stop(timeout=STOP_WAIT_S)
         if state not in ("idle", "failed"):
