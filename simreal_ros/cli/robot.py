@@ -156,7 +156,7 @@ def _print_contacts(robot) -> bool:
 def _print_task_fit(robot, task: str, episodes: int) -> bool:
     """Print where the task lies against the arm's reach; True when the arm would be in
     the table at the task's points (exit 2)."""
-    from simreal_ros.robot.task_fit import task_fit
+    from simreal_ros.sim.task_fit import task_fit
 
     print(
         f"  task {task}: the tool points its scripted expert needs ({episodes} episodes a "

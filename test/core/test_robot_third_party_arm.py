@@ -24,8 +24,8 @@ from simreal_ros.robot.contacts import contacts_at
 from simreal_ros.robot.description import load_robot_description
 from simreal_ros.robot.home_pose import solve_home
 from simreal_ros.robot.model import compile_robot, compile_scene
-from simreal_ros.robot.task_fit import task_fit
 from simreal_ros.sim.physics import mujoco
+from simreal_ros.sim.task_fit import task_fit
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "third_party_arm"
 

@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 
+import mujoco
 import numpy as np
 
 from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.robot.kinematics import ToolKinematics
+from simreal_ros.robot.model import compile_robot, compile_scene
+from simreal_ros.sim.expert import PUSH_HEIGHT, PushExpert
+from simreal_ros.sim.physics import ArmPhysics
+from simreal_ros.sim.tasks import make_task
 
 REACH_TOLERANCE = 0.005  # m: the expert's IK landing within this counts as reached
 
@@ -36,8 +41,6 @@ class TaskFit:
     @property
     def touching_advice(self) -> str:
         """When the arm is in the table at the task's points: what to fix."""
-        from simreal_ros.sim.expert import PUSH_HEIGHT
-
         if not self.table_contacts:
             return ""
         return (
@@ -81,10 +84,6 @@ def task_points(robot: RobotDescription, task: str, condition: str, episodes: in
                 first_seed: int = 0) -> np.ndarray:  # fmt: skip
     """The tool positions the scripted expert needs in the episodes of seeds
     ``first_seed``.. of ``task``/``condition``, drawn exactly as the simulator draws them."""
-    from simreal_ros.sim.expert import PUSH_HEIGHT, PushExpert
-    from simreal_ros.sim.physics import ArmPhysics
-    from simreal_ros.sim.tasks import make_task
-
     physics = ArmPhysics(robot)
     drawn = make_task(task)
     expert = PushExpert(robot) if task == "push" else None
@@ -130,11 +129,6 @@ class _TableProbe:
     """Which arm links are in the table top at an arm posture (collision only)."""
 
     def __init__(self, robot: RobotDescription) -> None:
-        import mujoco
-
-        from simreal_ros.robot.model import compile_robot, compile_scene
-
-        self.mujoco = mujoco
         arm = compile_robot(robot)
         self.arm_bodies = {arm.body(i).name for i in range(1, arm.nbody)}
         self.model = compile_scene(robot)
@@ -146,7 +140,7 @@ class _TableProbe:
 
     def links_in_table(self, arm_q: np.ndarray) -> set[str]:
         self.data.qpos[self.qpos] = arm_q
-        self.mujoco.mj_fwdPosition(self.model, self.data)
+        mujoco.mj_fwdPosition(self.model, self.data)
         found = set()
         for contact in self.data.contact[: self.data.ncon]:
             geoms = (int(contact.geom1), int(contact.geom2))
