@@ -59,6 +59,7 @@ from pydrake.multibody.tree import (
 from pydrake.systems.framework import Diagram, DiagramBuilder
 
 from simreal_ros.sim.effects import EngineEffects
+from simreal_ros.sim.physics import geoms_collide
 
 # Compliant point contact: stiff enough that the cube sinks well under a millimetre into
 # the table (N/m), with Hunt-Crossley dissipation (s/m); SAP stays stable at this stiffness.
@@ -153,26 +154,6 @@ def rounded_box_points(half: float, radius: float, per_corner: int = 24) -> np.n
 
 def _name(model: mujoco.MjModel, kind, index: int, fallback: str) -> str:
     return mujoco.mj_id2name(model, kind, index) or f"{fallback}{index}"
-
-
-def _collides(model: mujoco.MjModel, g: int, h: int) -> bool:
-    """MuJoCo's filter for a geom pair: bits, one body or weld, parent and child, excludes."""
-    if not (
-        model.geom_contype[g] & model.geom_conaffinity[h]
-        or model.geom_contype[h] & model.geom_conaffinity[g]
-    ):
-        return False
-    weld = model.body_weldid
-    bg, bh = int(model.geom_bodyid[g]), int(model.geom_bodyid[h])
-    wg, wh = int(weld[bg]), int(weld[bh])
-    if wg == wh:
-        return False
-    filter_parent = not model.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_FILTERPARENT
-    parent_g, parent_h = int(weld[model.body_parentid[wg]]), int(weld[model.body_parentid[wh]])
-    if filter_parent and wg and wh and (wg == parent_h or wh == parent_g):
-        return False
-    signature = (min(bg, bh) << 16) + max(bg, bh)
-    return signature not in set(model.exclude_signature.tolist())
 
 
 def build_scene(
@@ -323,9 +304,10 @@ def _add_geometry(plant, scene_graph, model, bodies, effects: EngineEffects) -> 
         body = bodies[int(model.geom_bodyid[g])]
         ids[g] = plant.RegisterCollisionGeometry(body, pose, shape, name, properties)
     declaration = CollisionFilterDeclaration()
+    excluded = set(model.exclude_signature.tolist())
     for i, g in enumerate(colliding):
         for h in colliding[i + 1 :]:
-            if not _collides(model, g, h):
+            if not geoms_collide(model, g, h, excluded):
                 declaration.ExcludeBetween(GeometrySet(ids[g]), GeometrySet(ids[h]))
     scene_graph.collision_filter_manager().Apply(declaration)
 

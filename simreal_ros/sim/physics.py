@@ -33,6 +33,30 @@ TOOL_BODY = "tool"  # alias of the body that carries the robot's tool frame
 DEFAULT_FRICTION_GEOMS = ("cube_geom", "table")
 
 
+def _signature(a: int, b: int) -> int:
+    """MuJoCo's key of an unordered pair of ids (body excludes, explicit geom pairs)."""
+    return (min(a, b) << 16) + max(a, b)
+
+
+def geoms_collide(model: mujoco.MjModel, g: int, h: int, excluded: Collection[int]) -> bool:
+    """Whether MuJoCo's filter lets geoms ``g`` and ``h`` touch: their collision bits, then
+    its body filter (not within one weld, nor a weld and its parent's unless that is the
+    world), then the body excludes (``excluded``: ``model.exclude_signature`` as a set)."""
+    if not (
+        model.geom_contype[g] & model.geom_conaffinity[h]
+        or model.geom_contype[h] & model.geom_conaffinity[g]
+    ):
+        return False
+    weld = model.body_weldid
+    bg, bh = int(model.geom_bodyid[g]), int(model.geom_bodyid[h])
+    wg, wh = int(weld[bg]), int(weld[bh])
+    parents = int(weld[model.body_parentid[wg]]), int(weld[model.body_parentid[wh]])
+    filter_parent = not model.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_FILTERPARENT
+    if wg == wh or (filter_parent and wg and wh and (wg == parents[1] or wh == parents[0])):
+        return False
+    return _signature(bg, bh) not in excluded
+
+
 def friction_floor(
     model: mujoco.MjModel, geoms: Collection[int], sliding: np.ndarray | None = None
 ) -> tuple[float, int]:
@@ -45,37 +69,16 @@ def friction_floor(
     inf: none at all."""
     sliding = model.geom_friction[:, 0] if sliding is None else sliding
     group = {int(g) for g in geoms}
-    bodies = model.geom_bodyid
-    weld = model.body_weldid
-
-    def signature(a: int, b: int) -> int:
-        return (min(a, b) << 16) + max(a, b)
-
     excluded = set(model.exclude_signature.tolist())
     explicit = {
-        signature(int(a), int(b)) for a, b in zip(model.pair_geom1, model.pair_geom2, strict=True)
+        _signature(int(a), int(b)) for a, b in zip(model.pair_geom1, model.pair_geom2, strict=True)
     }
-    filter_parent = not model.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_FILTERPARENT
     floor, decider = math.inf, -1
     for g in group:
         for h in range(model.ngeom):
-            if h == g:
+            if h == g or not geoms_collide(model, g, h, excluded):
                 continue
-            if not (
-                model.geom_contype[g] & model.geom_conaffinity[h]
-                or model.geom_contype[h] & model.geom_conaffinity[g]
-            ):
-                continue
-            # MuJoCo's body filter: one weld, or a weld and its parent's (not the world's).
-            wg, wh = int(weld[bodies[g]]), int(weld[bodies[h]])
-            parents = int(weld[model.body_parentid[wg]]), int(weld[model.body_parentid[wh]])
-            if wg == wh or (
-                filter_parent and wg and wh and (wg == parents[1] or wh == parents[0])
-            ):
-                continue
-            if signature(int(bodies[g]), int(bodies[h])) in excluded:
-                continue
-            if signature(g, h) in explicit:  # the pair's friction decides it
+            if _signature(g, h) in explicit:  # the pair's friction decides it
                 continue
             if h in group or model.geom_priority[g] > model.geom_priority[h]:
                 return 0.0, int(h)
