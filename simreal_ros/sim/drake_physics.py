@@ -38,8 +38,6 @@ _BUILT_FROM = (
 class DrakeArmPhysics:
     """``ArmPhysics``'s interface over a Drake plant with the stand-in's effects."""
 
-    engine = "drake"
-
     def __init__(self, robot: RobotDescription, effects: EngineEffects | None = None) -> None:
         self.robot = robot
         self.effects = effects or EngineEffects()
@@ -47,8 +45,7 @@ class DrakeArmPhysics:
         self.model = self.parameters.model
         self.nominal_dynamics = self.parameters.nominal_dynamics
         self.cube_half_size = self.parameters.cube_half_size
-        names = list(robot.joint_names)
-        self._arm = [i for i, n in enumerate(names) if n != robot.gripper_joint]
+        self._arm = list(robot.arm_indices)
         self.servo = ServoLoop(self.effects, len(self._arm), self.effects.time_step_s)
         self.ctrl_lower = self.parameters.ctrl_lower
         self.ctrl_upper = self.parameters.ctrl_upper
@@ -58,6 +55,7 @@ class DrakeArmPhysics:
         self._stuck = np.zeros(len(self._arm), dtype=bool)
         self.step_count = 0
         self._fingerprint = ""
+        self._changed = False  # named dynamics set since the plant was built
         self._build()
 
     # ----------------------------------------------------------------- the plant
@@ -104,6 +102,11 @@ class DrakeArmPhysics:
         self._fingerprint = self._parameters_fingerprint()
 
     def _rebuild_if_changed(self) -> None:
+        """Regenerate the plant if the named dynamics set since it was built differ from
+        its values (a reset restores and re-applies a profile's every time)."""
+        if not self._changed:
+            return
+        self._changed = False
         if self._parameters_fingerprint() == self._fingerprint:
             return
         state = self._state()
@@ -176,7 +179,7 @@ class DrakeArmPhysics:
         model, scene = self.model, self.scene
         by_qpos = {int(model.jnt_qposadr[j]): model.joint(j).name for j in range(model.njnt)}
         out = []
-        for follower, leader, offset, ratio in self.parameters._mirrored_joints():
+        for follower, leader, offset, ratio in self.parameters._mirrored:
             f, lead = by_qpos[follower], by_qpos[leader]
             # About Drake's zeros (qpos0): q_f = offset + ratio q_l in MuJoCo's coordinates.
             shift = offset + ratio * scene.offsets[lead] - scene.offsets[f]
@@ -308,7 +311,7 @@ class DrakeArmPhysics:
 
         mirror, data = self.parameters, self.parameters.data
         data.qpos[mirror.qpos_idx] = self.joint_positions()
-        for follower, leader, offset, ratio in mirror._mirrored_joints():
+        for follower, leader, offset, ratio in mirror._mirrored:
             data.qpos[follower] = offset + ratio * data.qpos[leader]
         data.qpos[mirror.cube_qpos : mirror.cube_qpos + 3] = self.object_position()
         data.qpos[mirror.cube_qpos + 3 : mirror.cube_qpos + 7] = self.object_orientation()
@@ -327,7 +330,9 @@ class DrakeArmPhysics:
         """Named dynamics, checked and kept by the parameter model; the plant follows at
         the next step or reset."""
         self.parameters.set_dynamics(values)
+        self._changed = True
 
     def restore_nominal(self) -> None:
         self.parameters.restore_nominal()
         self._pending.clear()
+        self._changed = True

@@ -149,13 +149,6 @@ class ServoLoop:
         self.setpoint = np.zeros(count)
         self.output = np.zeros(count)  # after the play: what the link is driven towards
 
-    @property
-    def any_active(self) -> bool:
-        return bool(
-            self.backlash.any() or self.deadband.any() or self.coulomb.any()
-            or self.velocity_limit.any() or self.encoder_offset.any()
-        )  # fmt: skip
-
     def reset(self, true_positions: np.ndarray) -> None:
         """At rest at ``true_positions``: the set-point there, the play centred."""
         reading = np.asarray(true_positions, dtype=float) + self.encoder_offset
