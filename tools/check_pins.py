@@ -1,7 +1,7 @@
 """Does the pinned runtime set install on another Python (default 3.12, Jazzy's on Ubuntu
 24.04)? Resolves every pin of requirements.txt that a ROS 2 machine installs with pip (the
 README's `grep -v` line: ROS, colcon and catkin come from apt there) as binary wheels for
-that Python on Linux x86_64, without installing anything.
+that Python on Linux x86_64 (glibc 2.39, Ubuntu 24.04's), without installing anything.
 
     .venv/bin/python tools/check_pins.py                  # 3.12, resolve only (metadata)
     .venv/bin/python tools/check_pins.py --download       # pip download the wheels too
@@ -23,7 +23,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # What a ROS 2 machine takes from apt instead of pip (the README's install line drops them).
 FROM_APT = re.compile(r"^(ros-jazzy|ros-kilted|colcon|catkin)")
-PLATFORM = "manylinux_2_28_x86_64"
+# Every manylinux tag Ubuntu 24.04's glibc (2.39) installs, newest first: a wheel built for
+# glibc 2.34 (drake's) installs there as well as one for 2.17.
+GLIBC_MINOR = 39
+PLATFORMS = [
+    *(f"manylinux_2_{minor}_x86_64" for minor in range(GLIBC_MINOR, 16, -1)),
+    "manylinux2014_x86_64",
+    "linux_x86_64",
+]
 
 
 def runtime_pins(requirements: Path) -> list[str]:
@@ -41,8 +48,8 @@ def resolve(pin: str, python_version: str, work: Path, download: bool) -> str:
     command = [
         sys.executable, "-m", "pip", "download" if download else "install", "--no-deps",
         "--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
-        "--platform", PLATFORM, "--platform", "manylinux2014_x86_64", "--platform",
-        "manylinux_2_17_x86_64", "--platform", "linux_x86_64", "--quiet", *target, pin,
+        *(arg for platform in PLATFORMS for arg in ("--platform", platform)),
+        "--quiet", *target, pin,
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode == 0:
