@@ -1,5 +1,8 @@
 """LoRA adapters on the actor (and optionally the critic) with peft, in peft's own format.
 
+Targets are the module's nn.Linear and nn.Conv2d layers (a camera policy's CNN encoder);
+simreal_ros.policy.lora_merge merges both kinds in numpy for deployment.
+
 The base modules are never modified: wrapping works on a deep copy, so the pretrained
 actor stays available (V_sim, the running policy, EWC anchors). An adapter directory holds
 peft's ``adapter_config.json`` + ``adapter_model.safetensors`` and nothing executable.
@@ -23,6 +26,36 @@ def linear_layer_names(module: nn.Module) -> list[str]:
     return [name for name, m in module.named_modules() if isinstance(m, nn.Linear)]
 
 
+def conv2d_layer_names(module: nn.Module) -> list[str]:
+    return [name for name, m in module.named_modules() if isinstance(m, nn.Conv2d)]
+
+
+def unmergeable_conv2d(conv: nn.Conv2d) -> str | None:
+    """Why a LoRA on ``conv`` would not deploy as base + B @ A, or None when it would.
+
+    peft builds lora_A with the layer's kernel, stride and padding only: a dilated kernel
+    or a non-zero padding mode makes the merged layer compute something else than the
+    trained one, and peft refuses to merge grouped convolutions.
+    """
+    if conv.groups != 1:
+        return f"groups = {conv.groups} (peft cannot merge LoRA into a grouped convolution)"
+    if any(d != 1 for d in conv.dilation):
+        return f"dilation = {conv.dilation} (peft's lora_A ignores dilation)"
+    if conv.padding_mode != "zeros":
+        return f"padding_mode = {conv.padding_mode!r} (peft's lora_A pads with zeros)"
+    return None
+
+
+def lora_target_names(module: nn.Module) -> list[str]:
+    """The default targets: every nn.Linear and every nn.Conv2d a LoRA merges into
+    (grouped, dilated or non-zero-padded convolutions are left out: see unmergeable_conv2d)."""
+    return [
+        name
+        for name, m in module.named_modules()
+        if isinstance(m, nn.Linear) or (isinstance(m, nn.Conv2d) and not unmergeable_conv2d(m))
+    ]
+
+
 def lora_config(
     module: nn.Module,
     rank: int,
@@ -33,14 +66,23 @@ def lora_config(
 ):
     from peft import LoraConfig  # imported late: peft costs ~2 s
 
-    names = linear_layer_names(module)
-    targets = list(targets) or names
-    unknown = [t for t in targets if t not in names]
+    targets = list(targets) or lora_target_names(module)
+    linear, conv2d = linear_layer_names(module), conv2d_layer_names(module)
+    unknown = [t for t in targets if t not in linear and t not in conv2d]
     if unknown:
         raise ValueError(
-            f"LoRA target(s) {unknown} are not nn.Linear layers of {type(module).__name__}; "
-            f"its Linear layers are {names}."
+            f"LoRA target(s) {unknown} are not nn.Linear layers or nn.Conv2d layers of "
+            f"{type(module).__name__}; its Linear layers are {linear} and its Conv2d layers "
+            f"{conv2d}."
         )
+    modules = dict(module.named_modules())
+    for target in targets:
+        why = target in conv2d and unmergeable_conv2d(modules[target])
+        if why:
+            raise ValueError(
+                f"LoRA target {target!r} is an nn.Conv2d with {why}, so its adapter could not "
+                "be merged for deployment; leave it out of the targets."
+            )
     return LoraConfig(
         r=rank,
         lora_alpha=alpha,
