@@ -6,22 +6,30 @@ read as data: the JSON with ``json``, the tensors with ``safetensors.numpy``. Ne
 nor peft is imported, so the policy node merges a hot-swapped adapter on its loader thread
 without holding the GIL for seconds of imports.
 
-The merge is peft's for plain LoRA on ``nn.Linear`` (``peft/tuners/lora/layer.py``:
-``Linear.merge`` adds ``get_delta_weight``)::
+The merge is peft's for plain LoRA on ``nn.Linear`` and ``nn.Conv2d``
+(``peft/tuners/lora/layer.py``: ``Linear.merge`` and ``_ConvNd.merge`` add
+``get_delta_weight``)::
 
     W' = W + scaling * (B @ A)    scaling = lora_alpha / r  (lora_alpha / sqrt(r), use_rslora)
     b' = b                        (bias="none", lora_bias=false)
 
 in float32, as peft computes it on a float32 model, with ``A`` = ``<layer>.lora_A.weight``
-(r, in) and ``B`` = ``<layer>.lora_B.weight`` (out, r) under peft's key prefix
-``base_model.model.``. test/core/test_policy_lora_merge.py checks it against peft's
-``merge_and_unload``.
+and ``B`` = ``<layer>.lora_B.weight`` under peft's key prefix ``base_model.model.``. For a
+Linear layer A is (r, in) and B (out, r). For a Conv2d layer A is a conv with the layer's
+kernel, (r, in, kh, kw), and B a 1x1 conv, (out, r, 1, 1); peft's delta (a matmul for 1x1
+kernels, ``conv2d(A.transpose(0, 1), B).transpose(0, 1)`` otherwise) is the same
+contraction over r, so both are ``B.reshape(out, r) @ A.reshape(r, -1)`` reshaped to the
+weight. A state dict does not record a convolution's dilation or padding mode, whose LoRA
+would not merge to the trained layer: ``simreal_ros.learner.lora`` refuses to target such
+layers. test/core/test_policy_lora_merge.py and test/core/test_lora_conv_merge.py check
+the merge against peft's ``merge_and_unload``.
 
 Only that is merged. Anything else an adapter_config.json can ask for (DoRA, a LoRA bias,
-trained base biases, per-layer rank or alpha patterns, regex or non-Linear targets,
-saved whole modules, transposed (Conv1D) weights, initialisations that rewrite the base)
-is refused with a ``CheckpointError`` that names the field, as are unknown tensors, shape
-or dtype mismatches and non-finite values: never a silent fallback to another merge.
+trained base biases, per-layer rank or alpha patterns, regex targets or targets that are
+neither Linear nor Conv2d (Conv1d, Conv3d), grouped convolutions, saved whole modules,
+transposed (Conv1D) weights, initialisations that rewrite the base) is refused with a
+``CheckpointError`` that names the field or layer, as are unknown tensors, shape or dtype
+mismatches and non-finite values: never a silent fallback to another merge.
 """
 
 from __future__ import annotations
@@ -80,7 +88,7 @@ FEATURE_REFUSALS = {
     "layers_to_transform": "layer selection by index is peft's transformers-model matching",
     "layers_pattern": "layer selection by pattern is peft's transformers-model matching",
     "exclude_modules": "target exclusion is peft's matching, not exact layer names",
-    "target_parameters": "LoRA on bare parameters is not LoRA on the actor's Linear layers",
+    "target_parameters": "LoRA on bare parameters is not LoRA on the actor's layers",
     "trainable_token_indices": "trainable tokens are for embeddings, which the actor lacks",
 }
 PLAIN_INITS = (True, False, "gaussian")  # initialise only A and B, which the file overwrites
@@ -89,8 +97,15 @@ PLAIN_INITS = (True, False, "gaussian")  # initialise only A and B, which the fi
 class LayerDelta(NamedTuple):
     """One target layer's LoRA factors (float32): the delta is scaling * (b @ a)."""
 
-    a: np.ndarray  # (r, in_features)
-    b: np.ndarray  # (out_features, r)
+    a: np.ndarray  # (r, in_features), or (r, in_channels, kh, kw) for a Conv2d
+    b: np.ndarray  # (out_features, r), or (out_channels, r, 1, 1) for a Conv2d
+
+    def weight_delta(self, scaling: np.float32) -> np.ndarray:
+        """scaling * (B @ A) in the layer's weight shape (out, in[, kh, kw]), in peft's order:
+        the product over r first, then the scaling."""
+        rank = self.a.shape[0]
+        product = self.b.reshape(self.b.shape[0], rank) @ self.a.reshape(rank, -1)
+        return product.reshape(self.b.shape[:1] + self.a.shape[1:]) * scaling
 
 
 class LoraAdapter(NamedTuple):
@@ -114,18 +129,32 @@ def _is_off(value: Any) -> bool:
     return value is None or value is False or (isinstance(value, (dict, list)) and not value)
 
 
-def linear_layers(state: Mapping[str, np.ndarray]) -> dict[str, tuple[int, int]]:
-    """The actor's Linear layers from its state_dict: name -> (out_features, in_features).
+def lora_layers(state: Mapping[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
+    """The layers this merge can target, from a state_dict: name -> weight shape.
 
-    ``model.Actor`` holds only Linear layers with a weight and a bias (ReLUs and the
-    Sequential have no tensors), so a layer is a name with a 2-D ``.weight`` and a ``.bias``.
+    A Linear layer is a name with a 2-D ``.weight`` and a ``.bias`` (``model.Actor`` holds
+    only such layers; ReLUs and the Sequential have no tensors), shape (out, in). A Conv2d
+    is a name with a 4-D ``.weight``, (out, in, kh, kw), with or without a bias (a CNN
+    encoder's convolutions often have none before a normalisation).
     """
     layers = {}
     for key, value in state.items():
         name, _, leaf = key.rpartition(".")
-        if leaf == "weight" and np.ndim(value) == 2 and f"{name}.bias" in state:
+        if leaf != "weight":
+            continue
+        if (np.ndim(value) == 2 and f"{name}.bias" in state) or np.ndim(value) == 4:
             layers[name] = tuple(np.shape(value))
     return layers
+
+
+def _unsupported_kernel(state: Mapping[str, np.ndarray], target: str) -> str | None:
+    """Why a target that is a layer of the state, but not one lora_layers finds, is not
+    merged (a Conv1d's 3-D or a Conv3d's 5-D kernel), or None when it is no such layer."""
+    weight = state.get(f"{target}.weight")
+    if weight is None or np.ndim(weight) not in (3, 5):
+        return None
+    kind = "Conv1d" if np.ndim(weight) == 3 else "Conv3d"
+    return f"a {np.ndim(weight)}-D weight {tuple(np.shape(weight))}, a {kind} kernel"
 
 
 def _config(adapter_dir: Path) -> dict[str, Any]:
@@ -140,10 +169,11 @@ def _config(adapter_dir: Path) -> dict[str, Any]:
 
 
 def _checked_config(
-    adapter_dir: Path, config: Mapping[str, Any], layers: Mapping[str, tuple[int, int]]
+    adapter_dir: Path, config: Mapping[str, Any], base_state: Mapping[str, np.ndarray]
 ) -> tuple[int, float, bool, list[str]]:
     """(r, lora_alpha, use_rslora, targets) from adapter_config.json, or a refusal."""
     retrain = "retrain the adapter with simreal_ros.learner.lora (plain LoRA)"
+    layers = lora_layers(base_state)
     if config.get("peft_type", "LORA") != "LORA":
         raise _refuse(adapter_dir, f"peft_type {config.get('peft_type')!r}; only LORA adapters.")
     for field, why in FEATURE_REFUSALS.items():
@@ -160,8 +190,8 @@ def _checked_config(
             raise _refuse(
                 adapter_dir,
                 f"{ADAPTER_CONFIG} sets {field} = {value!r}, which this merge does not "
-                f"implement (it merges plain LoRA into the actor's Linear layers); {retrain}, "
-                "or extend simreal_ros/policy/lora_merge.py with a test against peft.",
+                f"implement (it merges plain LoRA into the actor's Linear and Conv2d layers); "
+                f"{retrain}, or extend simreal_ros/policy/lora_merge.py with a test against peft.",
             )
     bias = config.get("bias", "none")
     if bias != "none":
@@ -174,8 +204,8 @@ def _checked_config(
         raise _refuse(
             adapter_dir,
             f"fan_in_fan_out = {config['fan_in_fan_out']!r} is for transposed (Conv1D) "
-            "weights; the actor's layers are nn.Linear (out, in). This adapter was not made "
-            "for this actor; save it with fan_in_fan_out=false.",
+            "weights; the actor's layers are nn.Linear (out, in) or nn.Conv2d. This adapter was "
+            "not made for this actor; save it with fan_in_fan_out=false.",
         )
     init = config.get("init_lora_weights", True)
     if not any(init is p or (isinstance(p, str) and init == p) for p in PLAIN_INITS):
@@ -199,23 +229,56 @@ def _checked_config(
         raise _refuse(
             adapter_dir,
             f"target_modules = {targets!r} is a regular expression in peft; list the actor's "
-            f"layer names instead (its Linear layers: {sorted(layers)}).",
+            f"layer names instead (its Linear and Conv2d layers: {sorted(layers)}).",
         )
     if not (isinstance(targets, list) and targets and all(isinstance(t, str) for t in targets)):
         raise _refuse(
             adapter_dir,
-            f"target_modules = {targets!r}; give a non-empty list of the actor's Linear layer "
-            f"names ({sorted(layers)}).",
+            f"target_modules = {targets!r}; give a non-empty list of the actor's Linear and "
+            f"Conv2d layer names ({sorted(layers)}).",
         )
+    for target in targets:
+        kernel = _unsupported_kernel(base_state, target)
+        if kernel:
+            raise _refuse(
+                adapter_dir,
+                f"target_modules: the actor's {target} has {kernel}; this merge handles "
+                "nn.Linear (2-D) and nn.Conv2d (4-D) weights only. Retrain the adapter "
+                f"without {target} in target_modules, or extend "
+                "simreal_ros/policy/lora_merge.py with a test against peft.",
+            )
     unknown = [t for t in targets if t not in layers]
     if unknown:
         raise _refuse(
             adapter_dir,
-            f"target_modules: adapter targets {unknown} that are not Linear layers of the "
-            f"actor (its Linear layers: {sorted(layers)}); the adapter was made for another "
-            "model.",
+            f"target_modules: adapter targets {unknown} that are not Linear or Conv2d layers "
+            f"of the actor (its Linear and Conv2d layers: {sorted(layers)}); the adapter was "
+            "made for another model.",
         )
     return rank, float(alpha), use_rslora, list(dict.fromkeys(targets))
+
+
+def _factor_shape(weight: tuple[int, ...], rank: int, ab: str) -> tuple[int, ...]:
+    """peft's lora_A / lora_B shape for a layer of this weight shape at this rank."""
+    if len(weight) == 2:  # Linear (out, in)
+        return (rank, weight[1]) if ab == "A" else (weight[0], rank)
+    # Conv2d (out, in, kh, kw): A has the layer's kernel, B is a 1x1 conv.
+    return (rank, *weight[1:]) if ab == "A" else (weight[0], rank, 1, 1)
+
+
+def _conv_groups(
+    weight: tuple[int, ...], factor: tuple[int, ...], rank: int, ab: str
+) -> int | None:
+    """The groups of a grouped Conv2d that explains this lora_A's shape, or None.
+
+    peft gives a grouped conv's lora_A all ``in_channels``, while the weight holds
+    ``in_channels / groups`` per output channel."""
+    if ab != "A" or len(weight) != 4 or len(factor) != 4:
+        return None
+    if factor[0] != rank or tuple(factor[2:]) != weight[2:] or factor[1] % weight[1]:
+        return None
+    groups = factor[1] // weight[1]
+    return groups if groups > 1 else None
 
 
 def read_adapter(
@@ -252,8 +315,10 @@ def read_adapter(
             f"(base {metadata.get('base_version')!r}, see {ADAPTER_METADATA}) than the "
             f"running base {base_version!r}; train it on this base."
         )
-    layers = linear_layers(base_state)
-    rank, alpha, use_rslora, targets = _checked_config(adapter_dir, _config(adapter_dir), layers)
+    layers = lora_layers(base_state)
+    rank, alpha, use_rslora, targets = _checked_config(
+        adapter_dir, _config(adapter_dir), base_state
+    )
     expected_keys = {
         f"{KEY_PREFIX}{t}.lora_{ab}.weight": (t, ab) for t in targets for ab in ("A", "B")
     }
@@ -269,9 +334,8 @@ def read_adapter(
     factors: dict[str, dict[str, np.ndarray]] = {t: {} for t in targets}
     for key, (target, ab) in sorted(expected_keys.items()):  # a stable order
         tensor = tensors[key]
-        out_features, in_features = layers[target]
-        shape = (rank, in_features) if ab == "A" else (out_features, rank)
         what = f"{target}.lora_{ab}"
+        shape = _factor_shape(layers[target], rank, ab)
         if tensor.dtype != np.float32:
             raise _refuse(
                 adapter_dir,
@@ -279,11 +343,25 @@ def read_adapter(
                 "are merged. Re-save it in float32.",
             )
         if tuple(tensor.shape) != shape:
+            groups = _conv_groups(layers[target], tensor.shape, rank, ab)
+            if groups:
+                raise _refuse(
+                    adapter_dir,
+                    f"{what} has shape {tuple(tensor.shape)}, {groups} times the input channels "
+                    f"of the actor's {target} (weight {layers[target]}): {target} is a grouped "
+                    f"convolution (groups = {groups}), which peft itself does not merge. "
+                    f"Retrain the adapter without {target} in target_modules.",
+                )
+            if len(layers[target]) == 2:
+                out_features, in_features = layers[target]
+                layer = f"({in_features} in, {out_features} out)"
+            else:
+                layer = f"(Conv2d weight {layers[target]})"
             raise _refuse(
                 adapter_dir,
-                f"{what} has shape {tuple(tensor.shape)}, but the actor's {target} "
-                f"({in_features} in, {out_features} out) at r = {rank} needs {shape}: the "
-                f"adapter was made for another architecture, or r in {ADAPTER_CONFIG} is wrong.",
+                f"{what} has shape {tuple(tensor.shape)}, but the actor's {target} {layer} at "
+                f"r = {rank} needs {shape}: the adapter was made for another architecture, or r "
+                f"in {ADAPTER_CONFIG} is wrong.",
             )
         if not np.isfinite(tensor).all():
             raise _refuse(
@@ -306,7 +384,8 @@ def read_adapter(
 
 
 def merge(base_state: Mapping[str, np.ndarray], adapter: LoraAdapter) -> dict[str, np.ndarray]:
-    """A new actor state (float32 copies): each target's weight plus scaling * (B @ A).
+    """A new actor state (float32 copies): each target's weight plus scaling * (B @ A)
+    (see ``LayerDelta.weight_delta``; for a Conv2d, in the weight's (out, in, kh, kw)).
 
     The base arrays are not modified. Biases and untargeted layers are copied unchanged.
     """
@@ -314,7 +393,7 @@ def merge(base_state: Mapping[str, np.ndarray], adapter: LoraAdapter) -> dict[st
     scaling = np.float32(adapter.scaling)
     for target, delta in adapter.layers.items():
         with np.errstate(over="ignore", invalid="ignore"):  # refused just below
-            weight = merged[f"{target}.weight"] + (delta.b @ delta.a) * scaling
+            weight = merged[f"{target}.weight"] + delta.weight_delta(scaling)
         if not np.isfinite(weight).all():
             raise _refuse(
                 adapter.path,

@@ -178,9 +178,12 @@ def adapter(tmp_path, small):
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"target_modules": ["trunk.1"]}, r"\['trunk.1'\] that are not Linear layers"),
-        ({"target_modules": ["trunk"]}, r"\['trunk'\] that are not Linear layers"),
-        ({"target_modules": ["trunk.0", "encoder.0"]}, r"\['encoder.0'\] that are not Linear"),
+        ({"target_modules": ["trunk.1"]}, r"\['trunk.1'\] that are not Linear or Conv2d layers"),
+        ({"target_modules": ["trunk"]}, r"\['trunk'\] that are not Linear or Conv2d layers"),
+        (
+            {"target_modules": ["trunk.0", "encoder.0"]},
+            r"\['encoder.0'\] that are not Linear or Conv2d layers",
+        ),
         ({"target_modules": "all-linear"}, r"regular expression"),
         ({"target_modules": r"trunk\.\d"}, r"regular expression"),
         ({"target_modules": []}, r"non-empty list"),
