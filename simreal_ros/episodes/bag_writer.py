@@ -27,6 +27,13 @@ from rosbags.interfaces import QosTime as _T
 from rosbags.rosbag2 import CompressionMode, StoragePlugin, Writer
 from rosbags.rosbag2 import storage_mcap as _mcap
 
+from simreal_ros.episodes.frames import (
+    COMPRESSED_IMAGE_TYPE,
+    IMAGE_TYPE,
+    FrameCompression,
+    FrameEncoder,
+    compressed_topic,
+)
 from simreal_ros.episodes.metadata import METADATA_TOPIC, METADATA_TYPE, EpisodeMetadata
 from simreal_ros.episodes.steps import ControlStepCounter
 from simreal_ros.episodes.typestore import definition_and_hash, full_type_name, project_typestore
@@ -306,6 +313,11 @@ class RecordingStats:
     write_rate_bytes: float
     last_flush_age_s: float
     error: str
+    bag_bytes: int = 0  # the MCAP file's size so far (after the last flush)
+    frames_encoded: int = 0
+    frames_dropped: int = 0  # also in ``dropped``
+    encode_ms: float = 0.0  # mean compression time per frame
+    frame_error: str = ""
 
 
 class _FlushRequest:
@@ -318,7 +330,13 @@ _STOP = object()
 
 
 class EpisodeRecording:
-    """One episode being recorded: bounded queue in, writer thread, bag out."""
+    """One episode being recorded: bounded queue in, writer thread, bag out.
+
+    With ``image_compression``, every sensor_msgs/Image topic is offered raw and written as
+    sensor_msgs/CompressedImage on ``<topic>/compressed`` (``episodes.frames``): a
+    ``FrameEncoder`` thread compresses frames between ``offer()`` and the writer queue,
+    with a queue of ``frame_queue_size`` frames of its own.
+    """
 
     def __init__(
         self,
@@ -330,12 +348,28 @@ class EpisodeRecording:
         fsync: bool = False,
         action_topic: str = "/policy/action",
         clock: Callable[[], int] = time.time_ns,
+        image_compression: FrameCompression | None = None,
+        frame_queue_size: int = 30,
     ) -> None:
         if queue_size < 1:
             raise ValueError(f"queue_size={queue_size} must be at least 1.")
         if not 0.001 <= flush_period_s <= 60.0:
             raise ValueError(f"flush_period_s={flush_period_s} must be within 0.001 .. 60 s.")
-        self.topics = list(topics)
+        topics = list(topics)
+        # Indices of the raw image topics this recording compresses; each keeps its index,
+        # renamed in the bag to its compressed topic.
+        self._frame_index = set()
+        if image_compression is not None:
+            self._frame_index = {i for i, t in enumerate(topics) if t.msgtype == IMAGE_TYPE}
+            topics = [
+                dataclasses.replace(
+                    t, topic=compressed_topic(t.topic), msgtype=COMPRESSED_IMAGE_TYPE
+                )
+                if i in self._frame_index
+                else t
+                for i, t in enumerate(topics)
+            ]
+        self.topics = topics  # as written in the bag
         self.metadata = metadata
         self.flush_period_s = flush_period_s
         self.fsync = fsync
@@ -363,6 +397,15 @@ class EpisodeRecording:
         self._last_flush = time.monotonic()
         self._rate_mark = (time.monotonic(), 0, 0)
         self._rate = (0.0, 0.0)
+        self._frames: FrameEncoder | None = None
+        if self._frame_index:
+            self._frames = FrameEncoder(
+                image_compression,
+                self._queue_encoded,
+                self._queue.put,
+                frame_queue_size,
+                name=f"frames-{metadata.episode_id}",
+            )
 
     @property
     def bag_dir(self) -> Path:
@@ -374,8 +417,10 @@ class EpisodeRecording:
 
     @property
     def dropped(self) -> int:
-        """Messages received but not in the bag: queue full, or a write that failed."""
-        return self.queue_drops + self.write_drops
+        """Messages received but not in the bag: queue full, a write that failed, or a
+        frame the encoder dropped."""
+        frames = self._frames.dropped if self._frames is not None else 0
+        return self.queue_drops + self.write_drops + frames
 
     def start(self) -> None:
         """Create the bag (errors raise here, in the caller) and start the writer thread."""
@@ -386,14 +431,27 @@ class EpisodeRecording:
             target=self._run, name=f"bag-{self.metadata.episode_id}", daemon=True
         )
         self._thread.start()
+        if self._frames is not None:
+            self._frames.start()
 
     def offer(self, index: int, timestamp_ns: int, data: bytes) -> bool:
         """Queue one serialized message; never blocks. False (and a counted drop) when full."""
         self.received += 1
+        if index in self._frame_index:
+            return self._frames.offer(index, timestamp_ns, data)
         try:
             self._queue.put_nowait((index, timestamp_ns, data))
         except queue.Full:
             self.queue_drops += 1
+            return False
+        return True
+
+    def _queue_encoded(self, index: int, timestamp_ns: int, data: bytes) -> bool:
+        """The frame encoder's output: into the writer queue, or dropped when it is full
+        (the encoder counts it), so frames never take other topics' places."""
+        try:
+            self._queue.put_nowait((index, timestamp_ns, data))
+        except queue.Full:
             return False
         return True
 
@@ -403,7 +461,10 @@ class EpisodeRecording:
         Raises TimeoutError when the writer does not catch up within ``timeout``.
         """
         request = _FlushRequest()
-        self._queue.put(request, timeout=timeout)
+        if self._frames is not None:  # behind the frames still being encoded
+            self._frames.pass_through(request, timeout)
+        else:
+            self._queue.put(request, timeout=timeout)
         if not request.done.wait(timeout):
             raise TimeoutError(f"the bag writer did not flush within {timeout} s.")
         return request.flushed
@@ -414,6 +475,7 @@ class EpisodeRecording:
 
     def stats(self) -> RecordingStats:
         now = time.monotonic()
+        frames = self._frames
         mark_time, mark_msgs, mark_bytes = self._rate_mark
         if now - mark_time >= 0.5:
             dt = now - mark_time
@@ -434,7 +496,19 @@ class EpisodeRecording:
             write_rate_bytes=self._rate[1],
             last_flush_age_s=now - self._last_flush,
             error=self.error,
+            bag_bytes=self.bag_bytes(),
+            frames_encoded=frames.encoded if frames else 0,
+            frames_dropped=frames.dropped if frames else 0,
+            encode_ms=frames.mean_encode_ms if frames else 0.0,
+            frame_error=frames.error if frames else "",
         )
+
+    def bag_bytes(self) -> int:
+        """The MCAP file's size on disk now (0 when it cannot be read)."""
+        try:
+            return self.mcap_path.stat().st_size
+        except OSError:
+            return 0
 
     def stop(
         self,
@@ -447,6 +521,8 @@ class EpisodeRecording:
         """Drain the queue, write the outcome into the bag, close it; returns the metadata."""
         meta = self.metadata
         meta.end_time_ns = self._clock()
+        if self._frames is not None:
+            self._frames.stop(timeout)
         if self._thread is not None:
             self._queue.put(_STOP, timeout=timeout)
             self._thread.join(timeout)
@@ -460,6 +536,8 @@ class EpisodeRecording:
         meta.message_counts = self.written_per_topic()
         meta.dropped = self.dropped
         meta.complete = not self.error
+        # Everything recorded is flushed; the closing summary adds a few KiB after this.
+        meta.bag_bytes = self.bag_bytes()
         if self.error:
             # The file is as the writer left it; recovery turns it into a closed bag.
             self._bag.abort()

@@ -149,3 +149,42 @@ def safety_status(
         interventions_total=int(interventions_total),
     )
     return store.serialize_cdr(msg, "simreal_ros/msg/SafetyStatus")
+
+
+def image(t_ns: int, pixels, encoding: str = "rgb8", frame_id: str = "camera"):
+    """sensor_msgs/Image of an (H, W, C) uint8 array, rows packed (step = W * C)."""
+    store = project_typestore()
+    pixels = np.ascontiguousarray(pixels, np.uint8)
+    height, width = pixels.shape[:2]
+    msg = store.types["sensor_msgs/msg/Image"](
+        header=header(t_ns, frame_id),
+        height=height,
+        width=width,
+        encoding=encoding,
+        is_bigendian=0,
+        step=pixels[0].size,
+        data=pixels.reshape(-1),
+    )
+    return store.serialize_cdr(msg, "sensor_msgs/msg/Image")
+
+
+def camera_info(t_ns: int, width: int, height: int, fx: float, fy: float, cx: float, cy: float,
+                frame_id: str = "camera"):  # fmt: skip
+    """sensor_msgs/CameraInfo of an undistorted pinhole camera (plumb_bob, zero distortion)."""
+    store = project_typestore()
+    msg = store.types["sensor_msgs/msg/CameraInfo"](
+        header=header(t_ns, frame_id),
+        height=int(height),
+        width=int(width),
+        distortion_model="plumb_bob",
+        d=np.zeros(5),
+        k=np.array([fx, 0.0, cx, 0.0, fy, cy, 0.0, 0.0, 1.0]),
+        r=np.eye(3).reshape(-1),
+        p=np.array([fx, 0.0, cx, 0.0, 0.0, fy, cy, 0.0, 0.0, 0.0, 1.0, 0.0]),
+        binning_x=0,
+        binning_y=0,
+        roi=store.types["sensor_msgs/msg/RegionOfInterest"](
+            x_offset=0, y_offset=0, height=0, width=0, do_rectify=False
+        ),
+    )
+    return store.serialize_cdr(msg, "sensor_msgs/msg/CameraInfo")

@@ -76,6 +76,9 @@ class EpisodeMetadata:
     policy_versions: list[str] = dataclasses.field(default_factory=list)
     message_counts: dict[str, int] = dataclasses.field(default_factory=dict)
     dropped: int = 0
+    # Size of the bag's MCAP when the recording stopped: every recorded message (the
+    # closing summary, a few KiB, follows). 0 when unknown (recovered bags).
+    bag_bytes: int = 0
     steps: int = 0  # control steps (simreal_ros.episodes.steps)
     human_interventions: int = 0
     # Joint order and units of /joint_states and actions as recorded (from the robot model).

@@ -10,6 +10,7 @@ import numpy as np
 
 from simreal_ros.episodes import messages
 from simreal_ros.episodes.bag_writer import EpisodeRecording, TopicSpec
+from simreal_ros.episodes.frames import FrameCompression
 from simreal_ros.episodes.metadata import EpisodeMetadata
 
 JOINTS = [f"joint{i}" for i in range(7)]
@@ -22,6 +23,12 @@ TOPICS = [
     TopicSpec("/operator/takeover", "simreal_ros/msg/PolicyAction"),
 ]
 INDEX = {spec.topic: i for i, spec in enumerate(TOPICS)}
+CAMERA_TOPICS = [
+    TopicSpec("/joint_states", "sensor_msgs/msg/JointState", reliable=False),
+    TopicSpec("/policy/action", "simreal_ros/msg/PolicyAction"),
+    TopicSpec("/camera/image_raw", "sensor_msgs/msg/Image", reliable=False),
+    TopicSpec("/camera/camera_info", "sensor_msgs/msg/CameraInfo", reliable=False),
+]
 
 
 def joint_state(t_ns: int, position, names=JOINTS) -> bytes:
@@ -129,3 +136,37 @@ def write_episode(
     else:
         rec.flush()
     return rec, sent
+
+
+def write_camera_episode(
+    bag_dir,
+    ticks,
+    frames,
+    image_compression: FrameCompression | None,
+    episode_id: str = "cam",
+):
+    """A camera episode: a joint state and an action stamped at each of ``ticks`` (ns,
+    received at their stamps; positions = tick index) and the camera's ``frames`` as
+    (stamp, receive time, RGB uint8 array) with a CameraInfo each. Messages are offered in
+    receive-time order; returns the stopped recording."""
+    meta = EpisodeMetadata(
+        episode_id=episode_id, joint_names=list(JOINTS), joint_units=["rad"] * len(JOINTS)
+    )
+    rec = EpisodeRecording(
+        bag_dir, CAMERA_TOPICS, meta, flush_period_s=0.05, image_compression=image_compression
+    )
+    offers = []
+    for step, t in enumerate(ticks):
+        offers.append((t, 0, joint_state(t, [step] * 7)))
+        offers.append((t, 1, policy_action(t, [step + 0.5] * 7, seq=step)))
+    for stamp, received, pixels in frames:
+        height, width = pixels.shape[:2]
+        offers.append((received, 2, messages.image(stamp, pixels)))
+        info = messages.camera_info(stamp, width, height, 100.0, 100.0, width / 2, height / 2)
+        offers.append((received, 3, info))
+    rec.start()
+    for received, index, data in sorted(offers, key=lambda offer: offer[:2]):
+        if not rec.offer(index, received, data):
+            raise RuntimeError("synthetic camera episode: a queue was full")
+    rec.stop("success", True)
+    return rec
