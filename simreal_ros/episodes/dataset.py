@@ -29,6 +29,16 @@ action logged at time a_i and the next at a_{i+1} (receive times):
   sum of their ``excess``;
 - ``next_obs``: ``obs`` of the next transition (for the last one, the last state recorded).
 
+Camera frames only when asked for (``frames=True``; otherwise ``frames`` and
+``frame_ages`` are None and nothing else changes): ``frames`` (N, H, W, 3) uint8 RGB
+decoded from the bag's CompressedImage topic (``DatasetTopics.camera``; a raw Image topic
+works too), and ``frame_ages`` (N,) seconds. A tick's frame is the newest frame whose stamp
+is not after the tick's stamp: header stamps (the action's stamp is its observation's
+stamp), or receive times where either is unstamped. ``frame_ages`` is the tick's stamp
+minus its frame's; a tick before the episode's first frame gets a black frame and age NaN.
+The next tick's frame is the next row. An episode without a single frame raises
+``NoFramesError``.
+
 Joint names and order are checked against ``joint_names`` (the policy's convention): joint
 states are reordered by name, but a missing joint, an action with a different
 ``joint_names`` order or different recorded units raise ``JointSpecMismatch``. Unreadable
@@ -60,6 +70,10 @@ class JointSpecMismatch(ValueError):
     """The bag's joints (names, order or units) differ from what the policy expects."""
 
 
+class NoFramesError(ValueError):
+    """Frames were asked for, but an episode's bag holds none on the camera topic."""
+
+
 @dataclasses.dataclass(frozen=True)
 class DatasetTopics:
     joint_states: str = "/joint_states"
@@ -68,6 +82,7 @@ class DatasetTopics:
     object_pose: str = "/object/pose"
     task_status: str = "/task/status"
     safety_status: str = "/safety/status"
+    camera: str = "/camera/image_raw/compressed"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +126,9 @@ class RecordedSteps:
     sources: np.ndarray
     conditions: np.ndarray
     steps: np.ndarray
+    # Only when frames were asked for (see the module docstring).
+    frames: np.ndarray | None = None
+    frame_ages: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -148,6 +166,10 @@ class RecordedSteps:
             values = [getattr(p, field.name) for p in parts]
             if field.name == "joint_names":
                 out[field.name] = tuple(joint_names)
+            elif field.name == "frames":
+                out[field.name] = _concatenate_frames(values)
+            elif any(v is None for v in values):
+                out[field.name] = None  # only present when every part has it
             elif isinstance(values[0], dict):
                 out[field.name] = {k: np.concatenate([v[k] for v in values]) for k in values[0]}
             else:
@@ -176,6 +198,19 @@ class RecordedSteps:
             elif isinstance(value, np.ndarray):
                 flat[field.name] = value
         return flat
+
+
+def _concatenate_frames(parts: list[np.ndarray | None]) -> np.ndarray | None:
+    if any(p is None for p in parts):
+        return None
+    shapes = {p.shape[1:] for p in parts if len(p)}
+    if len(shapes) > 1:
+        raise ValueError(
+            f"episodes' frames differ in size ({', '.join(map(str, sorted(shapes)))}); "
+            "load episodes of one camera resolution together, or resize them first."
+        )
+    filled = [p for p in parts if len(p)]
+    return np.concatenate(filled) if filled else parts[0]
 
 
 # ---- reading bags -------------------------------------------------------------------------
@@ -357,8 +392,10 @@ def read_episode(
     joint_units: Sequence[str] = (),
     topics: DatasetTopics = DatasetTopics(),
     meta: EpisodeMetadata | None = None,
+    frames: bool = False,
 ) -> RecordedSteps:
-    """The recorded steps of one episode bag (see the module docstring for the alignment)."""
+    """The recorded steps of one episode bag (see the module docstring for the alignment);
+    with ``frames``, the camera frame of each step too."""
     bag_dir = Path(bag_dir)
     joint_names = list(joint_names)
     meta = meta or read_episode_metadata(bag_dir) or EpisodeMetadata(episode_id="unknown")
@@ -371,9 +408,12 @@ def read_episode(
         )
     states, actions, takeovers = _Series(), _Series(), _Series()
     poses, statuses, safety = _Series(), _Series(), _Series()
+    camera = _Series() if frames else None
     joint_order = JointOrder(joint_names)
     wanted = [topics.joint_states, topics.action, topics.takeover, topics.object_pose,
               topics.task_status, topics.safety_status]  # fmt: skip
+    if frames:
+        wanted.append(topics.camera)
     for topic, t, msg in iter_bag_messages(bag_dir, wanted):
         if topic == topics.joint_states:
             order, missing = joint_order.index(msg.name)
@@ -412,8 +452,21 @@ def read_episode(
         elif topic == topics.safety_status:
             excess = sum(float(i.excess) for i in msg.interventions if np.isfinite(i.excess))
             safety.add(t, (len(msg.interventions), excess))
+        elif camera is not None and topic == topics.camera:
+            camera.add(t, (_stamp_ns(msg), msg))
+    if camera is not None and not camera.times:
+        raise NoFramesError(
+            f"{bag_dir}: frames were asked for, but the bag has no frames on {topics.camera}; "
+            "record with the camera publishing (recorder record_images), select episodes "
+            "that have frames, or read without frames."
+        )
     statuses = _own_statuses(statuses, meta.episode_id)
-    return _align(bag_dir, joint_names, meta, states, actions, takeovers, poses, statuses, safety)
+    steps, ticks = _align(
+        bag_dir, joint_names, meta, states, actions, takeovers, poses, statuses, safety
+    )
+    if camera is not None:
+        steps.frames, steps.frame_ages = _aligned_frames(bag_dir, camera, *ticks)
+    return steps
 
 
 def _own_statuses(statuses: _Series, episode_id: str) -> _Series:
@@ -447,13 +500,15 @@ def _observation_index(states: _Series, actions: _Series, a_times: np.ndarray) -
 
 
 def _align(bag_dir, joint_names, meta, states, actions, takeovers, poses, statuses, safety):
+    """The steps, and each step's tick (receive time, header stamp) for aligning frames."""
+    no_ticks = (np.zeros(0, np.int64), np.zeros(0, np.int64))
     if not actions.times or not states.times:
-        return RecordedSteps.empty(joint_names)
+        return RecordedSteps.empty(joint_names), no_ticks
     a_times = np.asarray(actions.times, np.int64)
     state_idx = _observation_index(states, actions, a_times)
     keep = state_idx >= 0  # actions before the first joint state have no observation
     if not keep.any():
-        return RecordedSteps.empty(joint_names)
+        return RecordedSteps.empty(joint_names), no_ticks
     a_times, state_idx = a_times[keep], state_idx[keep]
     action_rows = [r for r, k in zip(actions.rows, keep, strict=True) if k]
     n = len(a_times)
@@ -510,7 +565,8 @@ def _align(bag_dir, joint_names, meta, states, actions, takeovers, poses, status
     next_times = np.concatenate([a_times[1:], last_t])
     next_obs = _observations(states, poses, statuses, next_times, states.latest_index(next_times))
     ids = np.full(n, meta.episode_id)
-    return RecordedSteps(
+    tick_stamps = np.array([row[3] for row in action_rows], np.int64)
+    steps = RecordedSteps(
         tuple(joint_names),
         obs,
         acts,
@@ -527,6 +583,50 @@ def _align(bag_dir, joint_names, meta, states, actions, takeovers, poses, status
         np.full(n, meta.condition),
         np.arange(n, dtype=np.int64),
     )
+    return steps, (a_times, tick_stamps)
+
+
+def _aligned_frames(
+    bag_dir: Path, camera: _Series, tick_times: np.ndarray, tick_stamps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each tick's frame (RGB) and its age in seconds: the newest frame whose stamp is not
+    after the tick's; header stamps where both are stamped, else receive times."""
+    from simreal_ros.episodes.frames import frame_rgb
+
+    frame_stamps = np.array([row[0] for row in camera.rows], np.int64)
+    if len(tick_stamps) and (tick_stamps > 0).all() and (frame_stamps > 0).all():
+        ticks, at = tick_stamps, frame_stamps
+    else:
+        ticks, at = tick_times, np.asarray(camera.times, np.int64)
+    order = np.argsort(at, kind="stable")
+    chosen = np.searchsorted(at[order], ticks, side="right") - 1
+    decoded: dict[int, np.ndarray] = {}
+
+    def rgb(k: int) -> np.ndarray:
+        if k not in decoded:
+            try:
+                decoded[k] = frame_rgb(camera.rows[k][1])
+            except ValueError as error:
+                raise ValueError(f"{bag_dir}: frame {k}: {error}") from None
+        return decoded[k]
+
+    used = [int(order[c]) for c in chosen if c >= 0]
+    height, width, _ = rgb(used[0] if used else 0).shape
+    frames = np.zeros((len(ticks), height, width, 3), np.uint8)
+    ages = np.full(len(ticks), np.nan)
+    for i, c in enumerate(chosen):
+        if c < 0:
+            continue  # before the first frame: black, age NaN
+        k = int(order[c])
+        image = rgb(k)
+        if image.shape != frames.shape[1:]:
+            raise ValueError(
+                f"{bag_dir}: frame {k} is {image.shape[1]}x{image.shape[0]}, the episode's "
+                f"others {width}x{height}; the camera changed resolution mid-episode."
+            )
+        frames[i] = image
+        ages[i] = (ticks[i] - at[k]) * 1e-9
+    return frames, ages
 
 
 def _observations(states, poses, statuses, times, state_idx) -> dict[str, np.ndarray]:
@@ -579,11 +679,13 @@ def load_transitions(
     where: EpisodeFilter = EpisodeFilter(),
     joint_units: Sequence[str] = (),
     topics: DatasetTopics = DatasetTopics(),
+    frames: bool = False,
 ) -> RecordedSteps:
     """Recorded steps of every selected episode under ``paths``, concatenated in path order.
 
     Unreadable bags are skipped with a BagWarning naming the file; a joint mismatch raises
-    JointSpecMismatch.
+    JointSpecMismatch. With ``frames``, each step's camera frame too; an episode without
+    frames raises NoFramesError.
     """
     parts = []
     for bag in find_bags(paths):
@@ -599,8 +701,8 @@ def load_transitions(
         if not where.accepts(meta):
             continue
         try:
-            parts.append(read_episode(bag, joint_names, joint_units, topics, meta))
-        except JointSpecMismatch:
+            parts.append(read_episode(bag, joint_names, joint_units, topics, meta, frames))
+        except (JointSpecMismatch, NoFramesError):
             raise
         except Exception as error:
             warnings.warn(f"{bag}: skipped, unreadable: {error}", BagWarning, stacklevel=2)
