@@ -8,6 +8,13 @@ from pathlib import Path
 
 from simreal_ros.config_schema import setting, validate
 from simreal_ros.episodes.bag_writer import TopicSpec
+from simreal_ros.episodes.frames import (
+    CAMERA_INFO_TYPE,
+    FORMATS,
+    IMAGE_TYPE,
+    FrameCompression,
+    camera_info_topic,
+)
 from simreal_ros.episodes.metadata import SOURCES
 from simreal_ros.episodes.typestore import full_type_name
 
@@ -20,7 +27,8 @@ KNOWN_TOPIC_TYPES = {
     "/forward_position_controller/commands": "std_msgs/msg/Float64MultiArray",
     "/object/pose": "geometry_msgs/msg/PoseStamped",
     "/task/status": "simreal_ros/msg/TaskStatus",
-    "/camera/image_raw": "sensor_msgs/msg/Image",
+    "/camera/image_raw": IMAGE_TYPE,
+    "/camera/camera_info": CAMERA_INFO_TYPE,
     "/learner/policy_update": "simreal_ros/msg/PolicyUpdate",
 }
 
@@ -45,10 +53,35 @@ class RecorderConfig:
         "Topics to record; a topic outside the graph's own needs its type: "
         "'/topic=package/msg/Type'",
     )
-    record_images: bool = setting(False, "Also record image_topic")
-    image_topic: str = setting("/camera/image_raw", "Camera topic recorded when record_images")
+    record_images: bool = setting(
+        False, "Also record image_topic (as image_format says) and its camera_info"
+    )
+    image_topic: str = setting(
+        "/camera/image_raw",
+        "Camera topic (sensor_msgs/Image) recorded when record_images; its CameraInfo is "
+        "the camera_info topic beside it",
+    )
+    image_format: str = setting(
+        "jpeg",
+        "How camera frames go into bags: jpeg or png as sensor_msgs/CompressedImage on "
+        "<image_topic>/compressed (image_transport's compressed convention), or raw",
+        choices=(*FORMATS, "raw"),
+        dynamic=True,
+    )
+    jpeg_quality: int = setting(
+        90, "JPEG quality of recorded frames (higher: larger, closer)", low=1, high=100,
+        dynamic=True,
+    )  # fmt: skip
+    frame_queue_size: int = setting(
+        30,
+        "Camera frames waiting for compression before new ones are dropped (and counted); "
+        "other topics never wait behind them",
+        low=1,
+        high=1000,
+        dynamic=True,
+    )
     best_effort_topics: list = setting(
-        ["/joint_states", "/camera/image_raw"],
+        ["/joint_states", "/camera/image_raw", "/camera/camera_info"],
         "Topics subscribed best-effort (sensor data) until a publisher is seen; once "
         "publishers exist, each subscription follows their reliability",
     )
@@ -107,8 +140,13 @@ class RecorderConfig:
     def topic_specs(self) -> list[TopicSpec]:
         """Topics with their types; QoS reliability here is the pre-discovery default."""
         entries = list(self.topics)
-        if self.record_images and self.image_topic not in entries:
-            entries.append(self.image_topic)
+        if self.record_images:
+            listed = {str(e).partition("=")[0].strip() for e in entries}
+            info = camera_info_topic(self.image_topic)
+            if self.image_topic not in listed:
+                entries.append(f"{self.image_topic}={IMAGE_TYPE}")
+            if info not in listed:
+                entries.append(f"{info}={CAMERA_INFO_TYPE}")
         specs, seen = [], set()
         for entry in entries:
             topic, _, msgtype = str(entry).partition("=")
@@ -125,6 +163,12 @@ class RecorderConfig:
             reliable = topic not in self.best_effort_topics
             specs.append(TopicSpec(topic, full_type_name(msgtype), reliable=reliable))
         return specs
+
+    def frame_compression(self) -> FrameCompression | None:
+        """How recorded Image topics are compressed; None records them raw."""
+        if self.image_format == "raw":
+            return None
+        return FrameCompression(self.image_format, self.jpeg_quality)
 
     @property
     def data_path(self) -> Path:

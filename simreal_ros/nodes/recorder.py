@@ -1,9 +1,11 @@
 """recorder node: one rosbag2 (MCAP) bag per episode, started and stopped by service.
 
 Raw subscriptions hand CDR bytes to ``EpisodeRecording`` (simreal_ros.episodes), which
-writes them off the executor thread. Services ``~/start`` (StartEpisode), ``~/stop``
-(StopEpisode) and ``~/flush`` (Trigger: returns once everything received so far is in the
-file). Each finished episode is announced on /episodes/recorded.
+writes them off the executor thread; camera frames (``record_images``) are compressed on
+a thread of their own and written as sensor_msgs/CompressedImage (``episodes.frames``).
+Services ``~/start`` (StartEpisode), ``~/stop`` (StopEpisode) and ``~/flush`` (Trigger:
+returns once everything received so far is in the file). Each finished episode is
+announced on /episodes/recorded.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class RecorderNode(Node):
         self._topic_subs: dict[str, object] = {}
         self._sub_reliable: dict[str, bool] = {}
         self._last_event: EpisodeEvent | None = None
+        self._last_bag_bytes = 0
         self._episodes_done = 0
         for index, spec in enumerate(self._specs):
             self._subscribe(index, spec)
@@ -225,6 +228,8 @@ class RecorderNode(Node):
             fsync=self.config.fsync,
             action_topic=self.config.action_topic,
             clock=lambda: self.get_clock().now().nanoseconds,
+            image_compression=self.config.frame_compression(),
+            frame_queue_size=self.config.frame_queue_size,
         )
         recording.start()
         self._started_ns = time.time_ns()  # the system clock, as DDS source timestamps are
@@ -255,11 +260,12 @@ class RecorderNode(Node):
         if self.context.ok():  # at Ctrl-C the bag is closed, but there is no one to tell
             self._event_pub.publish(event)
         self._last_event = event
+        self._last_bag_bytes = meta.bag_bytes
         self._episodes_done += 1
         level = self.get_logger().warning if meta.dropped or recording.error else None
         text = (
             f"episode {meta.episode_id}: {outcome}, {meta.messages} messages, "
-            f"{meta.dropped} dropped -> {recording.bag_dir}"
+            f"{meta.dropped} dropped, {meta.bag_bytes / 2**20:.1f} MiB -> {recording.bag_dir}"
         )
         (level or self.get_logger().info)(
             text + (f"; {recording.error}" if recording.error else "")
@@ -310,7 +316,8 @@ class RecorderNode(Node):
             return response
         response.success = True
         response.message = (
-            f"episode {response.episode.episode_id} recorded to {response.episode.bag_path}"
+            f"episode {response.episode.episode_id} recorded to {response.episode.bag_path} "
+            f"({self._last_bag_bytes / 2**20:.1f} MiB)"
         )
         return response
 
@@ -357,15 +364,30 @@ class RecorderNode(Node):
                 flushed=str(stats.flushed),
                 dropped=str(stats.dropped),
                 last_flush_age_s=f"{stats.last_flush_age_s:.3f}",
+                bag_mb=f"{stats.bag_bytes / 2**20:.2f}",
             )
+            if self.config.record_images:
+                values.update(
+                    frames_encoded=str(stats.frames_encoded),
+                    frames_dropped=str(stats.frames_dropped),
+                    encode_ms=f"{stats.encode_ms:.2f}",
+                )
             message = f"recording {recording.metadata.episode_id}"
             if stats.error:
                 level, message = ERROR, stats.error
+            elif stats.frame_error:
+                level, message = WARN, stats.frame_error
             elif stats.dropped:
                 level = WARN
                 message = f"{stats.dropped} messages dropped (writer queue full)"
+                if stats.frames_dropped:
+                    message += (
+                        f"; {stats.frames_dropped} of them camera frames the encoder fell "
+                        "behind on (lower the camera rate or use jpeg)"
+                    )
         elif self._last_event is not None:
             values["dropped_last_episode"] = str(self._last_event.dropped)
+            values["bag_mb_last_episode"] = f"{self._last_bag_bytes / 2**20:.2f}"
         if free < self.config.min_free_disk_mb:
             level = ERROR
             message = f"disk nearly full: {free:.0f} MiB free; new episodes are refused"

@@ -162,24 +162,32 @@ def test_refuses_to_start_when_the_disk_is_nearly_full(rclpy_context, executor, 
     assert "disk nearly full" in status.message and "disk_free_mb" in keys
 
 
-def test_images_are_recorded_best_effort_and_diagnostics_report_the_writer(
+def test_images_are_recorded_compressed_best_effort_and_diagnostics_report_the_writer(
     rclpy_context, executor, tmp_path
 ):
-    from sensor_msgs.msg import Image
+    from sensor_msgs.msg import CameraInfo, Image
 
-    recorder = make_recorder(rclpy_context, executor, tmp_path, record_images=True)
+    from simreal_ros.episodes.dataset import read_episode_metadata
+    from simreal_ros.episodes.frames import decode_frame
+
+    recorder = make_recorder(
+        rclpy_context, executor, tmp_path, record_images=True, image_format="png"
+    )
     peer = rclpy.create_node("camera", context=rclpy_context)
     executor.add_node(peer)
     pub = peer.create_publisher(Image, "/camera/image_raw", qos.SENSOR_DATA)
+    info_pub = peer.create_publisher(CameraInfo, "/camera/camera_info", qos.SENSOR_DATA)
     diagnostics: list[DiagnosticArray] = []
     peer.create_subscription(DiagnosticArray, "/diagnostics", diagnostics.append, qos.STATUS)
-    assert wait_for_subscribers(executor, pub)
+    assert wait_for_subscribers(executor, pub) and wait_for_subscribers(executor, info_pub)
     recorder.start_episode(episode_id="cam")
-    frame = Image(height=48, width=64, encoding="rgb8", step=192, data=bytes(range(256)) * 36)
+    pixels = (np.arange(48 * 64 * 3) % 251).astype(np.uint8).reshape(48, 64, 3)
+    frame = Image(height=48, width=64, encoding="rgb8", step=192, data=pixels.tobytes())
     for _ in range(10):
         pub.publish(frame)
+        info_pub.publish(CameraInfo(width=64, height=48))
         spin_until(executor, lambda: False, 0.02)
-    assert spin_until(executor, lambda: recorder._recording.received >= 10, 10.0)
+    assert spin_until(executor, lambda: recorder._recording.received >= 20, 10.0)
     diagnostics.clear()
     assert spin_until(
         executor, lambda: any(d.status[0].name.startswith("recorder") for d in diagnostics), 5.0
@@ -188,14 +196,29 @@ def test_images_are_recorded_best_effort_and_diagnostics_report_the_writer(
     assert values["recording"] == "true" and values["episode_id"] == "cam"
     for key in ("queue_depth", "write_rate_msgs", "dropped", "disk_free_mb", "flushed"):
         assert key in values, key
+    assert values["frames_dropped"] == "0" and float(values["bag_mb"]) > 0
     event = recorder.stop_episode("success", True)
-    assert event.messages == 10 and event.dropped == 0
+    assert event.messages == 20 and event.dropped == 0
     with open(tmp_path / "cam" / "cam.mcap", "rb") as f:
-        images = [m.data for _, _, m in make_reader(f).iter_messages(topics=["/camera/image_raw"])]
-    assert len(images) == 10
+        by_topic: dict[str, list] = {}
+        for schema, channel, message in make_reader(f).iter_messages():
+            by_topic.setdefault(channel.topic, []).append((schema.name, message.data))
+    assert "/camera/image_raw" not in by_topic  # compressed only
+    images = by_topic["/camera/image_raw/compressed"]
+    assert len(images) == 10 and len(by_topic["/camera/camera_info"]) == 10
+    assert images[0][0] == "sensor_msgs/msg/CompressedImage"
+    from rclpy.serialization import deserialize_message
+    from sensor_msgs.msg import CompressedImage
+
+    compressed = deserialize_message(images[-1][1], CompressedImage)
+    assert compressed.format == "rgb8; png compressed bgr8"
+    np.testing.assert_array_equal(decode_frame(compressed.format, compressed.data), pixels)
+    assert read_episode_metadata(tmp_path / "cam").bag_bytes > len(compressed.data) * 10
     info = yaml.safe_load((tmp_path / "cam" / "metadata.yaml").read_text())
     topics = info["rosbag2_bagfile_information"]["topics_with_message_count"]
-    camera = next(t for t in topics if t["topic_metadata"]["name"] == "/camera/image_raw")
+    camera = next(
+        t for t in topics if t["topic_metadata"]["name"] == "/camera/image_raw/compressed"
+    )
     assert camera["topic_metadata"]["offered_qos_profiles"][0]["reliability"] == "best_effort"
 
 
