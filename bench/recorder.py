@@ -133,7 +133,8 @@ def sustained_dds(
         python_module_argv(
             "simreal_ros.nodes.recorder",
             ["-p", f"data_dir:={work / 'dds'}", "-p", "min_free_disk_mb:=0.0",
-             "-p", f"topics:={topics}", "-p", f"best_effort_topics:={best_effort}"],
+             "-p", f"topics:={topics}", "-p", f"best_effort_topics:={best_effort}",
+             "-p", "image_format:=raw"],  # the raw write path (compression: recorder_frames.py)
         ),
         env,
     )  # fmt: skip
