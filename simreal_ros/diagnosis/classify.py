@@ -48,7 +48,11 @@ Rules, in order (the first that applies wins):
    loop on a slow arm that integrates a healthy student's small differences from its
    teacher, and the label follows the other rules. And whatever a map says: a replay that
    fails on the arm only, while in its own sim the policy passes and its commands replay
-   within the thresholds with no per-joint map to blame there, is the arm's dynamics. A
+   within the thresholds, is the arm's dynamics (a map found there too is a sound
+   policy's own difference from its teacher, not evidence). Where no per-joint fit
+   blames a joint but the policy misses closed loop, from the replayed starts, goals the
+   recorded commands reach, a pooled map at ``corroborated_fit_r2`` names the joints (a
+   swapped wrist joint barely moves the tool in one step, so the path hides it). A
    convention is a property of the policy's commands, whatever states they are computed
    on, so it shows in its own sim as well; the arm's states (a lagging joint, a stuck
    cube) only take the policy where it differs from its teacher in ways that no
@@ -164,6 +168,13 @@ class Thresholds:
     convention_min_episodes: int = setting(
         3, "a per-joint map alone decides only over this many replayed episodes", low=2
     )
+    corroborated_fit_r2: float = setting(
+        0.5,
+        "where the policy also misses the goal closed loop from the replayed starts that the "
+        "recorded commands reach, a pooled map explaining its steps at this R² or more (and "
+        "fit_gain more than as they are) names the joints at fault",
+        low=0.0,
+    )
 
     def __post_init__(self) -> None:
         config_schema.validate(self)
@@ -253,8 +264,8 @@ def _at_fault_text(fit, names: list[str]) -> str:
 def replay_verdict(replay: ReplayResult | None, thresholds: Thresholds) -> dict[str, Any]:
     """Whether the replay failed, which joints a per-joint map blames, and the numbers."""
     if replay is None or not replay.episodes:
-        return {"checked": False, "failed": False, "systematic": False, "joints_at_fault": [],
-            "episodes": 0, "closed_loop_matches": False}  # fmt: skip
+        return {"checked": False, "failed": False, "systematic": False, "corroborated": False,
+            "joints_at_fault": [], "episodes": 0, "closed_loop_matches": False}  # fmt: skip
     episodes = len(replay.episodes)
     goal_drop = (replay.baseline_reached - replay.reached) / episodes
     own = replay.closed_loop_reached
@@ -281,6 +292,33 @@ def replay_verdict(replay: ReplayResult | None, thresholds: Thresholds) -> dict[
         thresholds.scale_tolerance,
         thresholds.offset_tolerance,
     )
+    # A swap has two sides: a joint blamed for following another's steps brings its cycle.
+    for cycle in fit.swaps():
+        if any(name in at_fault for name in cycle):
+            at_fault += [name for name in cycle if name not in at_fault]
+    # A joint whose small steps barely move the tool (a wrist) can hide a swap from the
+    # per-joint fit and from the path; the pooled map's joint order then names it, when
+    # closed loop the policy misses the goals the recorded commands reach from the same
+    # starts and a joint of the swap shows it in its own steps.
+    closed_loop_short = (
+        own is not None
+        and (replay.baseline_reached - own) / episodes > thresholds.replay_goal_drop
+    )
+    corroborated = bool(
+        not at_fault
+        and closed_loop_short
+        and fit.fitted_r2 >= thresholds.corroborated_fit_r2
+        and fit.fitted_r2 - max(fit.identity_r2, 0.0) >= thresholds.fit_gain
+        and fit.reordered_joints(thresholds.fit_gain)
+    )
+    if corroborated:
+        at_fault = fit.reordered_joints(thresholds.fit_gain)
+        notes.append(
+            f"the pooled map (fitted R² {fit.fitted_r2:.2f}, as-is "
+            f"{fit.identity_r2:.2f}) reorders {', '.join(at_fault)}, and closed loop the "
+            f"policy reaches the goal in {own}/{episodes} against {replay.baseline_reached}/"
+            f"{episodes} for the recorded commands"
+        )
     if goal_drop > thresholds.replay_goal_drop:
         text = (
             f"policy's replays reach the goal in {replay.reached}/{episodes} episodes vs "
@@ -348,6 +386,7 @@ def replay_verdict(replay: ReplayResult | None, thresholds: Thresholds) -> dict[
         "failing_episodes": count,
         "p_value": p_value,
         "systematic": bool(at_fault),  # a per-joint map blames some joints
+        "corroborated": corroborated,  # named by the pooled joint order and closed loop
         "closed_loop_matches": closed_loop_matches,
         "joints_at_fault": at_fault,
         "at_fault": _at_fault_text(fit, at_fault),
@@ -458,6 +497,8 @@ def classify(
     sim_pass = sim is not None and sim.episodes > 0 and sim.rate >= thresholds.pass_rate
     # Its conventions hold where they are known to: in its own sim it does the task and its
     # commands are its teacher's, so what fails on the arm only is the arm's dynamics.
+    # A per-joint map in its own sim, where it passes and its replay does not fail, is a
+    # sound policy's own difference from its teacher: no evidence of a convention.
     arm_only = bool(
         (verdict["failed"] or verdict["systematic"])
         and sim_pass
@@ -465,9 +506,12 @@ def classify(
         and sim_verdict["checked"]
         and sim_verdict["informative"]
         and not sim_verdict["failed"]
-        and not sim_verdict["systematic"]
     )
     evidence["replay_fails_only_on_arm"] = arm_only
+    # A failure no per-joint map explains is either a normalisation/nonlinear convention
+    # error or behaviour unlike the recorded episodes'; the other modes' signatures say which.
+    # A joint order found only with the closed-loop misses defers to them the same way.
+    other_mode = (train_pass and not shifted_pass) or collapsed
     mapped = (
         verdict["checked"]
         and verdict["systematic"]
@@ -475,6 +519,7 @@ def classify(
         and verdict["episodes"] >= thresholds.convention_min_episodes
         and not dynamics_gap
         and not arm_only
+        and not (verdict.get("corroborated") and other_mode)
     )
     # The same two rules in its own sim, where the arm's dynamics play no part.
     sim_mapped = bool(
@@ -486,10 +531,9 @@ def classify(
         and sim is not None
         and not sim_pass
     )
-    # A failure no per-joint map explains is either a normalisation/nonlinear convention
-    # error or behaviour unlike the recorded episodes'; the other modes' signatures say which.
-    other_mode = (train_pass and not shifted_pass) or collapsed
-    unexplained = verdict["failed"] and not verdict["joints_at_fault"]
+    unexplained = verdict["failed"] and (
+        not verdict["joints_at_fault"] or verdict.get("corroborated", False)
+    )
     # Closed loop it does what the recorded commands did, on the arm and from their starts.
     open_loop_drift = (
         unexplained and train_pass and shifted_pass and verdict["closed_loop_matches"]
@@ -519,8 +563,8 @@ def classify(
     if arm_only:
         lines.append(
             "replay not read as a convention error: it fails on the arm only; in its own sim "
-            "the policy passes and its commands replay within the thresholds with no "
-            "per-joint map to blame (a convention would show there too)"
+            "the policy passes and its commands replay within the thresholds (a convention "
+            "would show there too)"
         )
     if sim_drift and unexplained and not open_loop_drift:
         lines.append(

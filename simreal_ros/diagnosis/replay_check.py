@@ -111,6 +111,21 @@ class ConventionFit:
                 out.append(name)
         return out
 
+    def reordered_joints(self, min_gain: float = 0.2) -> list[str]:
+        """Joints of the permutation's cycles in which some joint's own fit is explained
+        (R² >= EXPLAINED_JOINT_R2) and gains ``min_gain`` over its steps as they are: a
+        joint-order error that the steps themselves show, not one found in noise."""
+        good = self.explained()
+        out: list[str] = []
+        for cycle in self.swaps():
+            members = [self.joint_names.index(name) for name in cycle]
+            if any(
+                good[i] and self.joint_r2[i] - max(self.joint_identity_r2[i], 0.0) >= min_gain
+                for i in members
+            ):
+                out += list(cycle)
+        return out
+
     def common_scale(self) -> float:
         good = np.asarray(self.scale, dtype=float)[self.explained()]
         return float(np.median(good)) if good.size else float("nan")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -309,9 +310,13 @@ def test_a_replay_failing_on_the_arm_only_is_the_arms_dynamics():
         d = classify((2, 20), (0, 20), arm, [], sim=(19, 20), sim_replay=arm)
         assert d.label == "action_convention_mismatch", d.summary
         assert not d.evidence["replay_fails_only_on_arm"]
-        # A per-joint map in its own sim, even one that does not fail, keeps the label.
-        shown = _replay(0.002, _fit(scale=-1.0, identity=-3.0))
+        # A per-joint map in its own sim, where the policy passes and its replay does not
+        # fail, is a sound policy's own difference from its teacher: still the arm's.
+        shown = _replay(0.002, _fit(scale=0.78, fitted=0.85, identity=0.4))
         d = classify((2, 20), (0, 20), arm, [], sim=(19, 20), sim_replay=shown)
+        assert d.label == "dynamics_gap", d.summary
+        # Failing its own sim with that map, the map decides.
+        d = classify((2, 20), (0, 20), arm, [], sim=(5, 20), sim_replay=shown)
         assert d.label == "action_convention_mismatch", d.summary
         # Failing its own sim as well, the own-sim replay excuses nothing.
         d = classify((2, 20), (0, 20), arm, [], sim=(12, 20), sim_replay=clean)
@@ -376,3 +381,28 @@ def test_drift_shown_in_its_own_sim_excuses_a_version_that_fails_a_condition():
     mapped = _replay(0.033, _fit(scale=-1.0, identity=-3.0), reached=1, closed_loop=4)
     d = classify((7, 10), (9, 10), mapped, [], sim=(18, 20), sim_replay=own_drift)
     assert d.label == "action_convention_mismatch", d.summary
+
+
+def test_a_map_hidden_from_the_path_is_named_when_the_policy_misses_closed_loop():
+    """A base and a wrist joint swapped: the wrist's small steps keep the replayed path
+    within tolerance and no single joint's fit decides, but the pooled map is that swap and
+    closed loop the policy misses every goal the recorded commands reach."""
+    swap = ConventionFit(
+        ["j0", "j1", "j2"], 0.45, 0.68, [2, 1, 0], [1.0, 1.0, 1.0], [0.0] * 3,
+        [0.3, 0.9, 0.6], 100, [0.2, 0.9, 0.1],
+    )  # fmt: skip
+    missed = _replay(0.007, swap, reached=4, closed_loop=0)
+    d = classify((0, 10), (0, 10), missed, [])
+    assert d.label == "action_convention_mismatch", d.summary
+    assert sorted(d.evidence["replay"]["joints_at_fault"]) == ["j0", "j2"], d.summary
+    # Reaching the goals closed loop, the same map is no evidence.
+    d = classify((0, 10), (0, 10), _replay(0.007, swap, reached=4, closed_loop=4), [])
+    assert d.label == "inconclusive", d.summary
+    # A map below the corroborated R², or gaining too little over the steps as they are.
+    weak = dataclasses.replace(swap, fitted_r2=0.45, identity_r2=0.3)
+    assert classify((0, 10), (0, 10), _replay(0.007, weak, 4, 0), []).label == "inconclusive"
+    flat = dataclasses.replace(swap, identity_r2=0.6)
+    assert classify((0, 10), (0, 10), _replay(0.007, flat, 4, 0), []).label == "inconclusive"
+    # Passing its own sim with a clean replay there, the arm's miss is the arm's dynamics.
+    d = classify((0, 10), (0, 10), missed, [], sim=(19, 20), sim_replay=_replay(0.002, _fit()))
+    assert d.label == "dynamics_gap", d.summary
