@@ -172,7 +172,9 @@ class PolicyNode(AutostartLifecycleNode):
         status_msg = self._status.read()
         joints = None if joint_msg is None else self._joint_arrays(joint_msg)
         have_all = joints is not None and object_msg is not None and status_msg is not None
-        age_s = time.monotonic() - self._joints.received
+        # The older of the joints and the cube's pose: a perception node that loses the
+        # marker stops publishing, and the arm must not act on its last pose.
+        age_s = time.monotonic() - min(self._joints.received, self._object.received)
         if not ticks.observations_ready(have_all, age_s, self.config.max_observation_age):
             return
         observation = observation_from_messages(joints, object_msg, status_msg.goal)

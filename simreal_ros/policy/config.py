@@ -31,8 +31,8 @@ class PolicyNodeConfig:
     )
     max_observation_age: float = setting(
         0.5,
-        "Skip a tick when the newest joint state is older than this (the safety "
-        "watchdog then holds position)",
+        "Skip a tick when the newest joint state or object pose is older than this (the "
+        "safety watchdog then holds position)",
         low=0.001,
         high=60.0,
         unit="s",

@@ -313,8 +313,8 @@ class ControlTicks:
         return int(sequence)
 
     def observations_ready(self, have_all: bool, age_s: float, max_age_s: float) -> bool:
-        """Whether this tick may act: every observation seen once, the joints fresh
-        (counted as skipped otherwise)."""
+        """Whether this tick may act: every observation seen once, the joints and the
+        object pose fresh (``age_s``: the older's age; counted as skipped otherwise)."""
         if not have_all:
             self.skipped_waiting += 1
             return False

@@ -68,6 +68,7 @@ class World:
         )
         self.position = np.asarray(ROBOT.home_position, dtype=float) + 0.05
         self.position[-1] = 0.01
+        self.pose_seen = True  # False: /object/pose stops, as when perception loses the cube
         self.node.create_timer(1.0 / rate_hz, self.publish)
         del pub
 
@@ -91,7 +92,8 @@ class World:
         pose = PoseStamped()
         pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = OBJECT.tolist()
         pose.pose.orientation.w = 1.0
-        self.pose.publish(pose)
+        if self.pose_seen:
+            self.pose.publish(pose)
         status = TaskStatus()
         status.task = "reach"
         status.goal.x, status.goal.y, status.goal.z = GOAL.tolist()
@@ -168,6 +170,28 @@ def test_lifecycle_transitions_and_actions_match_the_core_policy(
     assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
     assert node.versions.active_version == "" and node.versions.checkpoint is None
     assert node._action_pub is None and publisher not in node._managed_entities
+
+
+def test_a_stale_object_pose_skips_ticks_while_the_joints_are_fresh(
+    rclpy_context, executor, tmp_path
+):
+    # A perception node that loses the marker publishes nothing: the policy must not keep
+    # acting on the cube's last pose.
+    base_dir = make_untrained_checkpoint(tmp_path / "base", ROBOT)
+    world = World(rclpy_context, executor)
+    node = make_policy(
+        rclpy_context, executor, checkpoint=str(base_dir), autostart=True, max_observation_age=0.3
+    )
+    assert spin_until(executor, lambda: len(world.actions) >= 5, 10.0)
+    assert node.statistics()["skipped_stale_observation"] == 0
+    world.pose_seen = False
+    assert spin_until(executor, lambda: node.statistics()["skipped_stale_observation"] >= 4, 5.0)
+    acted = len(world.actions)
+    assert spin_until(executor, lambda: node.statistics()["skipped_stale_observation"] >= 8, 5.0)
+    assert len(world.actions) == acted, "acted on a stale object pose"
+    assert node.statistics()["joint_state_age_ms"] < 300.0  # the joints stayed fresh
+    world.pose_seen = True
+    assert spin_until(executor, lambda: len(world.actions) > acted, 5.0)
 
 
 def test_configure_refuses_a_checkpoint_with_another_rate(rclpy_context, executor, tmp_path):
