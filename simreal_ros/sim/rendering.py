@@ -76,5 +76,20 @@ class CameraRenderer:
         focal = 0.5 * self.height / math.tan(0.5 * fovy)
         return focal, focal, 0.5 * (self.width - 1), 0.5 * (self.height - 1)
 
+    def camera_matrix(self) -> np.ndarray:
+        """The intrinsics as OpenCV's 3x3 K (CameraInfo's ``k``)."""
+        fx, fy, cx, cy = self.intrinsics()
+        return np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]])
+
+    def optical_pose(self, data=None) -> np.ndarray:
+        """``world_T_optical`` (4x4): the camera's optical frame (z forward, x right, y down,
+        OpenCV's and ROS's ``*_optical_frame``) in the world, which is the arm's base frame.
+        MuJoCo's camera frame looks along -z with y up: x kept, y and z flipped."""
+        data = self.physics.data if data is None else data
+        pose = np.eye(4)
+        pose[:3, :3] = data.cam_xmat[self.camera_id].reshape(3, 3) * [1.0, -1.0, -1.0]
+        pose[:3, 3] = data.cam_xpos[self.camera_id]
+        return pose
+
     def close(self) -> None:
         self._renderer.close()
