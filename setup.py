@@ -9,13 +9,24 @@ generated interfaces of the same name.
 
 from setuptools import find_packages, setup
 
-NODES = ("sim_bridge", "safety", "policy", "recorder", "learner", "trial_runner", "stand_in_arm")
+NODES = (
+    "sim_bridge",
+    "safety",
+    "policy",
+    "recorder",
+    "learner",
+    "trial_runner",
+    "stand_in_arm",
+    "perception",
+)
 
 setup(
     name="simreal_ros",
     version="0.1.0",
     packages=find_packages(include=["simreal_ros", "simreal_ros.*"]),
-    package_data={"simreal_ros": ["**/*.xml", "**/*.yaml", "**/*.json", "**/*.safetensors"]},
+    package_data={
+        "simreal_ros": ["**/*.xml", "**/*.yaml", "**/*.json", "**/*.safetensors", "**/*.png"]
+    },
     python_requires=">=3.11",
     entry_points={
         "console_scripts": [

@@ -42,6 +42,7 @@ def node_config_classes() -> dict[str, type]:
     from simreal_ros.episodes.config import RecorderConfig
     from simreal_ros.graph.bringup import LifecycleManagerConfig
     from simreal_ros.learner.config import LearnerConfig
+    from simreal_ros.perception.markers import MarkerConfig
     from simreal_ros.policy.config import PolicyNodeConfig
     from simreal_ros.robot.stand_in_arm import StandInArmConfig
     from simreal_ros.safety.config import SafetyConfig
@@ -57,6 +58,7 @@ def node_config_classes() -> dict[str, type]:
         "lifecycle_manager": LifecycleManagerConfig,
         "trial_runner": TrialRunnerConfig,
         "stand_in_arm": StandInArmConfig,
+        "perception": MarkerConfig,
     }
 
 

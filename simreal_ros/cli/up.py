@@ -91,6 +91,16 @@ def add_parser(subparsers) -> None:
         "shipped for the robot and task)",
     )
     parser.add_argument(
+        "--perception",
+        choices=description.PERCEPTION,
+        default="privileged",
+        help="where /object/pose comes from: the sim bridge's truth (privileged), or the "
+        "perception node's pose of the cube's ArUco marker seen by a camera (marker: in sim "
+        "the bridge renders its workspace camera and stops publishing the truth; on the real "
+        "graph give the camera's calibration with --set perception.extrinsic_file=PATH; "
+        "docs/perception.md)",
+    )
+    parser.add_argument(
         "--only", default="", help="comma-separated node names to start (default: all)"
     )
     parser.add_argument(
@@ -178,8 +188,13 @@ def run(args) -> int:
     from simreal_ros.settings_check import check_graph, check_overrides
 
     overrides = graph_overrides(args)
-    check_overrides(overrides, [node.name for node in description.graph(args.graph)])
-    nodes = description.graph(args.graph, overrides, task=args.task, checkpoint=args.checkpoint)
+    perception = args.perception
+    names = [node.name for node in description.graph(args.graph, perception=perception)]
+    check_overrides(overrides, names)
+    nodes = description.graph(
+        args.graph, overrides, task=args.task, checkpoint=args.checkpoint, perception=perception
+    )
+    description.check_calibration(nodes)
     nodes = description.select(nodes, [n for n in args.only.split(",") if n])
     if args.no_respawn:
         nodes = description.without_respawn(nodes)

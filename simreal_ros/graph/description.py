@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from simreal_ros import resources
+from simreal_ros.perception import SIM_CAMERA, SIM_CAMERA_CALIBRATION, SIM_CAMERA_SIZE
 from simreal_ros.robot.description import DEFAULT_ROBOT
 
 PROFILES = ("sim", "real")
@@ -113,6 +114,13 @@ SUPERVISION = {
         on_death="a training round in progress is lost; its recorded episodes are not (the "
         "bags are the data plane); the running policy keeps running",
     ),
+    "perception": Supervision(
+        required=False,
+        respawn=True,
+        respawn_delay_s=0.5,
+        on_death="/object/pose stops: the policy finds it stale and skips its ticks, and the "
+        "safety filter holds the arm until the new node sees the marker again",
+    ),
     "lifecycle_manager": Supervision(
         required=False,
         respawn=True,
@@ -201,6 +209,21 @@ class GraphSetting:
 
 
 DEFAULT_TASK = "push"
+
+# Where /object/pose comes from: the sim bridge's truth (privileged), or the perception
+# node's marker pose from the camera (marker; on the real graph the robot's camera driver
+# publishes the images, and its calibration is given as perception.extrinsic_file).
+PERCEPTION = ("privileged", "marker")
+# The sim bridge's settings under marker perception: the camera that sees the marker, at
+# the policy's 20 Hz, and no privileged pose.
+PERCEPTION_CAMERA = {
+    "camera": True,
+    "camera_name": SIM_CAMERA,
+    "camera_width": SIM_CAMERA_SIZE[0],
+    "camera_height": SIM_CAMERA_SIZE[1],
+    "camera_rate_hz": 20.0,
+    "publish_object_pose": False,
+}
 GRAPH_SETTINGS = {
     "robot": GraphSetting(
         {n: "robot" for n in ("sim_bridge", "safety", "policy", "recorder", "learner")},
@@ -250,15 +273,23 @@ def graph(
     robot: str | None = None,
     task: str | None = None,
     checkpoint: str = "",
+    perception: str = "privileged",
 ) -> list[NodeSpec]:
     """The nodes of ``profile`` in start order; ``overrides`` maps node -> parameters.
 
     ``robot`` (None: this process's arm), ``task`` (None: push) and ``checkpoint``
     (empty: the shipped one) reach every node that takes them (``GRAPH_SETTINGS``); a
-    per-node override of any of them is refused.
+    per-node override of any of them is refused. ``perception`` (``PERCEPTION``): marker
+    adds the perception node, and in sim turns the bridge's workspace camera on and its
+    privileged /object/pose off.
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}.")
+    if perception not in PERCEPTION:
+        raise ValueError(
+            f"unknown perception {perception!r}; choose one of: {', '.join(PERCEPTION)}."
+        )
+    marker = perception == "marker"
     from simreal_ros.robot.description import resolve_robot_path, selected_robot_path
 
     robot_path = selected_robot_path() if robot is None else resolve_robot_path(robot)
@@ -278,12 +309,30 @@ def graph(
     source = SOURCE_BY_PROFILE[profile]
     nodes = []
     if profile == "sim":
+        camera = PERCEPTION_CAMERA if marker else {}
         nodes.append(
-            _node("sim_bridge", "MuJoCo arm and task; speaks the ros2_control topics", True)
+            _node(
+                "sim_bridge",
+                "MuJoCo arm and task; speaks the ros2_control topics",
+                True,
+                **camera,
+            )
         )
     # In sim every node but the bridge runs on the bridge's /clock: messages are stamped in
     # sim time, and the sim may run faster or slower than the wall clock.
     clock = {"use_sim_time": True} if profile == "sim" else {}
+    if marker:
+        calibration = {}
+        if profile == "sim":
+            calibration = {"extrinsic_file": str(config_directory() / SIM_CAMERA_CALIBRATION)}
+        nodes.append(
+            _node(
+                "perception",
+                "the cube's pose on /object/pose from the camera's view of its marker",
+                **clock,
+                **calibration,
+            )
+        )
     nodes += [
         _node(
             "safety",
@@ -337,6 +386,18 @@ def graph(
         )
         for node in nodes
     ]
+
+
+def check_calibration(nodes: list[NodeSpec]) -> None:
+    """Refuse a perception node without the camera's calibration (the sim graph gives the
+    sim camera's; on the real graph only the user knows where the camera is)."""
+    for node in nodes:
+        if node.name == "perception" and not node.parameters.get("extrinsic_file"):
+            raise ValueError(
+                "the perception node needs the camera's calibration: give --set "
+                "perception.extrinsic_file=PATH (a YAML with base_T_camera, "
+                "docs/perception.md)."
+            )
 
 
 def select(nodes: list[NodeSpec], names: list[str] | None) -> list[NodeSpec]:

@@ -1,7 +1,8 @@
 """sim_bridge: the MuJoCo arm and task, speaking the topics a ros2_control arm speaks.
 
-Publishes /joint_states (controller joint order, SI units), /object/pose, /task/status,
-/clock and, if ``camera`` is on, /camera/image_raw + /camera/camera_info. Consumes
+Publishes /joint_states (controller joint order, SI units), /object/pose (unless
+``publish_object_pose`` is off), /task/status, /clock and, if ``camera`` is on,
+/camera/image_raw + /camera/camera_info. Consumes
 /forward_position_controller/commands (std_msgs/Float64MultiArray, absolute position
 targets in controller joint order) like ros2_control's forward_command_controller: a
 command of the wrong size or with non-finite values is rejected with a logged error and
@@ -103,10 +104,13 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
         # Lifecycle publishers: what the arm's drivers publish goes out only while active.
         publisher = self.create_lifecycle_publisher
         self._joint_pub = publisher(JointState, "/joint_states", qos.STATE)
-        self._pose_pub = publisher(PoseStamped, "/object/pose", qos.STATE)
         self._status_pub = publisher(TaskStatus, "/task/status", qos.STATUS)
         self._clock_pub = publisher(Clock, "/clock", qos.STATE)
-        self._own_publishers = [self._joint_pub, self._pose_pub, self._status_pub, self._clock_pub]
+        self._own_publishers = [self._joint_pub, self._status_pub, self._clock_pub]
+        self._pose_pub = None  # off: a perception node publishes /object/pose
+        if self.config.publish_object_pose:
+            self._pose_pub = publisher(PoseStamped, "/object/pose", qos.STATE)
+            self._own_publishers.append(self._pose_pub)
         self._own_subscriptions = [
             self.create_subscription(
                 Float64MultiArray, COMMAND_TOPIC, self._on_command, qos.COMMAND
@@ -189,6 +193,8 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
         self._joint_pub.publish(msg)
 
     def object_pose(self, stamp, position, orientation_wxyz) -> None:
+        if self._pose_pub is None:
+            return
         msg = self._pose_msg
         _stamp(stamp, msg.header.stamp)
         p, q = msg.pose.position, msg.pose.orientation

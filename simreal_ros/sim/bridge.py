@@ -61,6 +61,11 @@ class SimBridgeConfig:
     object_pose_rate_hz: float = setting(
         100.0, "/object/pose rate per simulated second", low=1.0, high=500.0, unit="Hz"
     )
+    publish_object_pose: bool = setting(
+        True,
+        "publish the simulator's (privileged) /object/pose; off when a perception node "
+        "publishes it from the camera (simreal up --perception marker)",
+    )
     task_status_rate_hz: float = setting(
         20.0, "/task/status rate (the task's control rate)", low=1.0, high=500.0, unit="Hz"
     )
@@ -71,7 +76,9 @@ class SimBridgeConfig:
         6.0, "episode time limit (truncated after it)", low=0.1, high=3600.0, unit="s"
     )
     camera: bool = setting(False, "render /camera/image_raw offscreen (MUJOCO_GL=egl)")
-    camera_name: str = setting("front", "MJCF camera to render (front or overhead)")
+    camera_name: str = setting(
+        "front", "MJCF camera to render (front, overhead, or workspace: the marker's view)"
+    )
     camera_rate_hz: float = setting(10.0, "camera frame rate", low=0.1, high=60.0, unit="Hz")
     camera_width: int = setting(320, "image width", low=16, high=1920, unit="px")
     camera_height: int = setting(240, "image height", low=16, high=1080, unit="px")

@@ -142,3 +142,33 @@ def test_every_robot_node_declares_the_graph_robot():
     for node in takers:
         source = (ROOT / "simreal_ros" / "nodes" / f"{node}.py").read_text()
         assert "declare_robot(self)" in source, node
+
+
+def test_marker_perception_adds_the_node_turns_the_camera_on_and_the_truth_off(capsys):
+    from simreal_ros.cli.main import main
+    from simreal_ros.perception import SIM_CAMERA
+    from simreal_ros.settings_check import check_graph
+
+    assert "perception" not in {node.name for node in description.graph("sim")}
+    nodes = description.graph("sim", perception="marker")
+    by_name = {node.name: node for node in nodes}
+    bridge, perception = by_name["sim_bridge"].parameters, by_name["perception"].parameters
+    assert bridge["camera"] is True and bridge["camera_name"] == SIM_CAMERA
+    assert bridge["publish_object_pose"] is False
+    assert perception["use_sim_time"] is True and Path(perception["extrinsic_file"]).is_file()
+    script = ROOT / "scripts" / "perception"
+    assert "from simreal_ros.nodes.perception import main" in script.read_text()
+    check_graph(nodes, "sim", {})  # every value is one the nodes accept
+    description.check_calibration(nodes)
+    # On the robot only the user knows where the camera is.
+    real = description.graph("real", perception="marker")
+    with pytest.raises(ValueError, match=r"give --set perception\.extrinsic_file=PATH"):
+        description.check_calibration(real)
+    given = {"perception": {"extrinsic_file": "camera.yaml"}}
+    description.check_calibration(description.graph("real", given, perception="marker"))
+    with pytest.raises(ValueError, match="unknown perception 'aruco'; choose one of"):
+        description.graph("sim", perception="aruco")
+    assert main(["up", "--perception", "marker", "--list"]) == 0
+    assert "perception" in capsys.readouterr().out
+    assert main(["up", "--set", "perception.marker_size=0.04", "--list"]) == 2
+    assert "no node 'perception'" in capsys.readouterr().err  # not in the privileged graph

@@ -149,10 +149,18 @@ def test_reset_step_and_dynamics_services_in_lockstep(executor, probe):
 def test_camera_publishes_images_with_camera_info(executor, probe):
     from sensor_msgs.msg import CameraInfo, Image
 
+    # As `simreal up --perception marker` runs it: the camera on, the privileged pose off.
     bridge = make_bridge(
-        probe.context, camera=True, camera_width=64, camera_height=48, camera_rate_hz=20.0
+        probe.context,
+        camera=True,
+        camera_width=64,
+        camera_height=48,
+        camera_rate_hz=20.0,
+        publish_object_pose=False,
     )
     executor.add_node(bridge)
+    assert bridge.count_publishers("/object/pose") == 0
+    assert bridge.count_publishers("/joint_states") == 1
     images: list[Image] = []
     infos: list[CameraInfo] = []
     probe.create_subscription(Image, "/camera/image_raw", images.append, qos.SENSOR_DATA)
