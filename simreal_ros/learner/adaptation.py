@@ -450,10 +450,19 @@ def dagger(
     executor: Any = None,
     progress: Callable[[str], None] | None = None,
     action_scale: Sequence[float] | None = None,
+    arm: tuple[np.ndarray, np.ndarray] | None = None,
+    arm_share: float = 0.0,
 ) -> dict[str, Any]:
     """DAgger on ``actor_peft``'s LoRA weights (in place) toward ``robot``'s teacher
     ``tuning`` in ``profile``, from its current weights, the student acting (and labelled)
-    at the per-tick step ``action_scale`` (None: the spec's); the per-round history."""
+    at the per-tick step ``action_scale`` (None: the spec's); the per-round history.
+    ``arm``: the arm's recorded states and the same teacher's labels on them
+    (``arm_teacher_labels``), ``arm_share`` of every batch (co-training)."""
+    if arm_share and (arm is None or not len(arm[0])):
+        raise ValueError("co-training needs the arm's labelled states; none were given.")
+    arm_rows = 0 if arm is None else round(settings.batch_size * arm_share)
+    if arm is not None:
+        arm_obs, arm_labels = (torch.as_tensor(a) for a in arm)
     model_profile(profile)
     actor = lora.inner(actor_peft)
     params = [p for p in actor_peft.parameters() if p.requires_grad]
@@ -478,8 +487,13 @@ def dagger(
         actor_peft.train()
         loss = 0.0
         for _ in range(settings.bc_steps):
-            index = torch.as_tensor(rng.integers(0, len(obs), settings.batch_size))
-            bc = torch.nn.functional.mse_loss(actor(obs[index]), labels[index])
+            index = torch.as_tensor(rng.integers(0, len(obs), settings.batch_size - arm_rows))
+            batch_obs, batch_labels = obs[index], labels[index]
+            if arm_rows:
+                at = torch.as_tensor(rng.integers(0, len(arm_obs), arm_rows))
+                batch_obs = torch.cat([batch_obs, arm_obs[at]])
+                batch_labels = torch.cat([batch_labels, arm_labels[at]])
+            bc = torch.nn.functional.mse_loss(actor(batch_obs), batch_labels)
             optimizer.zero_grad(set_to_none=True)
             bc.backward()
             optimizer.step()
@@ -498,6 +512,53 @@ def dagger(
                 f"success {row['success']:.0%} (teacher share {mix:.2f}), bc {loss:.4f}"
             )
     return {"history": history, "obs": np.concatenate(obs_parts)}
+
+
+def arm_teacher_labels(
+    bags: Sequence[str | Path],
+    checkpoint,
+    tuning: tuple[float, float, tuple[float, ...]],
+    robot: RobotDescription,
+    action_scale: Sequence[float],
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """The arm's recorded states in ``bags`` (normalised) and ``tuning``'s teacher's
+    labels on them at the per-tick step ``action_scale``: what it would have commanded
+    where the arm actually was. The teacher reads only the observation (joints, cube pose,
+    goal), so it labels recorded states offline, as DAgger labels sim states. Steps
+    without a cube pose or a goal are left out. Returns (obs, labels, episodes read)."""
+    from simreal_ros.episodes.dataset import read_episode
+    from simreal_ros.policy.spec import SpecConverter, version_spec
+    from simreal_ros.sim.expert import ExpertTuning, make_expert
+
+    kinematics = SpecConverter.for_robot(checkpoint.spec, robot).forward_kinematics
+    spec = version_spec(checkpoint.spec, {"action_scale": list(action_scale)}, robot)
+    converter = SpecConverter(spec, kinematics)
+    lead, speed, step = tuning
+    teacher = make_expert(
+        spec.task, robot,
+        tuning=ExpertTuning(command_lead=lead, speed_scale=speed, max_joint_step=tuple(step)),
+        control_rate_hz=spec.control_rate_hz,
+    )  # fmt: skip
+    obs_rows, label_rows, episodes = [], [], 0
+    for bag in bags:
+        steps = read_episode(Path(bag), spec.joint_names)
+        known = np.isfinite(steps.obs["object_position"]).all(axis=1) & np.isfinite(
+            steps.obs["goal_position"]
+        ).all(axis=1)
+        if not known.any():
+            continue
+        episodes += 1
+        teacher.reset()
+        for i in np.flatnonzero(known):
+            observation = {key: values[i] for key, values in steps.obs.items()}
+            command = teacher.act(observation)
+            label = converter.action_from_command(command, observation["joint_position"])
+            obs_rows.append(np.asarray(converter.normalized_observation(observation), np.float32))
+            label_rows.append(np.asarray(label, np.float32))
+    width = (spec.obs_dim, spec.act_dim)
+    if not obs_rows:
+        return np.zeros((0, width[0]), np.float32), np.zeros((0, width[1]), np.float32), 0
+    return np.asarray(obs_rows), np.asarray(label_rows), episodes
 
 
 @torch.no_grad()
@@ -530,17 +591,22 @@ def adapt(
     executor: Any = None,
     progress: Callable[[str], None] | None = None,
     parent_scale: Sequence[float] | None = None,
+    arm_bags: Sequence[str | Path] = (),
+    arm_share: float = 0.0,
 ) -> dict[str, Any]:
     """The whole stage on ``actor_peft`` (trained in place from its current weights, which
     run at the per-tick step ``parent_scale``; None: the spec's): the adaptation profile,
-    the teacher's search, DAgger. Returns the metrics and the candidate's step
-    (``action_scale``, its metadata's)."""
+    the teacher's search, DAgger. With ``arm_bags`` (co-training), the arm's recorded
+    states labelled by the retuned teacher make ``arm_share`` of every DAgger batch: they
+    are the states the identified sim does not produce. Returns the metrics and the
+    candidate's step (``action_scale``, its metadata's)."""
     from simreal_ros.executor import make_executor
 
     if executor is None:  # one pool for the whole stage
         with make_executor("local", settings.workers) as local:
             return adapt(actor_peft, checkpoint_dir, checkpoint, identified, out_dir,
-                         settings, robot, local, progress, parent_scale)  # fmt: skip
+                         settings, robot, local, progress, parent_scale, arm_bags,
+                         arm_share)  # fmt: skip
     parent_scale = tuple(float(v) for v in (parent_scale or checkpoint.spec.action_scale))
     say = progress or (lambda text: log.info(text))
     started = time.time()
@@ -562,13 +628,24 @@ def adapt(
         f"{student:.0%}; {time.time() - started:.0f} s)"
     )
     # Imitating a teacher the student already matches can only pull it down to the
-    # teacher: the running policy then stands as the candidate.
-    imitate = teacher > student
+    # teacher: the running policy then stands as the candidate. Co-training imitates
+    # anyway: the arm's states are where it falls short.
+    arm, arm_episodes = None, 0
+    if arm_bags:
+        obs, labels, arm_episodes = arm_teacher_labels(
+            arm_bags, checkpoint, search["tuning"], robot, search["action_scale"]
+        )
+        arm = (obs, labels) if len(obs) else None
+        say(
+            f"adaptation: {len(obs)} arm states from {arm_episodes} episodes labelled by the "
+            f"retuned teacher ({arm_share:.0%} of every batch)"
+        )
+    imitate = teacher > student or arm is not None
     scale = search["action_scale"] if imitate else parent_scale
     if imitate:
         result = dagger(
             actor_peft, checkpoint_dir, checkpoint, str(profile), search["tuning"], settings,
-            robot, executor, say, scale,
+            robot, executor, say, scale, arm, arm_share if arm is not None else 0.0,
         )  # fmt: skip
     else:
         say("adaptation: the running policy matches the best teacher here; no DAgger")
@@ -587,6 +664,8 @@ def adapt(
         "adapt_bc_loss": float(last.get("bc_loss", 0.0)),
         "adapt_rows": float(last.get("rows", 0)),
         "distance_from_parent": moved,
+        "adapt_arm_episodes": float(arm_episodes),
+        "adapt_arm_states": float(0 if arm is None else len(arm[0])),
         "adapt_seconds": time.time() - started,
     }
     say(f"adaptation: done in {metrics['adapt_seconds']:.0f} s; moved {moved:.3f} from parent")

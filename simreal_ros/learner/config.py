@@ -240,6 +240,25 @@ class AdaptSettings:
         "normalised Q term (0: pure TD3)",
         low=0.0, high=100.0,
     )  # fmt: skip
+    arm_share: float = setting(
+        0.5,
+        "method cotrain: share of every DAgger batch drawn from the arm's recorded states, "
+        "labelled by the retuned teacher (the rest from the identified sim)",
+        low=0.0, high=1.0,
+    )  # fmt: skip
+    arm_log_spread: float = setting(
+        0.5,
+        "method cotrain: least half-width of the randomisation around each identified factor "
+        "(log units): where no parameter fits the arm, the identified values are the wrong "
+        "model's best fit, not the arm's",
+        low=0.0, high=3.0,
+    )  # fmt: skip
+    arm_episodes: int = setting(
+        24,
+        "method cotrain: at most this many of the newest arm episodes the running version "
+        "recorded are labelled and trained on",
+        low=1, high=100000,
+    )  # fmt: skip
 
 
 @dataclass
@@ -250,7 +269,8 @@ class LearnerConfig:
         "Fine-tuning method: bc, rl (actor-critic on real data), sgft (rl with V_sim shaping "
         "and horizon H), sysid (rl in the sim identified from the real bags, sim-only), "
         "adapt (identify the dynamics from the newest real bags, then adapt the running "
-        "policy in the identified sim, learner/adaptation.py).",
+        "policy in the identified sim, learner/adaptation.py), cotrain (adapt, plus the "
+        "arm's own recorded states labelled by the same retuned teacher).",
         choices=METHODS,
     )
     horizon: int = setting(

@@ -278,11 +278,13 @@ class RoundTrainer:
         executor=None,
         progress=None,
         parent_scale=None,
+        arm_bags=(),
     ) -> dict[str, Any]:
-        """method adapt: the running adapter adapted in the identified sim (in place), from
-        its current weights at its per-tick step ``parent_scale``; ``adaptation.adapt``'s
-        result: the round's metrics (``distance_from_parent`` among them) and the
-        candidate's step (``action_scale``)."""
+        """methods adapt and cotrain: the running adapter adapted in the identified sim (in
+        place), from its current weights at its per-tick step ``parent_scale``, co-trained
+        on ``arm_bags``' states where given; ``adaptation.adapt``'s result: the round's
+        metrics (``distance_from_parent`` among them) and the candidate's step
+        (``action_scale``)."""
         from simreal_ros.learner.adaptation import AdaptationSettings, adapt
         from simreal_ros.learner.sim_polish import PolishSettings, polish
 
@@ -300,7 +302,9 @@ class RoundTrainer:
             batch_size=max(cfg.batch_size, 256),
             learning_rate=min(cfg.adapt.learning_rate, cfg.learning_rate_cap),
             shifted_share=cfg.adapt.shifted_share,
-            log_spread_floor=cfg.adapt.log_spread,
+            log_spread_floor=max(cfg.adapt.log_spread, cfg.adapt.arm_log_spread)
+            if arm_bags
+            else cfg.adapt.log_spread,
             seed=cfg.seed * 101 + round_,
             workers=cfg.screen.workers,
         )
@@ -308,7 +312,8 @@ class RoundTrainer:
         parent = lora.merged(self.actor_peft) if cfg.adapt.polish_rounds else None
         result = adapt(
             self.actor_peft, checkpoint_dir, self.checkpoint, profile, out_dir, settings,
-            self.robot, executor, progress, parent_scale,
+            self.robot, executor, progress, parent_scale, arm_bags,
+            cfg.adapt.arm_share if arm_bags else 0.0,
         )  # fmt: skip
         if cfg.adapt.polish_rounds:
             polished = polish(

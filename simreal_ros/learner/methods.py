@@ -40,6 +40,8 @@ METHOD_TABLE = {
         Method("sgft", "actor_critic", True, "fresh", "real", False, False),
         Method("sysid", "actor_critic", False, "checkpoint", "identified_sim", True, False),
         Method("adapt", "adaptation", False, "fresh", "identified_sim", True, False),
+        # adapt plus the arm's own states labelled by the same teacher (co-training).
+        Method("cotrain", "adaptation", False, "fresh", "real", True, False),
     )
 }
 METHODS = tuple(METHOD_TABLE)

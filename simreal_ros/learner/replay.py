@@ -18,7 +18,8 @@ import torch
 # the arm, so it plays the part of real data in the sim-to-sim harness.
 # The target domain's data: the arm, its stand-in, or (method sysid, which never trains on
 # the arm's own transitions) episodes in the sim identified from them.
-REAL_SOURCES = ("real", "real_twin", "identified_sim")
+ARM_SOURCES = ("real", "real_twin")  # recorded on the arm or on a stand-in for it
+REAL_SOURCES = (*ARM_SOURCES, "identified_sim")
 
 
 @dataclasses.dataclass

@@ -46,7 +46,7 @@ from simreal_ros.learner.promotion import (
     candidate_metadata,
     policy_evaluator,
 )
-from simreal_ros.learner.replay import Transitions
+from simreal_ros.learner.replay import ARM_SOURCES, Transitions
 from simreal_ros.robot.description_record import RobotDescription
 
 log = logging.getLogger("simreal_ros.learner")
@@ -226,9 +226,10 @@ class LearnerSession:
         self.round += 1
         checkpoint_dir = cfg.checkpoint_dir or str(shipped_checkpoint(cfg.task))
         out_dir = Path(cfg.store_root) / "adaptation" / f"round{self.round}-{int(started)}"
+        arm_bags = self.running_version_bags(manifest) if cfg.method == "cotrain" else []
         result = self.trainer.sim_adaptation(
             cfg, self.identified.profile, checkpoint_dir, str(out_dir), self.round,
-            self.executor, parent_scale=self.action_scale,
+            self.executor, parent_scale=self.action_scale, arm_bags=arm_bags,
         )  # fmt: skip
         metrics = result["metrics"]
         metrics["round"] = float(self.round)
@@ -241,6 +242,22 @@ class LearnerSession:
         candidate = self.promotion.stage(cfg.method, version, metadata, metrics)
         self.log.append({"round": self.round, "version": candidate.version, **metrics})
         return candidate
+
+    def running_version_bags(self, manifest: Sequence[dict]) -> list[str]:
+        """The newest ``adapt.arm_episodes`` arm episodes (real sources) that the running
+        version played: the states its own behaviour leads the arm to."""
+        running = self.promotion.running_version or self.checkpoint.version
+        arm = [
+            m["bag"]
+            for m in manifest
+            if m.get("source") in ARM_SOURCES and running in m.get("policy_versions", ())
+        ]
+        if not arm:
+            raise ValueError(
+                f"method cotrain found no arm episode played by the running version "
+                f"{running} among {len(manifest)} recorded; run it on the arm first."
+            )
+        return arm[-self.config.adapt.arm_episodes :]
 
     def identify(self, bags: Sequence[str | Path]) -> str | None:
         """System identification from the newest real bags; the profile, or None (and the
