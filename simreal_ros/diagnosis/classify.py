@@ -63,7 +63,12 @@ Rules, in order (the first that applies wins):
    drift above (the policy passes its own sim and, closed loop, reaches every goal the
    recorded commands did) is the student's open-loop drift, on the arm too, whatever the
    arm's conditions say.
-2. ``dynamics_gap``: training conditions fail on the arm while the same policy passes them
+2. ``model_misspecified``: the policy passes training conditions in its own sim, which
+   is the sim identified from the arm, fails some condition on the arm, and identification
+   left the held-out replay error more than ``misspecified_residual`` times what
+   measurement noise alone leaves: the simulator's family cannot express the arm, so more
+   identification cannot close the gap; the arm's own episodes must (method cotrain).
+   ``dynamics_gap``: training conditions fail on the arm while the same policy passes them
    in its own sim (its sim interval entirely above the arm's), and the replay check does
    not fail: the policy's actions are right for the sim, the arm moves differently. The
    case the loop exists for: route it to system identification and sim-side adaptation
@@ -96,6 +101,7 @@ from simreal_ros.stats import wilson_interval
 
 LABELS = (
     "action_convention_mismatch",
+    "model_misspecified",
     "dynamics_gap",
     "over_specialization",
     "mode_collapse",
@@ -167,6 +173,12 @@ class Thresholds:
     )
     convention_min_episodes: int = setting(
         3, "a per-joint map alone decides only over this many replayed episodes", low=2
+    )
+    misspecified_residual: float = setting(
+        5.0,
+        "identification that leaves the held-out replay error this many times what "
+        "measurement noise alone leaves could not fit the arm (an in-family arm ends near 1)",
+        low=1.0,
     )
     corroborated_fit_r2: float = setting(
         0.5,
@@ -423,8 +435,12 @@ def classify(
     thresholds: Thresholds | None = None,
     sim=None,
     sim_replay: ReplayResult | None = None,
+    identification_residual: float | None = None,
 ) -> Diagnosis:
-    """Label the failure mode (rules in the module docstring) and keep the evidence."""
+    """Label the failure mode (rules in the module docstring) and keep the evidence.
+    ``identification_residual``: the identified sim's held-out replay error over what
+    measurement noise alone leaves (``sysid.output.residual_over_noise``), where ``sim`` is
+    that identified sim."""
     thresholds = thresholds or Thresholds()
     train = _as_outcome(train, "train")
     shifted = _as_outcome(shifted, "shifted")
@@ -494,6 +510,23 @@ def classify(
         and sim.ci[0] > train.ci[1]
     )
     evidence["dynamics_gap"] = bool(dynamics_gap)
+    # The policy does the task where the identified sim says it should and the arm differs
+    # in ways identification could not fit: more identification cannot help.
+    misspecified = bool(
+        identification_residual is not None
+        and identification_residual > thresholds.misspecified_residual
+        and sim is not None
+        and sim.episodes > 0
+        and sim.rate >= thresholds.pass_rate
+        and not (train_pass and shifted_pass)
+    )
+    if identification_residual is not None:
+        lines.append(
+            f"identification left the held-out replay error {identification_residual:.1f}x "
+            "what measurement noise alone leaves"
+        )
+    evidence["identification_residual"] = identification_residual
+    evidence["model_misspecified"] = misspecified
     sim_pass = sim is not None and sim.episodes > 0 and sim.rate >= thresholds.pass_rate
     # Its conventions hold where they are known to: in its own sim it does the task and its
     # commands are its teacher's, so what fails on the arm only is the arm's dynamics.
@@ -607,6 +640,15 @@ def classify(
         reason = (
             f"the policy's commands on recorded successful episodes{where} do not reproduce "
             f"them ({why}); {how}"
+        )
+    elif misspecified:
+        label = "model_misspecified"
+        reason = (
+            f"passes training conditions in its own, identified sim ({sim.rate:.0%}) but not "
+            f"every condition on the arm (train {train.rate:.0%}, shifted {shifted.rate:.0%}), "
+            f"and identification left the held-out replay error "
+            f"{identification_residual:.0f}x what measurement noise alone leaves: no "
+            "parameter of the simulator fits the arm; the last mile is the arm's own episodes"
         )
     elif dynamics_gap:
         label = "dynamics_gap"

@@ -461,8 +461,7 @@ def dagger(
     if arm_share and (arm is None or not len(arm[0])):
         raise ValueError("co-training needs the arm's labelled states; none were given.")
     arm_rows = 0 if arm is None else round(settings.batch_size * arm_share)
-    if arm is not None:
-        arm_obs, arm_labels = (torch.as_tensor(a) for a in arm)
+    arm_obs, arm_labels = (None, None) if arm is None else (torch.as_tensor(a) for a in arm)
     model_profile(profile)
     actor = lora.inner(actor_peft)
     params = [p for p in actor_peft.parameters() if p.requires_grad]
@@ -485,19 +484,10 @@ def dagger(
         obs = torch.as_tensor(np.concatenate(obs_parts))
         labels = torch.as_tensor(np.concatenate(label_parts))
         actor_peft.train()
-        loss = 0.0
-        for _ in range(settings.bc_steps):
-            index = torch.as_tensor(rng.integers(0, len(obs), settings.batch_size - arm_rows))
-            batch_obs, batch_labels = obs[index], labels[index]
-            if arm_rows:
-                at = torch.as_tensor(rng.integers(0, len(arm_obs), arm_rows))
-                batch_obs = torch.cat([batch_obs, arm_obs[at]])
-                batch_labels = torch.cat([batch_labels, arm_labels[at]])
-            bc = torch.nn.functional.mse_loss(actor(batch_obs), batch_labels)
-            optimizer.zero_grad(set_to_none=True)
-            bc.backward()
-            optimizer.step()
-            loss = float(bc.detach())
+        loss = behaviour_cloning(
+            actor, optimizer, (obs, labels), settings.bc_steps, settings.batch_size, rng,
+            (arm_obs, arm_labels) if arm_rows else None, arm_rows,
+        )  # fmt: skip
         row = {
             "round": it,
             "teacher_mix": mix,
@@ -512,6 +502,36 @@ def dagger(
                 f"success {row['success']:.0%} (teacher share {mix:.2f}), bc {loss:.4f}"
             )
     return {"history": history, "obs": np.concatenate(obs_parts)}
+
+
+def behaviour_cloning(
+    actor: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data: tuple[torch.Tensor, torch.Tensor],
+    steps: int,
+    batch_size: int,
+    rng: np.random.Generator,
+    arm: tuple[torch.Tensor, torch.Tensor] | None = None,
+    arm_rows: int = 0,
+) -> float:
+    """``steps`` MSE updates of ``actor`` toward ``data``'s labels, ``arm_rows`` of every
+    ``batch_size`` drawn from ``arm`` instead (co-training: the arm's states keep their
+    weight however few they are beside the sim's). Returns the last batch's loss."""
+    obs, labels = data
+    loss = 0.0
+    for _ in range(steps):
+        index = torch.as_tensor(rng.integers(0, len(obs), batch_size - arm_rows))
+        batch_obs, batch_labels = obs[index], labels[index]
+        if arm is not None and arm_rows:
+            at = torch.as_tensor(rng.integers(0, len(arm[0]), arm_rows))
+            batch_obs = torch.cat([batch_obs, arm[0][at]])
+            batch_labels = torch.cat([batch_labels, arm[1][at]])
+        bc = torch.nn.functional.mse_loss(actor(batch_obs), batch_labels)
+        optimizer.zero_grad(set_to_none=True)
+        bc.backward()
+        optimizer.step()
+        loss = float(bc.detach())
+    return loss
 
 
 def arm_teacher_labels(

@@ -22,6 +22,12 @@ class LoopConfig:
         "second, ...), e.g. sgft,sysid; empty: --method every round. A change of method "
         "restarts the learner node with it (a method's critic and value are its own)",
     )
+    last_mile_method: str = setting(
+        "cotrain",
+        "the method of a round after a model_misspecified diagnosis (identification cannot "
+        "fit the arm, so the arm's own episodes must close the gap); empty: keep --method",
+        choices=("", *METHODS),
+    )
     arm_decision: bool = setting(
         True,
         "after a promotion, the incumbent replays the candidate's evaluation seeds on the "
@@ -135,6 +141,12 @@ class LoopConfig:
         """Round 0 is zero-shot (no training): the first method; round i >= 1 cycles."""
         names = self.round_methods()
         return names[(max(index, 1) - 1) % len(names)]
+
+    def method_after(self, index: int, diagnosis: str) -> str:
+        """Round ``index``'s method once the round before it was diagnosed ``diagnosis``."""
+        if diagnosis == "model_misspecified" and self.last_mile_method:
+            return self.last_mile_method
+        return self.method_of_round(index)
 
     def uses_expert(self) -> bool:
         """Whether some round collects scripted-expert demonstrations (method bc)."""

@@ -44,11 +44,13 @@ def diagnose_round(
     sim_episodes: int = SIM_EPISODES,
     *,
     robot: RobotDescription,
+    identifications: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """``evaluation``: the round's evaluation episodes (condition, success, bag_path);
     ``policy``: the running policy (``act(observation) -> command``), as deployed;
     ``replay_seeds``: the starts of the replay check's scripted demonstrations (the loop
-    gives ``REPLAY_EPISODES``); ``robot``: the arm."""
+    gives ``REPLAY_EPISODES``); ``robot``: the arm; ``identifications``: the run's
+    identification summaries; the one that identified the policy's own sim is read."""
     bags = [Path(e["bag_path"]) for e in evaluation if e.get("bag_path")]
     recorded = episodes_from_bags(
         bags, robot.joint_names, task=task, successful_only=False, robot=robot
@@ -76,15 +78,21 @@ def diagnose_round(
         for c in CONDITIONS
     ]
     sim = own_sim_outcome(policy, task, sim_profile, replay_seeds, sim_episodes, robot=robot)
+    residual = None
+    for identification in identifications if own_sim else ():
+        if identification.get("profile") and _same_file(identification["profile"], own_sim):
+            residual = identification.get("residual_over_noise")
     diagnosis = classify(
-        outcomes[0], outcomes[1], replay, failing, sim=sim, sim_replay=sim_replay if sim else None
-    )
+        outcomes[0], outcomes[1], replay, failing, sim=sim,
+        sim_replay=sim_replay if sim else None, identification_residual=residual,
+    )  # fmt: skip
     return {
         "label": diagnosis.label,
         "summary": diagnosis.summary.replace("\n", " | "),
         "evidence": {
             "own_sim": sim_profile,
             "replay_fails_only_on_arm": diagnosis.evidence["replay_fails_only_on_arm"],
+            "identification_residual": residual,
         },
     }
 
@@ -118,3 +126,7 @@ def own_sim_outcome(
     finally:
         env.close()
     return ConditionOutcome("train", sum(r.success for r in records), len(records))
+
+
+def _same_file(a: str, b: str) -> bool:
+    return Path(a).resolve() == Path(b).resolve()

@@ -148,16 +148,18 @@ def diagnose_version(
     scores: list[ConditionScore],
     replay_seeds: list[int],
     robot: RobotDescription,
+    identifications: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """Diagnose ``update``'s version (empty: the base) from recorded episode rows of
-    ``robot``."""
+    ``robot``; ``identifications``: the run's, for the identified sim's residual."""
     from simreal_ros.loop.diagnose_round import diagnose_round
     from simreal_ros.training.evaluate import build_policy
 
     policy = build_policy(policy_source(checkpoint, update), robot=robot)
     return diagnose_round(
-        rows, scores, policy, config.task, config.stand_in_profile, replay_seeds, robot=robot
-    )
+        rows, scores, policy, config.task, config.stand_in_profile, replay_seeds, robot=robot,
+        identifications=identifications,
+    )  # fmt: skip
 
 
 def policy_source(checkpoint: str, update: LearnerDecision | None):
@@ -297,8 +299,11 @@ class LoopOrchestrator:
             episodes, running_episodes, candidate_episodes, incumbent_episodes
         )
         evaluation = [e for e in record.episodes if e["evaluation"]]
+        identifications = [r.identification for r in (*summary.rounds, record)]
         with self._phase(record, "diagnosis", graph):
-            record.diagnosis = self._diagnose(seeds, evaluation, scores, self._running_update)
+            record.diagnosis = self._diagnose(
+                seeds, evaluation, scores, self._running_update, identifications
+            )
         graph_seeds = {c: seeds.evaluation(c, self.config.eval_episodes) for c in CONDITIONS}
         with self._phase(record, "off-ROS check", graph):
             record.check, record.same_seeds = self._check(seeds, graph, graph_seeds)
@@ -358,7 +363,11 @@ class LoopOrchestrator:
         """Episodes aimed at the previous round's diagnosis, and the expert's demonstrations
         where the round's method uses them."""
         index = record.index
-        record.method = self.config.method_of_round(index)
+        label = previous.diagnosis.get("label", "")
+        record.method = self.config.method_after(index, label)
+        if record.method != self.config.method_of_round(index):
+            self.say(f"round {index}: {label}: the last mile from the arm's own episodes "
+                     f"(method {record.method})")  # fmt: skip
         demos = self.config.expert_demos if method_traits(record.method).uses_expert_demos else 0
         plan = plan_collection(
             previous.diagnosis.get("label", ""),
@@ -535,8 +544,9 @@ class LoopOrchestrator:
         rows = [trial_row(r) | {"bag_path": r.bag_path} for r in results]
         scores = condition_scores(results)
         return self._diagnose(
-            seeds, rows, scores, record.update, "the rolled-back candidate", candidate=True
-        )
+            seeds, rows, scores, record.update, [record.identification],
+            "the rolled-back candidate", candidate=True,
+        )  # fmt: skip
 
     def _diagnose(
         self,
@@ -544,6 +554,7 @@ class LoopOrchestrator:
         rows: list[dict[str, Any]],
         scores: list[ConditionScore],
         update: LearnerDecision | None,
+        identifications: Sequence[dict[str, Any]] = (),
         what: str = "the running version",
         candidate: bool = False,
     ) -> dict[str, Any]:
@@ -553,8 +564,9 @@ class LoopOrchestrator:
         replay_seeds = seeds.diagnosis(REPLAY_EPISODES, candidate=candidate)
         try:
             return diagnose_version(
-                self.config, self.checkpoint, update, rows, scores, replay_seeds, self.robot
-            )
+                self.config, self.checkpoint, update, rows, scores, replay_seeds, self.robot,
+                [i for i in identifications if i],
+            )  # fmt: skip
         except (ValueError, RuntimeError) as error:
             # Diagnosis informs the next collection; its failure must not end the run.
             self.say(f"round {seeds.index}: diagnosis of {what} failed: {error}")

@@ -26,6 +26,8 @@ def plan_collection(
     - over-specialization: all collection in the shifted condition;
     - a dynamics gap: all in the training condition, for identification (sim-side
       adaptation covers the shifted starts in the identified sim);
+    - a misspecified model: split by failures, as below (the last mile trains on the
+      running version's own arm episodes);
     - mode collapse: expert demonstrations (where the method uses them) plus the training
       condition, where the policy already fails;
     - otherwise: split by failure counts, so the condition failing more gets more data,
@@ -43,6 +45,12 @@ def plan_collection(
             0,
             "dynamics gap: train episodes for identification (adaptation covers shifted in sim)",
         )
+    if diagnosis == "model_misspecified":
+        split = plan_collection("", train, shifted, episodes).episodes
+        return CollectionPlan(
+            split, 0, "model misspecified: the running version's own arm episodes, split by "
+            "failures, for the last mile",
+        )  # fmt: skip
     if diagnosis == "mode_collapse":
         return CollectionPlan(
             {"train": episodes, "shifted": 0},

@@ -28,7 +28,7 @@ import yaml
 from simreal_ros.atomic_files import write_text_atomic
 from simreal_ros.sim.profiles import load_profile
 from simreal_ros.sysid.parameters import LATENCY, FitParameter, ParameterEstimate, SysidResult
-from simreal_ros.sysid.simulate import ReplaySimulator
+from simreal_ros.sysid.simulate import JOINT_SCALE, ReplaySimulator
 
 PRIOR_PROFILE = "randomized"
 
@@ -254,7 +254,22 @@ def identification_summary(report: dict, profile: str) -> dict:
             report["after"]["holdout"]["loss"],
         ],
         "seconds": report.get("seconds", 0.0),
+        "residual_over_noise": residual_over_noise(
+            report["after"]["holdout"]["loss"], report.get("obs_noise")
+        ),
     }
+
+
+def residual_over_noise(holdout_loss: float, obs_noise: float | None) -> float | None:
+    """The identified model's held-out replay error over what measurement noise alone
+    leaves (None without a noise estimate). A replay restarts from a noisy recorded state
+    and is scored on noisy measurements, so an exact model leaves about twice the noise
+    variance, in the loss's units (``JOINT_SCALE``): a model in the arm's family ends near
+    1, one that cannot express the arm far above it."""
+    if obs_noise is None or not np.isfinite(obs_noise) or obs_noise <= 0:
+        return None
+    noise_only = 2.0 * (float(obs_noise) / JOINT_SCALE) ** 2
+    return float(holdout_loss) / noise_only
 
 
 def estimate_error(p: ParameterEstimate, truth: float) -> float:
