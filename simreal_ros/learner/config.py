@@ -25,7 +25,8 @@ class LoraSettings:
     )
     targets: list[str] = setting(
         [],
-        "Names of the actor's nn.Linear layers that get adapters; empty = every one.",
+        "Names of the actor's nn.Linear and nn.Conv2d layers that get adapters; empty = every "
+        "one that can be merged back.",
         formerly="lora_targets",
     )
 
