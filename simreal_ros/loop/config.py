@@ -142,9 +142,19 @@ class LoopConfig:
         names = self.round_methods()
         return names[(max(index, 1) - 1) % len(names)]
 
-    def method_after(self, index: int, diagnosis: str) -> str:
-        """Round ``index``'s method once the round before it was diagnosed ``diagnosis``."""
-        if diagnosis == "model_misspecified" and self.last_mile_method:
+    def method_after(self, index: int, diagnosis: dict) -> str:
+        """Round ``index``'s method once the round before it was diagnosed ``diagnosis``
+        (its label and evidence): the last mile after a model_misspecified label, and after
+        a healthy one whose identified sim could not fit the arm either (more
+        identification cannot lift it; the arm's own episodes can)."""
+        from simreal_ros.diagnosis.classify import Thresholds
+
+        label = diagnosis.get("label", "")
+        residual = (diagnosis.get("evidence") or {}).get("identification_residual")
+        unfit = residual is not None and residual > Thresholds().misspecified_residual
+        if self.last_mile_method and (
+            label == "model_misspecified" or (label == "healthy" and unfit)
+        ):
             return self.last_mile_method
         return self.method_of_round(index)
 

@@ -364,7 +364,7 @@ class LoopOrchestrator:
         where the round's method uses them."""
         index = record.index
         label = previous.diagnosis.get("label", "")
-        record.method = self.config.method_after(index, label)
+        record.method = self.config.method_after(index, previous.diagnosis)
         if record.method != self.config.method_of_round(index):
             self.say(f"round {index}: {label}: the last mile from the arm's own episodes "
                      f"(method {record.method})")  # fmt: skip

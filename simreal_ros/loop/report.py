@@ -222,6 +222,7 @@ def render_report(summary: LoopSummary) -> str:
             ", ".join(r.identification.get("unidentifiable", [])) or "none",
             "{:.3f} -> {:.3f}".format(*r.identification.get("fit_error", [0, 0])),
             "{:.3f} -> {:.3f}".format(*r.identification.get("holdout_error", [0, 0])),
+            _times_noise(r.identification.get("residual_over_noise")),
             r.identification.get("profile", ""),
         ]
         for r in summary.rounds
@@ -282,6 +283,7 @@ physical arm cannot give).</p>
                 "unidentifiable",
                 "fit error nominal -> identified",
                 "held-out error",
+                "held-out error over noise's (over 5: the model cannot fit the arm)",
                 "profile",
             ],
             identification_rows,
@@ -300,3 +302,7 @@ def write_report(summary: LoopSummary, path: Path) -> Path:
     temporary.write_text(render_report(summary), encoding="utf-8")
     temporary.replace(path)
     return path
+
+
+def _times_noise(value) -> str:
+    return "-" if value is None else f"{value:.1f}x"

@@ -221,7 +221,13 @@ def describe_identification(identification: dict[str, Any]) -> str:
     before, after = identification.get("fit_error", [float("nan")] * 2)
     return (
         f"identified from {identification.get('episodes', 0)} episodes: {values or 'nothing'}"
-        f" (error {before:.3f} -> {after:.3f}); "
+        f" (error {before:.3f} -> {after:.3f}"
+        + (
+            f", {identification['residual_over_noise']:.1f}x what noise leaves"
+            if identification.get("residual_over_noise") is not None
+            else ""
+        )
+        + "); "
         + (f"bounded, not fixed: {bounded}; " if bounded else "")
         + f"unidentifiable: {', '.join(unfixed) or 'none'}"
         + (

@@ -57,14 +57,18 @@ def test_a_policy_passing_its_identified_sim_that_identification_cannot_fit_is_m
 
 def test_the_loop_spends_a_misspecified_rounds_episodes_on_the_last_mile():
     config = LoopConfig(stand_in_profile="real_twin")
-    assert config.method_after(2, "model_misspecified") == "cotrain"
-    assert config.method_after(2, "dynamics_gap") == "adapt"
-    assert (
-        LoopConfig(stand_in_profile="real_twin", last_mile_method="").method_after(
-            2, "model_misspecified"
-        )
-        == "adapt"
-    )
+    misspecified = {"label": "model_misspecified", "evidence": {"identification_residual": 98}}
+    assert config.method_after(2, misspecified) == "cotrain"
+    assert config.method_after(2, {"label": "dynamics_gap"}) == "adapt"
+    # Passing the arm's trials on a model identification could not fit: the last mile too;
+    # on one it fits (the in-family demo), adaptation again.
+    unfit = {"label": "healthy", "evidence": {"identification_residual": 80.0}}
+    assert config.method_after(2, unfit) == "cotrain"
+    fit = {"label": "healthy", "evidence": {"identification_residual": 1.8}}
+    assert config.method_after(2, fit) == "adapt"
+    assert config.method_after(2, {"label": "healthy", "evidence": {}}) == "adapt"
+    quiet = LoopConfig(stand_in_profile="real_twin", last_mile_method="")
+    assert quiet.method_after(2, misspecified) == "adapt"
     with pytest.raises(ValueError, match="last_mile_method"):
         LoopConfig(stand_in_profile="real_twin", last_mile_method="magic")
     plan = plan_collection(
