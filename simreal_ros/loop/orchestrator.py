@@ -351,10 +351,16 @@ class LoopOrchestrator:
         self, record: RoundRecord, previous: RoundRecord, collected: list[EpisodeResult]
     ) -> int:
         """Stand-in episodes the round's learning read: identification's (methods sysid and
-        adapt train in sim only), or every recorded one for a method that trains on them."""
+        adapt train in sim only); for cotrain, also the running version's newest episodes
+        it labelled (identification's newest are among them); or every recorded one for a
+        method that trains on them all."""
         identified = int(record.identification.get("episodes", 0) or 0)
-        if method_traits(record.method).trains_in == "identified_sim":
+        traits = method_traits(record.method)
+        if traits.trains_in == "identified_sim":
             return identified
+        if traits.update == "adaptation":
+            metrics = record.update.final_metrics if record.update is not None else {}
+            return max(identified, int(metrics.get("adapt_arm_episodes", 0)))
         return max(identified, previous.real_episodes_total + len(collected))
 
     def _collect(
