@@ -665,7 +665,8 @@ def adapt(
     if imitate:
         result = dagger(
             actor_peft, checkpoint_dir, checkpoint, str(profile), search["tuning"], settings,
-            robot, executor, say, scale, arm, arm_share if arm is not None else 0.0,
+            robot, executor, say, scale, arm=arm,
+            arm_share=arm_share if arm is not None else 0.0,
         )  # fmt: skip
     else:
         say("adaptation: the running policy matches the best teacher here; no DAgger")

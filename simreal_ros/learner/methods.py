@@ -26,6 +26,8 @@ class Method:
     identifies: bool
     # Takes the scripted expert's demonstrations when the loop collects them.
     uses_expert_demos: bool
+    # Adaptation co-trained on the arm's own states, labelled by the retuned teacher.
+    labels_arm_states: bool = False
 
     @property
     def actor_critic(self) -> bool:
@@ -41,7 +43,7 @@ METHOD_TABLE = {
         Method("sysid", "actor_critic", False, "checkpoint", "identified_sim", True, False),
         Method("adapt", "adaptation", False, "fresh", "identified_sim", True, False),
         # adapt plus the arm's own states labelled by the same teacher (co-training).
-        Method("cotrain", "adaptation", False, "fresh", "real", True, False),
+        Method("cotrain", "adaptation", False, "fresh", "real", True, False, True),
     )
 }
 METHODS = tuple(METHOD_TABLE)

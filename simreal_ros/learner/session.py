@@ -226,7 +226,8 @@ class LearnerSession:
         self.round += 1
         checkpoint_dir = cfg.checkpoint_dir or str(shipped_checkpoint(cfg.task))
         out_dir = Path(cfg.store_root) / "adaptation" / f"round{self.round}-{int(started)}"
-        arm_bags = self.running_version_bags(manifest) if cfg.method == "cotrain" else []
+        labels_arm = method_traits(cfg.method).labels_arm_states
+        arm_bags = self.running_version_bags(manifest) if labels_arm else []
         result = self.trainer.sim_adaptation(
             cfg, self.identified.profile, checkpoint_dir, str(out_dir), self.round,
             self.executor, parent_scale=self.action_scale, arm_bags=arm_bags,

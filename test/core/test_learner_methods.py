@@ -49,6 +49,7 @@ def test_every_row_is_one_the_learner_can_run():
         "sgft",
         "sysid",
         "adapt",
+        "cotrain",
     }
     for name, traits in METHOD_TABLE.items():
         assert traits.name == name

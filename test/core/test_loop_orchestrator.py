@@ -130,9 +130,11 @@ def diagnoses(monkeypatch):
     """The diagnosis (MuJoCo, the policy's weights) replaced by a record of its calls."""
     calls = Diagnoses()
 
-    def diagnose(config, checkpoint, update, rows, scores, replay_seeds, robot):
+    def diagnose(config, checkpoint, update, rows, scores, replay_seeds, robot, identifications):
         version = update.version if update is not None else BASE
-        calls.append({"version": version, "replay_seeds": replay_seeds})
+        calls.append(
+            {"version": version, "replay_seeds": replay_seeds, "identifications": identifications}
+        )
         return {"label": calls.label, "summary": "fake"}
 
     monkeypatch.setattr(orchestrator_module, "diagnose_version", diagnose)
