@@ -461,7 +461,7 @@ def dagger(
     if arm_share and (arm is None or not len(arm[0])):
         raise ValueError("co-training needs the arm's labelled states; none were given.")
     arm_rows = 0 if arm is None else round(settings.batch_size * arm_share)
-    arm_obs, arm_labels = (None, None) if arm is None else (torch.as_tensor(a) for a in arm)
+    arm_tensors = tuple(torch.as_tensor(a) for a in arm) if arm_rows else None
     model_profile(profile)
     actor = lora.inner(actor_peft)
     params = [p for p in actor_peft.parameters() if p.requires_grad]
@@ -486,7 +486,7 @@ def dagger(
         actor_peft.train()
         loss = behaviour_cloning(
             actor, optimizer, (obs, labels), settings.bc_steps, settings.batch_size, rng,
-            (arm_obs, arm_labels) if arm_rows else None, arm_rows,
+            arm_tensors, arm_rows,
         )  # fmt: skip
         row = {
             "round": it,
@@ -665,8 +665,7 @@ def adapt(
     if imitate:
         result = dagger(
             actor_peft, checkpoint_dir, checkpoint, str(profile), search["tuning"], settings,
-            robot, executor, say, scale, arm=arm,
-            arm_share=arm_share if arm is not None else 0.0,
+            robot, executor, say, scale, arm=arm, arm_share=arm_share if arm else 0.0,
         )  # fmt: skip
     else:
         say("adaptation: the running policy matches the best teacher here; no DAgger")
