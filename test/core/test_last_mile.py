@@ -15,14 +15,6 @@ from simreal_ros.loop.state import ConditionScore
 from simreal_ros.sysid.output import residual_over_noise
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_identification_residual_is_in_units_of_what_noise_alone_leaves():
     # 1 mrad of noise leaves 2 * (0.001 / 0.01)^2 = 0.02 of the replay loss.
     assert residual_over_noise(0.02, 0.001) == pytest.approx(1.0)

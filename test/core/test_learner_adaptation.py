@@ -45,14 +45,6 @@ set:
 """
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture
 def identified(tmp_path):
     path = tmp_path / "identified" / "profile.yaml"

@@ -24,11 +24,6 @@ OBS, ACT = 4, 2
 BEST = np.array([0.5, -0.3], np.float32)  # the reward's best action, in every state
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    torch.set_num_threads(1)
-
-
 def small_actor(seed: int = 0):
     torch.manual_seed(seed)
     return lora.wrap(Actor(Architecture(OBS, ACT, (32, 32), (32, 32))), 4, 8)
