@@ -198,8 +198,20 @@ def actor_shapes(architecture: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
         raise ValueError(f"architecture.activation = {architecture['activation']!r}; only relu.")
     obs_dim, act_dim = int(architecture["obs_dim"]), int(architecture["act_dim"])
     hidden = {k: [int(h) for h in architecture[k]] for k in ("actor_hidden", "critic_hidden")}
-    sizes = [obs_dim, *hidden["actor_hidden"]]
     shapes: dict[str, tuple[int, ...]] = {}
+    encoder = architecture.get("encoder")
+    if encoder is not None:  # a camera policy: Conv2d layers, ReLUs between (model.py)
+        channels = [3, *(int(c) for c in encoder["channels"])]
+        kernels = [int(k) for k in encoder["kernels"]]
+        if len(kernels) != len(channels) - 1:
+            raise ValueError("architecture.encoder: channels and kernels differ in length.")
+        for i, k in enumerate(kernels):
+            shapes[f"encoder.{2 * i}.weight"] = (channels[i + 1], channels[i], k, k)
+            shapes[f"encoder.{2 * i}.bias"] = (channels[i + 1],)
+        shapes["object_head.weight"] = (3, 2 * channels[-1])
+        shapes["object_head.bias"] = (3,)
+        obs_dim += 2 * channels[-1]
+    sizes = [obs_dim, *hidden["actor_hidden"]]
     for i in range(len(sizes) - 1):  # trunk: Linear, ReLU, Linear, ReLU, ...
         shapes[f"trunk.{2 * i}.weight"] = (sizes[i + 1], sizes[i])
         shapes[f"trunk.{2 * i}.bias"] = (sizes[i + 1],)
@@ -280,6 +292,11 @@ def validated_header(
         raise CheckpointError(
             f"architecture: dims ({obs_dim}, {act_dim}) disagree with the spec's "
             f"observation layout and joints ({spec.obs_dim}, {spec.act_dim})."
+        )
+    if ("encoder" in architecture) != (spec.camera is not None):
+        raise CheckpointError(
+            f"{directory / METADATA_FILE}: a camera policy needs both architecture.encoder "
+            "and spec.camera; this file has only one of them."
         )
     if metadata.get("spec_fingerprint") not in (None, spec.fingerprint()):
         raise CheckpointError("spec_fingerprint: the spec in policy.json was edited by hand.")

@@ -81,6 +81,40 @@ class NumpyActor:
         return np.tanh(mean + std * rng.standard_normal(mean.shape))
 
 
+class NumpyCameraActor(NumpyActor):
+    """A camera actor: the CNN's keypoints (``policy.camera.NumpyEncoder``) join the
+    normalised proprioception in the same trunk and heads."""
+
+    def __init__(self, state: Mapping[str, np.ndarray], camera: Any, strides) -> None:
+        from simreal_ros.policy.camera import NumpyEncoder
+
+        self._take_layers(state)
+        self.camera = camera
+        self.encoder = NumpyEncoder(state, tuple(strides))
+        self._image = np.empty((3, camera.height, camera.width), dtype=np.float64)
+
+    def inputs(self, obs: np.ndarray, image: np.ndarray) -> np.ndarray:
+        from simreal_ros.policy.camera import normalized_image
+
+        keypoints = self.encoder(normalized_image(image, self.camera, out=self._image))
+        return np.concatenate([obs, keypoints])
+
+    def __call__(self, obs: np.ndarray, image: np.ndarray) -> np.ndarray:  # type: ignore[override]
+        return super().__call__(self.inputs(obs, image))
+
+    def explore(self, obs, std_max, rng, image=None):  # type: ignore[override]
+        if image is None:
+            raise ValueError("a camera actor explores from an image and proprioception.")
+        return super().explore(self.inputs(obs, image), std_max, rng)
+
+
+def actor_from_state(state: Mapping[str, np.ndarray], spec: Any, architecture: Mapping):
+    """The numpy actor of a state dict: a camera actor when the spec has a camera."""
+    if spec.camera is None:
+        return NumpyActor.from_state(state)
+    return NumpyCameraActor(state, spec.camera, architecture["encoder"]["strides"])
+
+
 @dataclasses.dataclass(frozen=True)
 class DeployedPolicy:
     """One runnable version: conventions, merged weights, and where it came from."""
@@ -102,21 +136,35 @@ class DeployedPolicy:
 
         With ``rng``, the action explores from the policy's own distribution, its std
         capped at ``exploration_std_max`` (0: uncapped); without, it is deterministic."""
-        normalized = self.converter.normalized_observation(obs)
-        if rng is None:
-            action = self.actor(normalized)
-        else:
-            action = self.actor.explore(normalized, exploration_std_max, rng)
+        action = self.action(obs, exploration_std_max, rng)
         return self.converter.command_from_action(action, obs["joint_position"])
+
+    def action(
+        self,
+        obs: Mapping[str, Any],
+        exploration_std_max: float = 0.0,
+        rng: np.random.Generator | None = None,
+    ) -> np.ndarray:
+        """The actor's normalised action in [-1, 1] for an observation dict (``act``'s,
+        before conversion). A camera policy reads ``obs["image"]`` (RGB uint8, H x W x 3)."""
+        normalized = self.converter.normalized_observation(obs)
+        if self.converter.spec.camera is not None:
+            if rng is None:
+                return self.actor(normalized, obs["image"])
+            return self.actor.explore(normalized, exploration_std_max, rng, image=obs["image"])
+        if rng is None:
+            return self.actor(normalized)
+        return self.actor.explore(normalized, exploration_std_max, rng)
 
 
 def deploy_base(checkpoint: Any, forward_kinematics=None) -> DeployedPolicy:
     """A base checkpoint's runnable form: a ``NumpyCheckpoint``, or a torch one
     (``training.torch_checkpoint.PolicyCheckpoint``) whose actor is read as arrays."""
     if isinstance(checkpoint, NumpyCheckpoint):
-        actor = NumpyActor.from_state(checkpoint.actor_state)
-    else:
-        actor = NumpyActor(checkpoint.model.actor)
+        state = checkpoint.actor_state
+    else:  # read through state_dict(); torch is not imported here
+        state = {k: v.detach().numpy() for k, v in checkpoint.model.actor.state_dict().items()}
+    actor = actor_from_state(state, checkpoint.spec, checkpoint.metadata["architecture"])
     return DeployedPolicy(
         version=checkpoint.version,
         converter=SpecConverter(checkpoint.spec, forward_kinematics),
@@ -143,7 +191,7 @@ def deploy_adapter(
         adapter_sha256=adapter.sha256,
         version=version,
         converter=SpecConverter(spec, forward_kinematics),
-        actor=NumpyActor.from_state(merged),
+        actor=actor_from_state(merged, spec, checkpoint.metadata["architecture"]),
         source=str(adapter_dir),
         adapter_dir=Path(adapter_dir),
     )

@@ -52,6 +52,8 @@ class PolicySpec:
     observation_fields: tuple[str, ...]
     obs_mean: tuple[float, ...]
     obs_std: tuple[float, ...]
+    # A camera policy's image conventions (policy.camera.CameraSpec); None for a state policy.
+    camera: Any = None
 
     def __post_init__(self) -> None:
         n = len(self.joint_names)
@@ -108,13 +110,20 @@ class PolicySpec:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()
+        """The spec as JSON-ready values; a state policy's has no ``camera`` key, so its
+        fingerprint is what it was before camera policies existed."""
+        out = {
+            k: list(v) if isinstance(v, tuple) else v
+            for k, v in dataclasses.asdict(self).items()
+            if k != "camera"
         }
+        if self.camera is not None:
+            out["camera"] = self.camera.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PolicySpec:
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in dataclasses.fields(cls)} - {"camera"}
         missing = sorted(names - set(data))
         if missing:
             raise ValueError(f"policy spec is missing field(s): {', '.join(missing)}.")
@@ -123,6 +132,12 @@ class PolicySpec:
             value = data[name]
             values[name] = tuple(value) if isinstance(value, list) else value
         values["control_rate_hz"] = float(values["control_rate_hz"])
+        if data.get("camera") is not None:
+            from simreal_ros.policy.camera import CameraSpec
+
+            if not isinstance(data["camera"], Mapping):
+                raise ValueError("spec.camera must be a mapping of the camera's conventions.")
+            values["camera"] = CameraSpec.from_dict(data["camera"])
         return cls(**values)
 
     def fingerprint(self) -> str:

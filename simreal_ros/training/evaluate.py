@@ -198,8 +198,7 @@ class _ScreenedActor:
         policy = self.policy
         if not (hasattr(policy, "converter") and hasattr(policy, "actor")):
             return policy.act(observation)  # a policy without a normalised action
-        normalized = policy.converter.normalized_observation(observation)
-        action = np.asarray(policy.actor(normalized), dtype=np.float64)
+        action = np.asarray(policy.action(observation), dtype=np.float64)
         joints = np.asarray(observation["joint_position"], dtype=np.float64)
         self.components += action.size
         if not np.all(np.isfinite(action)):
@@ -207,7 +206,7 @@ class _ScreenedActor:
             return joints.copy()  # hold, as the safety filter would
         self.saturated += int(np.sum(np.abs(action) >= SATURATED))
         if self.reference is not None:
-            other = np.asarray(self.reference.actor(normalized), dtype=np.float64)
+            other = np.asarray(self.reference.action(observation), dtype=np.float64)
             self._difference += float(np.sum(np.abs(action - other)))
             self._compared += action.size
         return policy.converter.command_from_action(action, joints)
@@ -252,6 +251,13 @@ def evaluate_chunk(chunk: EvaluationChunk) -> tuple[str, str, list[EpisodeRecord
         safety_filter=chunk.safety_filter,
         robot=robot,
     )
+    if spec.camera is not None:  # a camera policy sees the scene as the profile shows it
+        from simreal_ros.sim.profiles import load_profile
+        from simreal_ros.sim.visuals import NOMINAL, CameraObservations
+
+        visual = load_profile(chunk.profile).visual or NOMINAL
+        camera = spec.camera
+        env = CameraObservations(env, camera.camera_name, camera.width, camera.height, visual)
     try:
         records = [
             evaluate_episode(env, policy, seed, chunk.condition, other) for seed in chunk.seeds

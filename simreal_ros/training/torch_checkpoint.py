@@ -35,7 +35,7 @@ from simreal_ros.policy.checkpoint import (
     verified_safetensors,
 )
 from simreal_ros.policy.spec import PolicySpec, default_spec
-from simreal_ros.training.model import ActorCritic, Architecture
+from simreal_ros.training.model import ActorCritic, Architecture, EncoderArchitecture
 
 
 @dataclasses.dataclass
@@ -76,11 +76,12 @@ def save_checkpoint(
     staging.chmod(0o755)  # mkdtemp makes it private; a checkpoint is meant to be shared
     try:
         tensors = {
-            ACTOR_FILE: {k: v.detach().contiguous() for k, v in model.actor.state_dict().items()},
-            CRITIC_FILE: {
-                k: v.detach().contiguous() for k, v in model.critic.state_dict().items()
-            },
+            ACTOR_FILE: {k: v.detach().contiguous() for k, v in model.actor.state_dict().items()}
         }
+        if model.critic is not None:  # a camera policy has none
+            tensors[CRITIC_FILE] = {
+                k: v.detach().contiguous() for k, v in model.critic.state_dict().items()
+            }
         files = {}
         for name, state in tensors.items():
             save_file(state, str(staging / name), metadata={"format": FORMAT})
@@ -103,7 +104,7 @@ def save_checkpoint(
         if directory.exists():
             # Rewrite in place, metadata last: a crash in between leaves checksums that do
             # not match, which loading refuses. Other files (README.md, train_state/) stay.
-            for name in (ACTOR_FILE, CRITIC_FILE, METADATA_FILE):
+            for name in (*tensors, METADATA_FILE):
                 os.replace(staging / name, directory / name)
         else:
             os.replace(staging, directory)
@@ -125,6 +126,7 @@ def load_checkpoint(
     header = validated_header(directory, description, control_rate_hz, joint_units)
     arch = Architecture.from_dict(header.metadata["architecture"])  # validated above
     model = ActorCritic(arch)
+    with_critic = with_critic and model.critic is not None
     for name in (ACTOR_FILE, CRITIC_FILE) if with_critic else (ACTOR_FILE,):
         state = verified_tensors(directory / name, header.sha256(name), name)
         load_state(model.actor if name == ACTOR_FILE else model.critic, state, name)
@@ -196,11 +198,25 @@ def make_untrained_checkpoint(
     hidden: tuple[int, ...] = (64, 64),
     seed: int = 0,
     version: str = "untrained",
+    camera: bool = False,
 ) -> Path:
-    """A randomly initialised checkpoint with correct conventions (tests and benchmarks)."""
+    """A randomly initialised checkpoint with correct conventions (tests and benchmarks).
+
+    ``camera``: a camera policy (``CameraSpec()``'s defaults, no cube fields in the
+    observation, a CNN encoder at the spec's resolution; actor only)."""
     torch.manual_seed(seed)
-    spec = default_spec(description, task, control_rate_hz)
-    arch = Architecture(spec.obs_dim, spec.act_dim, hidden, hidden)
+    if camera:
+        # Imported here: camera_pretrain imports this module.
+        from simreal_ros.policy.camera import CameraSpec
+        from simreal_ros.training.camera_pretrain import CAMERA_OBSERVATION_FIELDS
+
+        spec = default_spec(description, task, control_rate_hz, CAMERA_OBSERVATION_FIELDS)
+        spec = dataclasses.replace(spec, camera=CameraSpec())
+        encoder = EncoderArchitecture(spec.camera.height, spec.camera.width)
+    else:
+        spec = default_spec(description, task, control_rate_hz)
+        encoder = None
+    arch = Architecture(spec.obs_dim, spec.act_dim, hidden, hidden, encoder=encoder)
     return save_checkpoint(
         directory,
         ActorCritic(arch),
