@@ -5,10 +5,12 @@ nominal values, ``set`` gives values; each entry is a number (fixed) or a ``[low
 range drawn uniformly per reset; ``tied`` draws a parameter along a valley with another
 (identification writes it where the data fix only their combination). A shipped profile
 is named (``nominal``, ``randomized``, ``real_twin``, ``real_twin_mild``,
-``real_twin_panda``, and the second engine's ``drake_clean`` and ``drake_worn``); any
-other is given by its path, so a user can describe their own
-arm's gap. A profile with ``stand_in: true`` (``real_twin``: a fixed, hidden gap outside
-the randomized ranges) plays the physical arm and is never called real.
+``real_twin_panda``, the second engine's ``drake_clean`` and ``drake_worn``, and the
+camera's ``visual_shift``); any other is given by its path, so a user can describe their
+own arm's gap. A ``visual:`` section (``sim.visuals.VisualSettings``) changes how the scene
+looks to a camera policy, and nothing of its physics. A profile with ``stand_in: true``
+(``real_twin``: a fixed, hidden gap outside the randomized ranges) plays the physical arm
+and is never called real.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -38,6 +41,7 @@ PROFILE_NAMES = (
     "real_twin_panda",
     "drake_clean",
     "drake_worn",
+    "visual_shift",
 )
 
 
@@ -91,6 +95,8 @@ class DynamicsProfile:
     # for stand-ins outside the simulator's family), and the second engine's effects.
     engine: str = "mujoco"
     effects: EngineEffects = dataclasses.field(default_factory=EngineEffects)
+    # How the scene looks to a camera (sim.visuals.VisualSettings); None: the scene's own.
+    visual: Any = None
 
     @property
     def is_stand_in(self) -> bool:
@@ -235,7 +241,24 @@ def load_profile_file(path: Path) -> DynamicsProfile:
         tied=_ties(raw.get("tied"), path, scale, values),
         engine=engine,
         effects=effects_from_mapping(raw.get("effects"), str(path)),
+        visual=_visual(raw.get("visual"), path, engine),
     )
+
+
+def _visual(raw: Any, path: Path, engine: str):
+    """A profile's ``visual:`` section (``sim.visuals.VisualSettings``'s fields)."""
+    if raw is None:
+        return None
+    from simreal_ros.sim.visuals import VisualSettings
+
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: visual must be a mapping of VisualSettings fields.")
+    if engine != "mujoco":
+        raise ValueError(f"{path}: visual needs the MuJoCo renderer (engine: mujoco).")
+    try:
+        return VisualSettings.from_dict(raw)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{path}: {error}") from None
 
 
 def profile_path(name_or_path: str | Path) -> Path:
