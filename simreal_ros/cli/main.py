@@ -19,6 +19,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "simreal_ros.cli.up",
     "simreal_ros.cli.robot",
     "simreal_ros.cli.pretrain",
+    "simreal_ros.cli.pretrain_camera",
     "simreal_ros.cli.eval",
     "simreal_ros.cli.premise",
     "simreal_ros.cli.expert",

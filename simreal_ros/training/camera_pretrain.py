@@ -1,0 +1,293 @@
+"""Pretraining a camera policy in sim: DAgger from the privileged scripted expert.
+
+Teacher and student: the scripted expert (``sim.expert``) reads the cube's true pose and
+labels any state; the student (``model.CameraActor``) sees only a camera frame and
+proprioception. Each episode draws the scene's appearance from ``VisualRandomization``
+(lighting, table and cube colours, camera pose jitter) and its dynamics from the training
+profile, so neither a colour nor a camera pose is something the student can rely on.
+
+1. ``demos``: expert episodes fix the proprioception's normalisation and seed the data;
+2. ``dagger``: the student drives (mixed with the expert with probability
+   ``expert_mix ** (round + 1)``), every visited frame is labelled with the expert's action,
+   and the student is retrained on everything so far.
+
+The loss is the squared error to the expert's normalised action plus ``object_weight`` x the
+squared error of ``object_head``'s cube position: the sim knows where the cube is, and
+that target teaches the encoder to find it far faster than the action alone. Frames are
+shifted by up to ``shift_px`` pixels in training (random crop of a padded frame, as DrQ),
+so a camera a few pixels off does not move the policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from simreal_ros.config_schema import setting, validate
+from simreal_ros.policy.camera import CameraSpec
+from simreal_ros.policy.spec import SpecConverter, default_spec
+from simreal_ros.robot.description_record import RobotDescription
+from simreal_ros.training.model import ActorCritic, Architecture, EncoderArchitecture
+from simreal_ros.training.torch_checkpoint import save_checkpoint
+
+# What a camera policy observes besides the image: no field of the cube's pose.
+CAMERA_OBSERVATION_FIELDS = (
+    "joint_position",
+    "joint_velocity",
+    "goal_position",
+    "ee_position",
+    "goal_minus_ee",
+)
+
+
+@dataclasses.dataclass
+class CameraPretrainConfig:
+    task: str = setting("push", "task to learn", choices=("push", "reach"))
+    profile: str = setting(
+        "randomized", "dynamics profile to train in (never a stand-in): nominal, randomized"
+    )
+    seed: int = setting(0, "seed of networks, rollouts and episode seeds", low=0)
+    camera: str = setting("workspace", "the scene camera the policy sees through")
+    width: int = setting(96, "image width (px)", low=16, high=640)
+    height: int = setting(72, "image height (px)", low=16, high=480)
+    demo_episodes: int = setting(120, "expert episodes before DAgger", low=1)
+    dagger_iterations: int = setting(6, "DAgger rounds", low=0)
+    dagger_episodes: int = setting(40, "student episodes per DAgger round", low=1)
+    expert_mix: float = setting(0.5, "expert probability in round k: expert_mix ** (k + 1)",
+                                low=0.0, high=1.0)  # fmt: skip
+    demo_steps: int = setting(3000, "gradient steps after the demos", low=1)
+    round_steps: int = setting(1200, "gradient steps after each DAgger round", low=1)
+    batch_size: int = setting(64, "minibatch size", low=4)
+    hidden: int = setting(256, "width of the trunk's two hidden layers", low=8)
+    learning_rate: float = setting(1e-3, "Adam learning rate", low=1e-6, high=1e-1)
+    object_weight: float = setting(1.0, "weight of the cube-position target", low=0.0)
+    shift_px: int = setting(4, "largest random frame shift in training (px)", low=0, high=16)
+    control_rate_hz: float = setting(20.0, "control rate of the policy", low=1.0, high=1000.0)
+    threads: int = setting(2, "torch threads for training", low=1, high=64)
+
+    def __post_init__(self) -> None:
+        validate(self)
+        from simreal_ros.sim.profiles import load_profile
+
+        if load_profile(self.profile).is_stand_in:
+            raise ValueError(
+                f"profile {self.profile!r} is a stand-in for the arm: training must never see "
+                "it. Pretrain in nominal, randomized or your own profile."
+            )
+
+
+class FrameDataset:
+    """Growing arrays of (frame, proprioception, expert label, cube position)."""
+
+    def __init__(self, height: int, width: int, obs_dim: int, act_dim: int) -> None:
+        self.size = 0
+        self.images = np.zeros((4096, height, width, 3), np.uint8)
+        self.obs = np.zeros((4096, obs_dim), np.float32)
+        self.labels = np.zeros((4096, act_dim), np.float32)
+        self.objects = np.zeros((4096, 3), np.float32)
+
+    def add(self, image, obs, label, obj) -> None:
+        if self.size == len(self.images):
+            for name in ("images", "obs", "labels", "objects"):
+                old = getattr(self, name)
+                grown = np.zeros((2 * len(old), *old.shape[1:]), old.dtype)
+                grown[: self.size] = old
+                setattr(self, name, grown)
+        i = self.size
+        self.images[i], self.obs[i], self.labels[i], self.objects[i] = image, obs, label, obj
+        self.size += 1
+
+
+def shifted(images: torch.Tensor, pixels: int, generator: torch.Generator) -> torch.Tensor:
+    """Each image shifted by up to ``pixels`` in x and y (edge-replicated padding, crop)."""
+    if pixels <= 0:
+        return images
+    batch, _, height, width = images.shape
+    padded = nn.functional.pad(images, (pixels,) * 4, mode="replicate")
+    offsets = torch.randint(0, 2 * pixels + 1, (batch, 2), generator=generator)
+    return torch.stack(
+        [
+            padded[i, :, oy : oy + height, ox : ox + width]
+            for i, (oy, ox) in enumerate(offsets.tolist())
+        ]
+    )
+
+
+class CameraPretrainer:
+    def __init__(self, config: CameraPretrainConfig, out: str | Path, *, robot: RobotDescription,
+                 command: str = "") -> None:  # fmt: skip
+        from simreal_ros.robot.kinematics import ToolKinematics
+        from simreal_ros.sim.expert import make_expert
+        from simreal_ros.sim.gym_env import ArmTaskEnv
+        from simreal_ros.sim.visuals import CameraObservations, VisualRandomization
+
+        self.config, self.out, self.robot, self.command = config, Path(out), robot, command
+        torch.manual_seed(config.seed)
+        torch.set_num_threads(config.threads)
+        self.rng = np.random.default_rng(config.seed)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.randomization = VisualRandomization()
+        env = ArmTaskEnv(task=config.task, profile=config.profile, condition="train",
+                         control_rate_hz=config.control_rate_hz, robot=robot)  # fmt: skip
+        self.env = CameraObservations(
+            env, config.camera, config.width, config.height, self.randomization,
+            np.random.default_rng(config.seed + 1),
+        )  # fmt: skip
+        self.expert = make_expert(config.task, robot, config.control_rate_hz)
+        self.camera = CameraSpec(camera_name=config.camera, width=config.width,
+                                 height=config.height)  # fmt: skip
+        spec = default_spec(robot, config.task, config.control_rate_hz, CAMERA_OBSERVATION_FIELDS)
+        self.spec = dataclasses.replace(spec, camera=self.camera)
+        kinematics = ToolKinematics.for_robot(robot)
+        self.converter = SpecConverter(self.spec, kinematics)
+        encoder = EncoderArchitecture(config.height, config.width)
+        hidden = (config.hidden, config.hidden)
+        self.arch = Architecture(self.spec.obs_dim, self.spec.act_dim, hidden, hidden,
+                                 encoder=encoder)  # fmt: skip
+        self.model = ActorCritic(self.arch)
+        self.actor = self.model.actor
+        self.optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.learning_rate)
+        self.data = FrameDataset(config.height, config.width, self.spec.obs_dim,
+                                 self.spec.act_dim)  # fmt: skip
+        self.object_mean = np.zeros(3)
+        self.object_std = np.ones(3)
+        self.next_seed = config.seed * 1_000_000
+        self.log: list[dict[str, Any]] = []
+        self.started = time.perf_counter()
+
+    # --- data ---------------------------------------------------------------------
+
+    def _image_tensor(self, images: np.ndarray) -> torch.Tensor:
+        camera = self.camera
+        x = torch.from_numpy(images).permute(0, 3, 1, 2).to(torch.float32)
+        return (x / 255.0 - camera.pixel_mean) / camera.pixel_std
+
+    def rollout(self, expert_probability: float) -> bool:
+        """One episode; every frame is stored with the expert's label and the cube's pose."""
+        seed = self.next_seed
+        self.next_seed += 1
+        observation, _ = self.env.reset(seed=seed, options={"condition": "train"})
+        self.expert.reset()
+        success = done = False
+        while not done:
+            q = np.asarray(observation["joint_position"], dtype=np.float64)
+            label = self.converter.action_from_command(self.expert.act(observation), q)
+            vector = self.converter.observation_vector(observation)
+            self.data.add(observation["image"], vector, label, observation["object_position"])
+            if expert_probability >= 1.0 or self.rng.random() < expert_probability:
+                action = label
+            else:
+                with torch.no_grad():
+                    obs_t = torch.as_tensor(self.converter.normalize(vector), dtype=torch.float32)
+                    image_t = self._image_tensor(observation["image"][None])
+                    action = self.actor(obs_t[None], image_t)[0].numpy().astype(np.float64)
+            target = self.converter.command_from_action(action, q)
+            observation, _, terminated, truncated, info = self.env.step(target)
+            success = success or bool(info["success"])
+            done = terminated or truncated
+        return success
+
+    def _fit_statistics(self) -> None:
+        n = self.data.size
+        obs = self.data.obs[:n].astype(np.float64)
+        self.spec = self.spec.with_statistics(obs.mean(0), obs.std(0))
+        self.converter = SpecConverter(self.spec, self.converter.forward_kinematics)
+        objects = self.data.objects[:n].astype(np.float64)
+        self.object_mean, self.object_std = objects.mean(0), np.maximum(objects.std(0), 1e-3)
+
+    # --- learning -----------------------------------------------------------------
+
+    def train(self, steps: int) -> dict[str, float]:
+        n = self.data.size
+        mean = torch.as_tensor(self.spec.obs_mean, dtype=torch.float32)
+        inv_std = 1.0 / torch.as_tensor(self.spec.obs_std, dtype=torch.float32)
+        object_mean = torch.as_tensor(self.object_mean, dtype=torch.float32)
+        object_std = torch.as_tensor(self.object_std, dtype=torch.float32)
+        totals = {"action": 0.0, "object": 0.0}
+        self.actor.train()
+        for _ in range(steps):
+            index = self.rng.integers(0, n, self.config.batch_size)
+            images = shifted(self._image_tensor(self.data.images[index]), self.config.shift_px,
+                             self.generator)  # fmt: skip
+            obs = (torch.from_numpy(self.data.obs[index]) - mean) * inv_std
+            labels = torch.from_numpy(self.data.labels[index])
+            objects = (torch.from_numpy(self.data.objects[index]) - object_mean) / object_std
+            action, predicted = self.actor.act_and_object(obs, images)
+            action_loss = nn.functional.mse_loss(action, labels)
+            object_loss = nn.functional.mse_loss(predicted, objects)
+            loss = action_loss + self.config.object_weight * object_loss
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            totals["action"] += float(action_loss.detach())
+            totals["object"] += float(object_loss.detach())
+        self.actor.eval()
+        return {k: v / steps for k, v in totals.items()}
+
+    def run(self) -> Path:
+        config = self.config
+        demo_successes = sum(self.rollout(1.0) for _ in range(config.demo_episodes))
+        self._fit_statistics()
+        losses = self.train(config.demo_steps)
+        self._record("demos", config.demo_episodes, demo_successes, losses)
+        for k in range(config.dagger_iterations):
+            mix = config.expert_mix ** (k + 1)
+            successes = sum(self.rollout(mix) for _ in range(config.dagger_episodes))
+            losses = self.train(config.round_steps)
+            self._record(f"dagger {k + 1} (expert {mix:.3f})", config.dagger_episodes,
+                         successes, losses)  # fmt: skip
+        return self.save()
+
+    def _record(self, phase: str, episodes: int, successes: int, losses: dict) -> None:
+        entry = {
+            "phase": phase,
+            "episodes": episodes,
+            "successes": successes,
+            "frames": self.data.size,
+            "minutes": round((time.perf_counter() - self.started) / 60, 2),
+            **{f"{k}_loss": round(v, 5) for k, v in losses.items()},
+        }
+        self.log.append(entry)
+        print(json.dumps(entry), flush=True)
+
+    def save(self) -> Path:
+        minutes = (time.perf_counter() - self.started) / 60
+        return save_checkpoint(
+            self.out,
+            self.model,
+            self.spec,
+            version=f"{self.config.task}-camera-v1",
+            gamma=0.99,
+            training={
+                "command": self.command,
+                "method": (
+                    "DAgger from the scripted privileged expert, with visual domain "
+                    "randomisation and a cube-position target on the encoder's keypoints"
+                ),
+                "config": dataclasses.asdict(self.config),
+                "visual_randomization": self.randomization.to_dict(),
+                "object_normalization": {
+                    "mean": self.object_mean.tolist(),
+                    "std": self.object_std.tolist(),
+                },
+                "log": self.log,
+                "minutes": round(minutes, 1),
+                "frames": self.data.size,
+                "host": {"cpus": _cpus(), "machine": platform.machine()},
+                "torch_threads": torch.get_num_threads(),
+            },
+        )
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
