@@ -1,0 +1,168 @@
+"""Closing a visual gap from the arm's unlabeled frames: CORAL on the camera encoder.
+
+Why CORAL (Sun and Saenko, "Deep CORAL", 2016) rather than MMD or a domain classifier with
+gradient reversal: it needs no extra network and no kernel bandwidth, its loss is a closed
+form of two batches' means and covariances, and it stays well behaved with the few hundred
+arm frames a few episodes give. A domain classifier would have to be trained on those same
+few frames, and gradient reversal is known to oscillate at this scale.
+
+What is aligned: the statistics of every encoder layer's activations (per-pixel channel
+vectors: a colour or lighting change shows there first) and of the keypoints the spatial
+softmax gives (where things are: a camera offset shows there). The distance of one pair of
+feature sets is ``||mu_s - mu_t||^2 / d + ||C_s - C_t||_F^2 / (4 d^2)``: Deep CORAL's
+covariance term plus the means, which a shifted camera moves first.
+
+Only the encoder's LoRA trains (``ENCODER_LORA_TARGETS``); the sim frames keep their expert
+labels as an anchor, so the encoder cannot satisfy the alignment by forgetting the task.
+The arm contributes frames only: no labels, no rewards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from simreal_ros.config_schema import setting, validate
+
+
+@dataclasses.dataclass
+class AlignmentConfig:
+    steps: int = setting(600, "gradient steps", low=1)
+    batch_size: int = setting(32, "frames per domain per step", low=4)
+    rank: int = setting(4, "LoRA rank on the encoder's convolutions", low=1)
+    alpha: int = setting(8, "LoRA alpha", low=1)
+    learning_rate: float = setting(1e-3, "Adam learning rate", low=1e-6, high=1e-1)
+    alignment_weight: float = setting(1.0, "weight of the CORAL terms", low=0.0)
+    anchor_weight: float = setting(1.0, "weight of BC on labelled sim frames", low=0.0)
+    pixels_per_frame: int = setting(64, "activation vectors drawn per frame and layer", low=1)
+    seed: int = setting(0, "seed of batches and pixel draws", low=0)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+def coral_distance(source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``||mu_s - mu_t||^2 / d + ||C_s - C_t||_F^2 / (4 d^2)`` of two (n, d) feature sets."""
+    if source.ndim != 2 or target.ndim != 2 or source.shape[1] != target.shape[1]:
+        raise ValueError(f"coral_distance: shapes {tuple(source.shape)}, {tuple(target.shape)}.")
+    if min(len(source), len(target)) < 2:
+        raise ValueError("coral_distance needs at least two samples per domain.")
+    d = source.shape[1]
+    mu_s, mu_t = source.mean(0), target.mean(0)
+    cs = torch.cov(source.T).reshape(d, d)
+    ct = torch.cov(target.T).reshape(d, d)
+    return (mu_s - mu_t).pow(2).sum() / d + (cs - ct).pow(2).sum() / (4 * d * d)
+
+
+def encoder_features(
+    actor, images: torch.Tensor, pixels_per_frame: int, generator: torch.Generator
+) -> list[torch.Tensor]:
+    """Each encoder layer's activations as (frames x pixels drawn, channels), then the
+    keypoints (frames, 2C). ``actor`` is a ``CameraActor`` (or one wrapped with LoRA)."""
+    from simreal_ros.training.model import spatial_softmax
+
+    out: list[torch.Tensor] = []
+    x = images
+    layers = list(actor.encoder)
+    for index, layer in enumerate(layers):
+        x = layer(x)
+        is_last = index == len(layers) - 1
+        if isinstance(layer, nn.ReLU) or is_last:
+            batch, channels, height, width = x.shape
+            flat = x.permute(0, 2, 3, 1).reshape(batch, height * width, channels)
+            draw = torch.randint(0, height * width, (batch, pixels_per_frame), generator=generator)
+            picked = torch.gather(flat, 1, draw[..., None].expand(-1, -1, channels))
+            out.append(picked.reshape(-1, channels))
+    out.append(spatial_softmax(x))
+    return out
+
+
+def feature_distance(actor, sim_images, arm_images, pixels_per_frame: int, seed: int) -> float:
+    """The summed CORAL distance of the encoder's features on two sets of frames."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        sim = encoder_features(actor, sim_images, pixels_per_frame, generator)
+        arm = encoder_features(actor, arm_images, pixels_per_frame, generator)
+        return float(sum(coral_distance(s, a) for s, a in zip(sim, arm, strict=True)))
+
+
+@dataclasses.dataclass
+class AlignmentResult:
+    peft_model: object
+    distance_before: float  # on the held-out frames
+    distance_after: float
+    anchor_loss: float  # BC on sim frames, last 50 steps' mean
+
+
+def align_encoder(
+    actor,
+    sim_images: torch.Tensor,
+    sim_obs: torch.Tensor,
+    sim_labels: torch.Tensor,
+    arm_images: torch.Tensor,
+    config: AlignmentConfig,
+    held_out: float = 0.25,
+    targets: Sequence[str] | None = None,
+) -> AlignmentResult:
+    """Train LoRA on ``actor``'s encoder so its features on ``arm_images`` match those on
+    ``sim_images``, while its actions on the sim frames keep to ``sim_labels``.
+
+    Images are normalised tensors (N, 3, H, W); ``sim_obs`` the normalised
+    proprioception of the sim frames. The distance is reported on held-out frames of both
+    domains; training never sees them. Raises when the alignment did not lower it.
+    """
+    from simreal_ros.learner import lora
+    from simreal_ros.training.model import ENCODER_LORA_TARGETS
+
+    rng = np.random.default_rng(config.seed)
+    generator = torch.Generator().manual_seed(config.seed)
+    sim_train, sim_test = _split(len(sim_images), held_out, rng)
+    arm_train, arm_test = _split(len(arm_images), held_out, rng)
+    before = feature_distance(
+        actor, sim_images[sim_test], arm_images[arm_test], config.pixels_per_frame, config.seed
+    )
+    model = lora.wrap(
+        actor, rank=config.rank, alpha=config.alpha, targets=targets or ENCODER_LORA_TARGETS
+    )
+    inner = lora.inner(model)
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(parameters, lr=config.learning_rate)
+    anchors: list[float] = []
+    for _ in range(config.steps):
+        s = torch.as_tensor(rng.choice(sim_train, config.batch_size))
+        a = torch.as_tensor(rng.choice(arm_train, config.batch_size))
+        sim_features = encoder_features(inner, sim_images[s], config.pixels_per_frame, generator)
+        arm_features = encoder_features(inner, arm_images[a], config.pixels_per_frame, generator)
+        alignment = sum(
+            coral_distance(x, y) for x, y in zip(sim_features, arm_features, strict=True)
+        )
+        action = inner(sim_obs[s], sim_images[s])
+        anchor = nn.functional.mse_loss(action, sim_labels[s])
+        loss = config.alignment_weight * alignment + config.anchor_weight * anchor
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        anchors.append(float(anchor.detach()))
+    model.eval()
+    after = feature_distance(
+        inner, sim_images[sim_test], arm_images[arm_test], config.pixels_per_frame, config.seed
+    )
+    if not after < before:
+        raise RuntimeError(
+            f"visual alignment did not lower the feature distance on held-out frames "
+            f"({before:.4g} -> {after:.4g}); the adapter is not used. More arm frames or "
+            "steps may help; check that the arm's frames show the task."
+        )
+    return AlignmentResult(model, before, after, float(np.mean(anchors[-50:])))
+
+
+def _split(n: int, held_out: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    if n < 8:
+        raise ValueError(f"visual alignment needs at least 8 frames per domain; got {n}.")
+    order = rng.permutation(n)
+    cut = max(2, round(n * held_out))
+    return order[cut:], order[:cut]

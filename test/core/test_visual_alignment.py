@@ -1,0 +1,116 @@
+"""CORAL alignment of the camera encoder: the distance is a real distance, training on
+unlabeled stand-in frames lowers it on held-out frames, only the encoder's LoRA trains,
+and an alignment that changes nothing fails loudly."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from simreal_ros.sim.rendering import ensure_headless_gl
+
+ensure_headless_gl()
+
+from simreal_ros.learner import lora  # noqa: E402
+from simreal_ros.learner.visual_alignment import (  # noqa: E402
+    AlignmentConfig,
+    align_encoder,
+    coral_distance,
+)
+from simreal_ros.policy.camera import CameraSpec, normalized_image  # noqa: E402
+from simreal_ros.policy.spec import default_spec  # noqa: E402
+from simreal_ros.robot.description import load_robot_description  # noqa: E402
+from simreal_ros.sim.gym_env import ArmTaskEnv  # noqa: E402
+from simreal_ros.sim.profiles import load_profile  # noqa: E402
+from simreal_ros.sim.visuals import NOMINAL, CameraObservations  # noqa: E402
+from simreal_ros.training.camera_pretrain import CAMERA_OBSERVATION_FIELDS  # noqa: E402
+from simreal_ros.training.model import (  # noqa: E402
+    ActorCritic,
+    Architecture,
+    EncoderArchitecture,
+)
+
+ROBOT = load_robot_description()
+CAMERA = CameraSpec(width=32, height=24)
+
+
+def rendered(appearance, seeds) -> torch.Tensor:
+    """One frame after reset and one after a step, per seed, normalised."""
+    env = CameraObservations(
+        ArmTaskEnv(task="push", profile="nominal", robot=ROBOT), "workspace", 32, 24, appearance
+    )
+    images = []
+    try:
+        for seed in seeds:
+            obs, _ = env.reset(seed=int(seed), options={"condition": "train"})
+            images.append(obs["image"])
+            images.append(env.step(obs["joint_position"] + 0.03)[0]["image"])
+    finally:
+        env.close()
+    return torch.as_tensor(np.stack([normalized_image(i, CAMERA) for i in images])).float()
+
+
+@pytest.fixture(scope="module")
+def frames():
+    stand_in = load_profile("visual_shift").visual
+    return rendered(NOMINAL, range(12)), rendered(stand_in, range(50, 62))
+
+
+def tiny_actor():
+    torch.manual_seed(0)
+    spec = dataclasses.replace(
+        default_spec(ROBOT, "push", 20.0, CAMERA_OBSERVATION_FIELDS), camera=CAMERA
+    )
+    encoder = EncoderArchitecture(24, 32, channels=(6, 8, 6))
+    arch = Architecture(spec.obs_dim, spec.act_dim, (16, 16), (16, 16), encoder=encoder)
+    return ActorCritic(arch).actor, spec
+
+
+def test_coral_distance_is_zero_for_equal_sets_and_grows_with_shift():
+    x = torch.randn(200, 5, generator=torch.Generator().manual_seed(0))
+    assert float(coral_distance(x, x)) == pytest.approx(0.0, abs=1e-12)
+    assert float(coral_distance(x, x + 0.5)) > float(coral_distance(x, x + 0.1)) > 0.0
+    assert float(coral_distance(x, 3 * x)) > 0.1  # covariance alone
+    with pytest.raises(ValueError, match="shapes"):
+        coral_distance(x, x[:, :3])
+
+
+def test_alignment_lowers_the_feature_distance_on_held_out_frames(frames):
+    sim_images, arm_images = frames
+    actor, spec = tiny_actor()
+    generator = torch.Generator().manual_seed(1)
+    sim_obs = torch.randn(len(sim_images), spec.obs_dim, generator=generator)
+    with torch.no_grad():  # the anchor: keep the base's own actions on the sim frames
+        labels = actor(sim_obs, sim_images)
+    before_state = {k: v.clone() for k, v in actor.state_dict().items()}
+    result = align_encoder(
+        actor, sim_images, sim_obs, labels, arm_images, AlignmentConfig(steps=60, batch_size=8)
+    )
+    print(f"held-out feature distance {result.distance_before:.4g} -> {result.distance_after:.4g}")
+    assert result.distance_after < 0.8 * result.distance_before
+    trained = {k for k, v in lora.adapter_state(result.peft_model).items()}
+    assert trained and all(".encoder." in k for k in trained)  # only the encoder's LoRA
+    for k, v in actor.state_dict().items():  # the base is untouched
+        torch.testing.assert_close(v, before_state[k], rtol=0, atol=0)
+
+
+def test_an_alignment_that_changes_nothing_fails_loudly(frames):
+    sim_images, arm_images = frames
+    actor, spec = tiny_actor()
+    sim_obs = torch.zeros(len(sim_images), spec.obs_dim)
+    labels = torch.zeros(len(sim_images), spec.act_dim)
+    idle = AlignmentConfig(steps=3, batch_size=8, alignment_weight=0.0, anchor_weight=0.0)
+    with pytest.raises(RuntimeError, match="did not lower the feature distance"):
+        align_encoder(actor, sim_images, sim_obs, labels, arm_images, idle)
+
+
+def test_too_few_frames_is_a_clear_error(frames):
+    sim_images, arm_images = frames
+    actor, spec = tiny_actor()
+    sim_obs = torch.zeros(len(sim_images), spec.obs_dim)
+    labels = torch.zeros(len(sim_images), spec.act_dim)
+    with pytest.raises(ValueError, match="at least 8 frames"):
+        align_encoder(actor, sim_images, sim_obs, labels, arm_images[:4], AlignmentConfig())
