@@ -57,8 +57,8 @@ class PremiseResult:
     nominal: dict[str, Any]
     stand_in: dict[str, Any]
     feasible: dict[str, Any]
-    rank_sim: float
-    rank_stand_in: float
+    rank_sim: float | None  # None: the policy has no critic (a camera policy)
+    rank_stand_in: float | None
     checks: dict[str, bool]
 
     @property
@@ -154,18 +154,21 @@ def check_premise(
     )
     feasible = {k: v for k, v in feasible.items() if k != "failed_seeds"}
     feasible |= {"lead": tuning.command_lead, "speed": tuning.speed_scale, "sweep": sweep}
-    rank_sim = value_rank(
-        checkpoint, cfg.task, cfg.sim_profile, cfg.value_episodes, cfg.first_seed, robot=robot
-    )
-    rank_stand_in = value_rank(
-        checkpoint, cfg.task, cfg.stand_in, cfg.value_episodes, cfg.first_seed, robot=robot
-    )
     checks = {
         "stand_in_fails": stand_in["success_rate"] <= cfg.max_stand_in,
         "nominal_succeeds": nominal["success_rate"] >= cfg.min_nominal,
         "feasible": feasible["rate"] >= cfg.min_feasible,
-        "v_sim_ranks_stand_in": rank_stand_in >= cfg.min_rank,
     }
+    rank_sim = rank_stand_in = None
+    if checkpoint.model.critic is not None:  # a camera policy has no V_sim to check
+        rank_sim = value_rank(
+            checkpoint, cfg.task, cfg.sim_profile, cfg.value_episodes, cfg.first_seed,
+            robot=robot,
+        )  # fmt: skip
+        rank_stand_in = value_rank(
+            checkpoint, cfg.task, cfg.stand_in, cfg.value_episodes, cfg.first_seed, robot=robot
+        )
+        checks["v_sim_ranks_stand_in"] = rank_stand_in >= cfg.min_rank
     return PremiseResult(cfg, nominal, stand_in, feasible, rank_sim, rank_stand_in, checks)
 
 
@@ -190,16 +193,22 @@ def format_premise(result: PremiseResult) -> str:
         f"  {mark(c['feasible'])} retuned expert on the stand-in (lead "
         f"{result.feasible['lead']:g}, speed {result.feasible['speed']:g}): "
         f"{rate(result.feasible, 'rate')}  (target >= {cfg.min_feasible:.0%}: feasible)",
-        f"  {mark(c['v_sim_ranks_stand_in'])} V_sim rank correlation with the return-to-go: "
-        f"stand-in {result.rank_stand_in:.2f}, sim ({cfg.sim_profile}) {result.rank_sim:.2f}"
-        f"  (target >= {cfg.min_rank:.2f})",
     ]
+    if "v_sim_ranks_stand_in" in c:
+        lines.append(
+            f"  {mark(c['v_sim_ranks_stand_in'])} V_sim rank correlation with the return-to-go: "
+            f"stand-in {result.rank_stand_in:.2f}, sim ({cfg.sim_profile}) {result.rank_sim:.2f}"
+            f"  (target >= {cfg.min_rank:.2f})"
+        )
+    else:
+        lines.append("  n/a  V_sim rank: this policy has no critic (a camera policy).")
     if result.holds:
-        lines.append("premise holds: a real gap, a feasible task, and V_sim ranks its states.")
+        ranks = ", and V_sim ranks its states" if "v_sim_ranks_stand_in" in c else ""
+        lines.append(f"premise holds: a real gap, a feasible task{ranks}.")
     else:
         failed = ", ".join(name for name, ok in c.items() if not ok)
         lines.append(f"premise FAILS ({failed}): fine-tuning results here need that caveat.")
-        if not c["v_sim_ranks_stand_in"]:
+        if not c.get("v_sim_ranks_stand_in", True):
             lines.append(
                 "  V_sim does not rank the stand-in's states: SGFT's premise fails here; "
                 "refit V_sim in sim on wider rollouts, never on the stand-in."

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -88,6 +89,29 @@ def feature_distance(actor, sim_images, arm_images, pixels_per_frame: int, seed:
         sim = encoder_features(actor, sim_images, pixels_per_frame, generator)
         arm = encoder_features(actor, arm_images, pixels_per_frame, generator)
         return float(sum(coral_distance(s, a) for s, a in zip(sim, arm, strict=True)))
+
+
+# The arm's frames are "outside the sim's distribution" past this many times the distance
+# between two halves of the sim's own frames (the sampling floor at these sizes).
+PERCEPTION_SHIFT_RATIO = 3.0
+
+
+def feature_shift(actor, sim_images, arm_images, pixels_per_frame: int = 64, seed: int = 0):
+    """How far the encoder's features on the arm's frames lie from those on sim frames, over
+    the distance between two random halves of the sim frames (equal sizes on both sides):
+    about 1 when the arm's frames look like the sim's, large when the pixels differ. The
+    perception diagnosis: ``ratio`` > ``PERCEPTION_SHIFT_RATIO`` points at the camera."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(sim_images))
+    half = min(len(order) // 2, len(arm_images))
+    if half < 4:
+        raise ValueError("feature_shift needs at least 8 sim frames and 4 arm frames.")
+    first, second = order[:half], order[half : 2 * half]
+    arm = rng.permutation(len(arm_images))[:half]
+    floor = feature_distance(actor, sim_images[first], sim_images[second], pixels_per_frame, seed)
+    shift = feature_distance(actor, sim_images[first], arm_images[arm], pixels_per_frame, seed)
+    return {"distance": shift, "floor": floor, "ratio": shift / max(floor, 1e-12),
+            "outside_sim": shift > PERCEPTION_SHIFT_RATIO * floor}  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -166,3 +190,67 @@ def _split(n: int, held_out: float, rng: np.random.Generator) -> tuple[np.ndarra
     order = rng.permutation(n)
     cut = max(2, round(n * held_out))
     return order[cut:], order[:cut]
+
+
+def align_to_arm_frames(
+    base_dir: str | Path,
+    arm_frames: np.ndarray,
+    out_dir: str | Path,
+    robot,
+    *,
+    version: str,
+    parent_version: str | None = None,
+    sim_profile: str = "randomized",
+    sim_episodes: int = 20,
+    config: AlignmentConfig | None = None,
+) -> dict:
+    """The learner method: a peft adapter on a camera base's encoder, aligned to the arm's
+    frames (``arm_frames``: uint8 (N, H, W, 3) RGB as recorded, no labels).
+
+    Sim frames of the same task come from ``sim_episodes`` episodes in ``sim_profile``
+    under the pretraining's visual randomisation, driven half by the base and half by the
+    expert (which labels every frame: the anchor). Writes ``out_dir`` (peft files plus
+    ``simreal_adapter.json``) and returns what it measured.
+    """
+    from simreal_ros.learner import lora
+    from simreal_ros.policy.checkpoint import write_adapter_metadata
+    from simreal_ros.sim.visuals import VisualRandomization
+    from simreal_ros.training.camera_pretrain import FrameCollector
+    from simreal_ros.training.torch_checkpoint import load_checkpoint
+
+    config = config or AlignmentConfig()
+    base = load_checkpoint(base_dir, robot, with_critic=False)
+    camera = base.spec.camera
+    if camera is None:
+        raise ValueError(f"{base_dir} is a state policy; visual alignment needs a camera policy.")
+    arm_frames = np.asarray(arm_frames)
+    if arm_frames.ndim != 4 or arm_frames.dtype != np.uint8:
+        raise ValueError(f"arm frames: need uint8 (N, H, W, 3); got {arm_frames.dtype} "
+                         f"{arm_frames.shape}.")  # fmt: skip
+    camera.check_frame(arm_frames.shape[2], arm_frames.shape[1], "rgb8")
+    collector = FrameCollector(base.spec, robot, sim_profile, VisualRandomization(), config.seed)
+    actor = base.model.actor
+    for k in range(sim_episodes):
+        collector.rollout(7_000_000 + config.seed * 1000 + k, 0.5, actor)
+    n = collector.data.size
+    converter = collector.converter
+    sim_images = collector.image_tensor(collector.data.images[:n])
+    sim_obs = torch.as_tensor(
+        converter.normalize(collector.data.obs[:n].astype(np.float64)), dtype=torch.float32
+    )
+    sim_labels = torch.from_numpy(collector.data.labels[:n].copy())
+    arm_images = collector.image_tensor(arm_frames)
+    result = align_encoder(actor, sim_images, sim_obs, sim_labels, arm_images, config)
+    out_dir = Path(out_dir)
+    lora.save(result.peft_model, out_dir)
+    summary = {
+        "method": "visual_alignment",
+        "arm_frames": len(arm_frames),
+        "sim_frames": n,
+        "feature_distance_before": result.distance_before,
+        "feature_distance_after": result.distance_after,
+        "anchor_loss": result.anchor_loss,
+        "config": dataclasses.asdict(config),
+    }
+    write_adapter_metadata(out_dir, base, version, parent_version, training=summary)
+    return summary

@@ -121,59 +121,43 @@ def shifted(images: torch.Tensor, pixels: int, generator: torch.Generator) -> to
     )
 
 
-class CameraPretrainer:
-    def __init__(self, config: CameraPretrainConfig, out: str | Path, *, robot: RobotDescription,
-                 command: str = "") -> None:  # fmt: skip
-        from simreal_ros.robot.kinematics import ToolKinematics
+class FrameCollector:
+    """Episodes in sim through a camera, every frame stored with the expert's label.
+
+    ``appearance``: a ``VisualRandomization`` (drawn per episode) or fixed settings. The
+    student drives with probability 1 - ``expert_probability`` per step when given."""
+
+    def __init__(self, spec, robot: RobotDescription, profile: str, appearance, seed: int,
+                 rng: np.random.Generator | None = None):  # fmt: skip
         from simreal_ros.sim.expert import make_expert
         from simreal_ros.sim.gym_env import ArmTaskEnv
-        from simreal_ros.sim.visuals import CameraObservations, VisualRandomization
+        from simreal_ros.sim.visuals import CameraObservations
 
-        self.config, self.out, self.robot, self.command = config, Path(out), robot, command
-        torch.manual_seed(config.seed)
-        torch.set_num_threads(config.threads)
-        self.rng = np.random.default_rng(config.seed)
-        self.generator = torch.Generator().manual_seed(config.seed)
-        self.randomization = VisualRandomization()
-        env = ArmTaskEnv(task=config.task, profile=config.profile, condition="train",
-                         control_rate_hz=config.control_rate_hz, robot=robot)  # fmt: skip
-        self.env = CameraObservations(
-            env, config.camera, config.width, config.height, self.randomization,
-            np.random.default_rng(config.seed + 1),
-        )  # fmt: skip
-        self.expert = make_expert(config.task, robot, config.control_rate_hz)
-        self.camera = CameraSpec(camera_name=config.camera, width=config.width,
-                                 height=config.height)  # fmt: skip
-        spec = default_spec(robot, config.task, config.control_rate_hz, CAMERA_OBSERVATION_FIELDS)
-        self.spec = dataclasses.replace(spec, camera=self.camera)
-        kinematics = ToolKinematics.for_robot(robot)
-        self.converter = SpecConverter(self.spec, kinematics)
-        encoder = EncoderArchitecture(config.height, config.width)
-        hidden = (config.hidden, config.hidden)
-        self.arch = Architecture(self.spec.obs_dim, self.spec.act_dim, hidden, hidden,
-                                 encoder=encoder)  # fmt: skip
-        self.model = ActorCritic(self.arch)
-        self.actor = self.model.actor
-        self.optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.learning_rate)
-        self.data = FrameDataset(config.height, config.width, self.spec.obs_dim,
-                                 self.spec.act_dim)  # fmt: skip
-        self.object_mean = np.zeros(3)
-        self.object_std = np.ones(3)
-        self.next_seed = config.seed * 1_000_000
-        self.log: list[dict[str, Any]] = []
-        self.started = time.perf_counter()
+        camera = spec.camera
+        env = ArmTaskEnv(task=spec.task, profile=profile, condition="train",
+                         control_rate_hz=spec.control_rate_hz, robot=robot)  # fmt: skip
+        self.env = CameraObservations(env, camera.camera_name, camera.width, camera.height,
+                                      appearance, np.random.default_rng(seed + 1))  # fmt: skip
+        self.expert = make_expert(spec.task, robot, spec.control_rate_hz)
+        self.rng = rng if rng is not None else np.random.default_rng(seed)
+        self.set_spec(spec, SpecConverter.for_robot(spec, robot).forward_kinematics)
+        self.data = FrameDataset(camera.height, camera.width, spec.obs_dim, spec.act_dim)
 
-    # --- data ---------------------------------------------------------------------
+    def set_spec(self, spec, forward_kinematics=None) -> None:
+        self.spec = spec
+        if forward_kinematics is None:
+            forward_kinematics = self.converter.forward_kinematics
+        kinematics = forward_kinematics
+        self.converter = SpecConverter(spec, kinematics)
 
-    def _image_tensor(self, images: np.ndarray) -> torch.Tensor:
-        camera = self.camera
+    def image_tensor(self, images: np.ndarray) -> torch.Tensor:
+        """uint8 (N, H, W, 3) -> the spec's normalised (N, 3, H, W) float32."""
+        camera = self.spec.camera
         x = torch.from_numpy(images).permute(0, 3, 1, 2).to(torch.float32)
         return (x / 255.0 - camera.pixel_mean) / camera.pixel_std
 
-    def rollout(self, expert_probability: float) -> bool:
-        """One episode; every frame is stored with the expert's label and the cube's pose."""
-        seed = self.next_seed
-        self.next_seed += 1
+    def rollout(self, seed: int, expert_probability: float, actor=None) -> bool:
+        """One episode; ``actor`` is a torch ``CameraActor`` (None: the expert drives)."""
         observation, _ = self.env.reset(seed=seed, options={"condition": "train"})
         self.expert.reset()
         success = done = False
@@ -182,24 +166,66 @@ class CameraPretrainer:
             label = self.converter.action_from_command(self.expert.act(observation), q)
             vector = self.converter.observation_vector(observation)
             self.data.add(observation["image"], vector, label, observation["object_position"])
-            if expert_probability >= 1.0 or self.rng.random() < expert_probability:
+            if (
+                actor is None
+                or expert_probability >= 1.0
+                or self.rng.random() < expert_probability
+            ):
                 action = label
             else:
                 with torch.no_grad():
                     obs_t = torch.as_tensor(self.converter.normalize(vector), dtype=torch.float32)
-                    image_t = self._image_tensor(observation["image"][None])
-                    action = self.actor(obs_t[None], image_t)[0].numpy().astype(np.float64)
+                    image_t = self.image_tensor(observation["image"][None])
+                    action = actor(obs_t[None], image_t)[0].numpy().astype(np.float64)
             target = self.converter.command_from_action(action, q)
             observation, _, terminated, truncated, info = self.env.step(target)
             success = success or bool(info["success"])
             done = terminated or truncated
         return success
 
+
+class CameraPretrainer:
+    def __init__(self, config: CameraPretrainConfig, out: str | Path, *, robot: RobotDescription,
+                 command: str = "") -> None:  # fmt: skip
+        from simreal_ros.sim.visuals import VisualRandomization
+
+        self.config, self.out, self.robot, self.command = config, Path(out), robot, command
+        torch.manual_seed(config.seed)
+        torch.set_num_threads(config.threads)
+        self.rng = np.random.default_rng(config.seed)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.randomization = VisualRandomization()
+        self.camera = CameraSpec(camera_name=config.camera, width=config.width,
+                                 height=config.height)  # fmt: skip
+        spec = default_spec(robot, config.task, config.control_rate_hz, CAMERA_OBSERVATION_FIELDS)
+        self.spec = dataclasses.replace(spec, camera=self.camera)
+        self.collector = FrameCollector(
+            self.spec, robot, config.profile, self.randomization, config.seed, self.rng
+        )
+        self.data = self.collector.data
+        encoder = EncoderArchitecture(config.height, config.width)
+        hidden = (config.hidden, config.hidden)
+        self.arch = Architecture(self.spec.obs_dim, self.spec.act_dim, hidden, hidden,
+                                 encoder=encoder)  # fmt: skip
+        self.model = ActorCritic(self.arch)
+        self.actor = self.model.actor
+        self.optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.learning_rate)
+        self.object_mean = np.zeros(3)
+        self.object_std = np.ones(3)
+        self.next_seed = config.seed * 1_000_000
+        self.log: list[dict[str, Any]] = []
+        self.started = time.perf_counter()
+
+    def rollout(self, expert_probability: float) -> bool:
+        seed = self.next_seed
+        self.next_seed += 1
+        return self.collector.rollout(seed, expert_probability, self.actor)
+
     def _fit_statistics(self) -> None:
         n = self.data.size
         obs = self.data.obs[:n].astype(np.float64)
         self.spec = self.spec.with_statistics(obs.mean(0), obs.std(0))
-        self.converter = SpecConverter(self.spec, self.converter.forward_kinematics)
+        self.collector.set_spec(self.spec)
         objects = self.data.objects[:n].astype(np.float64)
         self.object_mean, self.object_std = objects.mean(0), np.maximum(objects.std(0), 1e-3)
 
@@ -215,8 +241,8 @@ class CameraPretrainer:
         self.actor.train()
         for _ in range(steps):
             index = self.rng.integers(0, n, self.config.batch_size)
-            images = shifted(self._image_tensor(self.data.images[index]), self.config.shift_px,
-                             self.generator)  # fmt: skip
+            images = self.collector.image_tensor(self.data.images[index])
+            images = shifted(images, self.config.shift_px, self.generator)
             obs = (torch.from_numpy(self.data.obs[index]) - mean) * inv_std
             labels = torch.from_numpy(self.data.labels[index])
             objects = (torch.from_numpy(self.data.objects[index]) - object_mean) / object_std

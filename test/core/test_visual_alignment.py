@@ -19,6 +19,7 @@ from simreal_ros.learner.visual_alignment import (  # noqa: E402
     AlignmentConfig,
     align_encoder,
     coral_distance,
+    feature_shift,
 )
 from simreal_ros.policy.camera import CameraSpec, normalized_image  # noqa: E402
 from simreal_ros.policy.spec import default_spec  # noqa: E402
@@ -114,3 +115,15 @@ def test_too_few_frames_is_a_clear_error(frames):
     labels = torch.zeros(len(sim_images), spec.act_dim)
     with pytest.raises(ValueError, match="at least 8 frames"):
         align_encoder(actor, sim_images, sim_obs, labels, arm_images[:4], AlignmentConfig())
+
+
+def test_feature_shift_flags_stand_in_frames_and_not_other_sim_frames(frames):
+    sim_images, arm_images = frames
+    other_sim = rendered(NOMINAL, range(100, 106))
+    actor, _ = tiny_actor()
+    same = feature_shift(actor, sim_images, other_sim)
+    shifted = feature_shift(actor, sim_images, arm_images)
+    print(f"shift ratio: other sim frames {same['ratio']:.2f}, stand-in {shifted['ratio']:.2f}")
+    assert not same["outside_sim"]
+    assert shifted["outside_sim"]
+    assert shifted["ratio"] > 3 * same["ratio"]
