@@ -88,7 +88,10 @@ def add_parser(subparsers) -> None:
         "--checkpoint",
         default="",
         help="base checkpoint directory for the policy and the learner (default: the one "
-        "shipped for the robot and task)",
+        "shipped for the robot and task). A camera policy (simreal pretrain-camera; its "
+        "spec has a camera) switches the sim bridge's camera on at the spec's camera name "
+        "and resolution and the policy's control rate: the policy reads /camera/image_raw "
+        "instead of /object/pose and holds the arm when frames stop",
     )
     parser.add_argument(
         "--perception",
@@ -184,6 +187,38 @@ def running_policy(given: dict[str, Any], task: str, checkpoint: str) -> str:
     return f"adapter {current} from {stored.path} on {base}"
 
 
+def policy_camera(args, overrides: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The sim bridge's camera settings when the policy node will run a camera policy (its
+    base checkpoint's spec has a camera; adapters keep the base's), else None. A ``--set
+    sim_bridge.`` camera setting that contradicts the checkpoint is refused: the policy
+    would refuse every frame."""
+    if args.graph != "sim":
+        return None  # on the real graph the robot's camera driver publishes the frames
+    from simreal_ros.policy.checkpoint import CheckpointError, read_metadata, shipped_checkpoint
+    from simreal_ros.policy.spec import PolicySpec
+
+    try:
+        directory = args.checkpoint or shipped_checkpoint(args.task)
+        spec_data = read_metadata(directory).get("spec") or {}
+    except (FileNotFoundError, CheckpointError):
+        # No checkpoint to read: a graph with the policy node refuses to start and says
+        # why (running_policy); one without it (--only) needs no policy camera.
+        return None
+    if spec_data.get("camera") is None:
+        return None
+    spec = PolicySpec.from_dict(spec_data)  # a broken spec says what is wrong
+    settings = description.policy_camera_settings(spec.camera, spec.control_rate_hz)
+    given = overrides.get("sim_bridge", {})
+    for name in ("camera", "camera_name", "camera_width", "camera_height"):
+        if name in given and given[name] != settings[name]:
+            raise ValueError(
+                f"--set sim_bridge.{name}={given[name]}: the camera policy in {directory} "
+                f"was trained on {name}={settings[name]} and would refuse those frames; "
+                "drop the --set (the sim bridge's camera follows the checkpoint)."
+            )
+    return settings
+
+
 def run(args) -> int:
     from simreal_ros.settings_check import check_graph, check_overrides
 
@@ -191,8 +226,14 @@ def run(args) -> int:
     perception = args.perception
     names = [node.name for node in description.graph(args.graph, perception=perception)]
     check_overrides(overrides, names)
+    camera = policy_camera(args, overrides)
     nodes = description.graph(
-        args.graph, overrides, task=args.task, checkpoint=args.checkpoint, perception=perception
+        args.graph,
+        overrides,
+        task=args.task,
+        checkpoint=args.checkpoint,
+        perception=perception,
+        policy_camera=camera,
     )
     description.check_calibration(nodes)
     nodes = description.select(nodes, [n for n in args.only.split(",") if n])
@@ -210,6 +251,12 @@ def run(args) -> int:
     runs = ""
     if "policy" in given:
         runs = f"; policy runs {running_policy(given['policy'], args.task, args.checkpoint)}"
+    if camera and "sim_bridge" in given:
+        bridge = given["sim_bridge"]
+        runs += (
+            f"; a camera policy: the sim bridge renders {bridge['camera_name']} at "
+            f"{bridge['camera_width']}x{bridge['camera_height']}, {bridge['camera_rate_hz']:g} Hz"
+        )
     print(
         f"[simreal up] graph {args.graph}, robot {robot}, task {args.task}"
         + (f", dynamics {describe_dynamics(dynamics)}" if "sim_bridge" in given else "")

@@ -224,6 +224,25 @@ PERCEPTION_CAMERA = {
     "camera_rate_hz": 20.0,
     "publish_object_pose": False,
 }
+
+
+def policy_camera_settings(camera: Any, control_rate_hz: float) -> dict[str, Any]:
+    """The sim bridge's settings for a camera policy (``camera``: its spec's ``CameraSpec``):
+    the camera it was trained on, at its resolution, a frame per control tick (at most the
+    bridge's highest camera rate). The privileged /object/pose stays on for the recorder."""
+    from simreal_ros.config_schema import settings
+    from simreal_ros.sim.bridge import SimBridgeConfig
+
+    highest = settings(SimBridgeConfig)["camera_rate_hz"].metadata["high"]
+    return {
+        "camera": True,
+        "camera_name": camera.camera_name,
+        "camera_width": camera.width,
+        "camera_height": camera.height,
+        "camera_rate_hz": min(float(control_rate_hz), float(highest)),
+    }
+
+
 GRAPH_SETTINGS = {
     "robot": GraphSetting(
         {n: "robot" for n in ("sim_bridge", "safety", "policy", "recorder", "learner")},
@@ -274,6 +293,7 @@ def graph(
     task: str | None = None,
     checkpoint: str = "",
     perception: str = "privileged",
+    policy_camera: dict[str, Any] | None = None,
 ) -> list[NodeSpec]:
     """The nodes of ``profile`` in start order; ``overrides`` maps node -> parameters.
 
@@ -281,7 +301,8 @@ def graph(
     (empty: the shipped one) reach every node that takes them (``GRAPH_SETTINGS``); a
     per-node override of any of them is refused. ``perception`` (``PERCEPTION``): marker
     adds the perception node, and in sim turns the bridge's workspace camera on and its
-    privileged /object/pose off.
+    privileged /object/pose off. ``policy_camera`` (``policy_camera_settings``): the policy
+    runs a camera checkpoint, so in sim the bridge renders the camera it was trained on.
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}.")
@@ -290,6 +311,12 @@ def graph(
             f"unknown perception {perception!r}; choose one of: {', '.join(PERCEPTION)}."
         )
     marker = perception == "marker"
+    if marker and policy_camera:
+        raise ValueError(
+            "--perception marker and a camera policy both need the sim bridge's one camera, "
+            "at different resolutions; a camera policy reads the camera itself and needs no "
+            "/object/pose: drop --perception marker."
+        )
     from simreal_ros.robot.description import resolve_robot_path, selected_robot_path
 
     robot_path = selected_robot_path() if robot is None else resolve_robot_path(robot)
@@ -309,7 +336,7 @@ def graph(
     source = SOURCE_BY_PROFILE[profile]
     nodes = []
     if profile == "sim":
-        camera = PERCEPTION_CAMERA if marker else {}
+        camera = PERCEPTION_CAMERA if marker else (policy_camera or {})
         nodes.append(
             _node(
                 "sim_bridge",

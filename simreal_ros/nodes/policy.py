@@ -6,6 +6,7 @@ Transitions
                 naming the field); open the adapter store; subscribe
     activate    start the control timer: every tick publishes /policy/action (a lifecycle
                 publisher) from the newest /joint_states, /object/pose and /task/status goal
+                (a camera policy: the newest camera frame instead of /object/pose)
     deactivate  stop the timer (nothing is published)
     cleanup     drop subscriptions and free the model
 
@@ -13,9 +14,24 @@ The node never imports torch or peft (numpy weights, numpy LoRA merge), so neith
 nor a hot swap holds the GIL for seconds of imports. Hot swap, the version cache and
 ~/rollback are policy/runtime.py's; a refused load or rollback keeps the running policy and
 says why in the log and on /diagnostics.
+
+A camera checkpoint (its spec has a ``camera``) makes this a camera policy: it subscribes to
+the spec's image topic (the ``image_topic`` parameter must name the same one, or configure
+fails) and not to /object/pose. Each tick pairs the newest frame with the newest joint
+state; no frame yet, or one older than the spec's ``max_frame_age_s``, skips the tick like
+a stale joint state (the safety filter holds the arm). A frame of another resolution or
+encoding is refused, counted and reported (never resized). Adapters of a camera base are
+camera policies too, so hot swap and rollback are unchanged.
 """
 
 from __future__ import annotations
+
+import os
+
+# One OpenBLAS thread, set before numpy loads (in the node's own process): a camera policy's
+# small convolution products took ~30 ms instead of ~3 ms per tick when OpenBLAS spread them
+# over two cores that other processes kept busy.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import time
 from concurrent.futures import Future
@@ -24,16 +40,22 @@ from pathlib import Path
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
+from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import State, TransitionCallbackReturn
-from sensor_msgs.msg import JointState
+from sensor_msgs.msg import Image, JointState
 
 from simreal_ros.msg import PolicyAction, PolicyUpdate, TaskStatus
 from simreal_ros.nodes import qos
 from simreal_ros.nodes.diagnostics import OK, WARN, diagnostic_array
 from simreal_ros.nodes.lifecycle import AutostartLifecycleNode
-from simreal_ros.nodes.observation import NewestMessage, joint_arrays, observation_from_messages
+from simreal_ros.nodes.observation import (
+    NewestFrame,
+    NewestMessage,
+    joint_arrays,
+    observation_from_messages,
+)
 from simreal_ros.nodes.params import declare_config, declare_robot
 from simreal_ros.nodes.runtime import run_node
 from simreal_ros.policy import checkpoint as ckpt
@@ -51,6 +73,18 @@ class PolicyNode(AutostartLifecycleNode):
         )
         self._explore_rng = np.random.default_rng()
         self.robot = declare_robot(self)
+        # Read only to check it against the checkpoint's: a node wired to another camera
+        # than the one it was trained on must not start.
+        self._image_topic = self.declare_parameter(
+            "image_topic",
+            "",
+            ParameterDescriptor(
+                description="A camera policy's image topic (sensor_msgs/Image); empty: the "
+                "checkpoint's (spec.camera.image_topic). Any other value fails configure: "
+                "remap the camera driver's topic instead. Unused by a state policy.",
+                read_only=True,
+            ),
+        ).value
         # The base, the adapter store and the merged versions (policy/runtime.py).
         self.versions = PolicyVersions(self.robot, warn=self.get_logger().warning)
         # Newest observations (deserialized at the tick, once; reordered to controller order).
@@ -58,6 +92,7 @@ class PolicyNode(AutostartLifecycleNode):
         self._joint_order = JointOrder(self.robot.joint_names)
         self._timer = None
         self.ticks = ControlTicks()
+        self.stale_frames = 0  # ticks a camera policy skipped for want of a fresh frame
         self._subscriptions_ = []
         self._action_pub = None
         self._action = PolicyAction(joint_names=list(self.robot.joint_names))
@@ -89,7 +124,11 @@ class PolicyNode(AutostartLifecycleNode):
         try:  # any failure here is said in the log and on /diagnostics, never dropped
             directory = self._checkpoint_dir()
             self.versions.configure(directory, rate, self.config.adapter_store)
+            camera = self.versions.checkpoint.spec.camera
+            if camera is not None:
+                camera.check_topic(self._image_topic or camera.image_topic)
         except Exception as error:
+            self.versions.release()  # a refused camera topic: drop the loaded base too
             self.versions.last_error = f"configure refused: {error}"
             self.get_logger().error(self.versions.last_error)
             self._publish_diagnostics()
@@ -100,12 +139,18 @@ class PolicyNode(AutostartLifecycleNode):
         self.ticks.period_ns = round(1e9 / checkpoint.spec.control_rate_hz)
         action = (PolicyAction, "/policy/action", qos.COMMAND)
         self._action_pub = self.create_lifecycle_publisher(*action)
-        newest = (
+        newest = [
             (JointState, "/joint_states", self._joints, qos.SENSOR_DATA),
-            (PoseStamped, "/object/pose", self._object, qos.SENSOR_DATA),
             (TaskStatus, "/task/status", self._status, qos.STATUS),
-        )
+        ]
+        camera = checkpoint.spec.camera
+        if camera is None:  # a camera policy sees the cube in its frames
+            newest.append((PoseStamped, "/object/pose", self._object, qos.SENSOR_DATA))
         self._subscriptions_ = [self.create_subscription(*topic, raw=True) for topic in newest]
+        if camera is not None:
+            self._frame = NewestFrame(camera)
+            image = (Image, camera.image_topic, self._on_frame, qos.SENSOR_DATA)
+            self._subscriptions_.append(self.create_subscription(*image))
         updates = (PolicyUpdate, "/learner/policy_update", self._on_policy_update, qos.LATCHED)
         self._subscriptions_.append(self.create_subscription(*updates))
         self.get_logger().info(f"configured: running {self.versions.summary()}")
@@ -144,6 +189,8 @@ class PolicyNode(AutostartLifecycleNode):
         self._joints = NewestMessage(JointState)
         self._object = NewestMessage(PoseStamped)
         self._status = NewestMessage(TaskStatus)
+        self._frame: NewestFrame | None = None  # a camera policy's, from configure
+        self._frame_error_logged = ""
 
     def destroy_node(self) -> None:
         self.versions.shutdown()
@@ -162,22 +209,44 @@ class PolicyNode(AutostartLifecycleNode):
             )
         return arrays
 
+    def _on_frame(self, msg: Image) -> None:
+        frame = self._frame
+        if frame is None:
+            return
+        frame(msg)
+        if frame.error and frame.error != self._frame_error_logged:  # once per reason
+            self._frame_error_logged = frame.error
+            self.get_logger().error(f"camera frame refused, the policy holds: {frame.error}")
+
     def _on_tick(self) -> None:
         policy = self.versions.running  # one read: a swap lands between ticks, not inside
         if policy is None or self._action_pub is None:
             return
         ticks = self.ticks
         sequence = ticks.next_sequence(self.get_clock().now().nanoseconds)
-        joint_msg, object_msg = self._joints.read(), self._object.read()
-        status_msg = self._status.read()
+        frame = self._frame
+        joint_msg, status_msg = self._joints.read(), self._status.read()
+        object_msg = self._object.read() if frame is None else None
         joints = None if joint_msg is None else self._joint_arrays(joint_msg)
-        have_all = joints is not None and object_msg is not None and status_msg is not None
-        # The older of the joints and the cube's pose: a perception node that loses the
-        # marker stops publishing, and the arm must not act on its last pose.
-        age_s = time.monotonic() - min(self._joints.received, self._object.received)
+        have_all = joints is not None and status_msg is not None
+        now = time.monotonic()
+        if frame is None:
+            have_all = have_all and object_msg is not None
+            # The older of the joints and the cube's pose: a perception node that loses the
+            # marker stops publishing, and the arm must not act on its last pose.
+            age_s = now - min(self._joints.received, self._object.received)
+        else:
+            age_s = now - self._joints.received
         if not ticks.observations_ready(have_all, age_s, self.config.max_observation_age):
             return
-        observation = observation_from_messages(joints, object_msg, status_msg.goal)
+        # The camera fails closed the same way: no frame yet or a stale one skips the tick.
+        if frame is not None and not ticks.observations_ready(
+            frame.received > 0.0, frame.age_s(now), frame.camera.max_frame_age_s
+        ):
+            self.stale_frames += 1
+            return
+        image = None if frame is None else frame.image
+        observation = observation_from_messages(joints, object_msg, status_msg.goal, image)
         start = time.perf_counter()
         config = self.config  # one read: a parameter change lands between ticks
         try:
@@ -225,10 +294,20 @@ class PolicyNode(AutostartLifecycleNode):
 
     def statistics(self) -> dict[str, float]:
         now = time.monotonic()
+        frame = self._frame
+        if frame is None:
+            cube = {"object_pose_age_ms": self._object.age_ms(now)}
+        else:  # a camera policy reads no cube pose
+            cube = {
+                "frame_age_ms": frame.age_ms(now),
+                "stale_frames": self.stale_frames,
+                "frames_received": frame.frames,
+                "refused_frames": frame.refused,
+            }
         return {
             **self.ticks.statistics(),
             "joint_state_age_ms": self._joints.age_ms(now),
-            "object_pose_age_ms": self._object.age_ms(now),
+            **cube,
             "task_status_age_ms": self._status.age_ms(now),
             "swaps": self.versions.swaps,
         }
@@ -237,6 +316,22 @@ class PolicyNode(AutostartLifecycleNode):
         configured = self.versions.checkpoint is not None
         state = "active" if self._timer else ("configured" if configured else "unconfigured")
         healthy, message, values = diagnostic_report(state, self.versions, self.statistics())
+        frame = self._frame
+        if frame is not None:
+            values["frame_error"] = frame.error
+            max_age_s, now = frame.camera.max_frame_age_s, time.monotonic()
+            if frame.error:  # the camera is wired wrong: say so, the policy holds
+                healthy = False
+                message = f"camera frames refused ({frame.refused}): {frame.error}"
+            elif state == "active" and frame.age_s(now) > max_age_s:
+                healthy = False
+                newest = f"{frame.age_ms(now):.0f} ms old" if frame.received else "none yet"
+                message = (
+                    f"no fresh camera frame on {frame.camera.image_topic} (newest: {newest}; "
+                    f"max {max_age_s * 1000:.0f} ms): the policy holds the arm"
+                )
+            if self.versions.last_error:  # a refused load or rollback is said first
+                message = self.versions.last_error
         level = OK if healthy else WARN
         name = "policy: inference"
         self._diag_pub.publish(
