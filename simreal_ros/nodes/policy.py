@@ -40,7 +40,6 @@ from pathlib import Path
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import State, TransitionCallbackReturn
@@ -73,18 +72,6 @@ class PolicyNode(AutostartLifecycleNode):
         )
         self._explore_rng = np.random.default_rng()
         self.robot = declare_robot(self)
-        # Read only to check it against the checkpoint's: a node wired to another camera
-        # than the one it was trained on must not start.
-        self._image_topic = self.declare_parameter(
-            "image_topic",
-            "",
-            ParameterDescriptor(
-                description="A camera policy's image topic (sensor_msgs/Image); empty: the "
-                "checkpoint's (spec.camera.image_topic). Any other value fails configure: "
-                "remap the camera driver's topic instead. Unused by a state policy.",
-                read_only=True,
-            ),
-        ).value
         # The base, the adapter store and the merged versions (policy/runtime.py).
         self.versions = PolicyVersions(self.robot, warn=self.get_logger().warning)
         # Newest observations (deserialized at the tick, once; reordered to controller order).
@@ -126,7 +113,8 @@ class PolicyNode(AutostartLifecycleNode):
             self.versions.configure(directory, rate, self.config.adapter_store)
             camera = self.versions.checkpoint.spec.camera
             if camera is not None:
-                camera.check_topic(self._image_topic or camera.image_topic)
+                # A node wired to another camera than it was trained on must not start.
+                camera.check_topic(self.config.image_topic or camera.image_topic)
         except Exception as error:
             self.versions.release()  # a refused camera topic: drop the loaded base too
             self.versions.last_error = f"configure refused: {error}"

@@ -37,6 +37,12 @@ class PolicyNodeConfig:
         high=60.0,
         unit="s",
     )
+    image_topic: str = setting(
+        "",
+        "A camera policy's image topic (sensor_msgs/Image); empty: the checkpoint's "
+        "(spec.camera.image_topic). Any other value fails configure: remap the camera "
+        "driver's topic instead. Unused by a state policy",
+    )
     adapter_store: str = setting(
         "",
         "The learner's adapter store (its store_root): its versions are preloaded at "
