@@ -78,6 +78,7 @@ def exit_status(code: int | None) -> str:
 # a loaded 2-core host.
 STOP_GRACE_S = 10.0
 
+
 def stopped_line(
     reason: str, names: Sequence[str], codes: dict[str, int], exit_code: int | None
 ) -> str:
