@@ -191,9 +191,8 @@ def policy_camera(args, overrides: dict[str, dict[str, Any]]) -> dict[str, Any] 
     """The sim bridge's camera settings when the policy node will run a camera policy (its
     base checkpoint's spec has a camera; adapters keep the base's), else None. A ``--set
     sim_bridge.`` camera setting that contradicts the checkpoint is refused: the policy
-    would refuse every frame."""
-    if args.graph != "sim":
-        return None  # on the real graph the robot's camera driver publishes the frames
+    would refuse every frame. On the real graph the robot's camera driver publishes the
+    frames; the settings then only turn the recorder's frames on."""
     from simreal_ros.policy.checkpoint import CheckpointError, read_metadata, shipped_checkpoint
     from simreal_ros.policy.spec import PolicySpec
 

@@ -302,7 +302,8 @@ def graph(
     per-node override of any of them is refused. ``perception`` (``PERCEPTION``): marker
     adds the perception node, and in sim turns the bridge's workspace camera on and its
     privileged /object/pose off. ``policy_camera`` (``policy_camera_settings``): the policy
-    runs a camera checkpoint, so in sim the bridge renders the camera it was trained on.
+    runs a camera checkpoint, so in sim the bridge renders the camera it was trained on, and
+    the recorder keeps the frames in every graph.
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}.")
@@ -377,7 +378,14 @@ def graph(
             True,
             **clock,
         ),
-        _node("recorder", "records one rosbag2 per episode", source=source, **clock),
+        _node(
+            "recorder",
+            "records one rosbag2 per episode",
+            source=source,
+            **clock,
+            # A camera policy's bags keep its frames: what visual alignment learns from.
+            **({"record_images": True} if policy_camera else {}),
+        ),
         _node(
             "learner", "fine-tunes LoRA adapters from recorded episodes; screens in sim", **clock
         ),

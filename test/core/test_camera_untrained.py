@@ -67,19 +67,25 @@ def started_nodes(monkeypatch, *argv: str) -> dict:
 
 
 def test_up_turns_the_bridge_camera_on_for_a_camera_policy(monkeypatch, capsys, camera_checkpoint):
-    bridge = started_nodes(monkeypatch, "--checkpoint", str(camera_checkpoint))["sim_bridge"]
+    started = started_nodes(monkeypatch, "--checkpoint", str(camera_checkpoint))
+    bridge = started["sim_bridge"]
     assert "the sim bridge renders workspace at 96x72, 20 Hz" in capsys.readouterr().out
     parameters = bridge.parameters
     assert parameters["camera"] is True and parameters["camera_name"] == "workspace"
     assert (parameters["camera_width"], parameters["camera_height"]) == (96, 72)
     assert parameters["camera_rate_hz"] == 20.0  # the checkpoint's control rate
     assert parameters.get("publish_object_pose", True)  # the recorder still gets the truth
-    # A state policy (the shipped one) leaves the bridge's camera as it was.
+    assert started["recorder"].parameters["record_images"] is True  # alignment's frames
+    # A state policy (the shipped one) leaves the bridge's camera and the recorder alone.
     state = started_nodes(monkeypatch, "--checkpoint", str(shipped_checkpoint("push")))
     assert "camera" not in state["sim_bridge"].parameters
-    # The real graph's camera is the robot's own driver: nothing to switch.
+    assert "record_images" not in state["recorder"].parameters
+    # The real graph's camera is the robot's own driver: no bridge, but the frames are kept.
     real = parsed("--graph", "real", "--checkpoint", str(camera_checkpoint))
-    assert up.policy_camera(real, {}) is None
+    real_nodes = description.graph("real", policy_camera=up.policy_camera(real, {}))
+    assert "sim_bridge" not in [n.name for n in real_nodes]
+    recorder = next(n for n in real_nodes if n.name == "recorder")
+    assert recorder.parameters["record_images"] is True
 
 
 def test_up_refuses_a_bridge_camera_the_camera_policy_would_refuse(camera_checkpoint):
