@@ -30,11 +30,16 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--out", default=None, help="checkpoint dir (default: runs/<task>-camera)")
     parser.add_argument("--seed", type=int, default=0)
     add_dynamics_profile_option(parser, default="randomized", help="dynamics to train in")
-    parser.add_argument("--demo-episodes", type=int, default=150)
-    parser.add_argument("--dagger-iterations", type=int, default=8)
-    parser.add_argument("--dagger-episodes", type=int, default=40)
-    parser.add_argument("--demo-steps", type=int, default=4000)
-    parser.add_argument("--round-steps", type=int, default=1500)
+    from simreal_ros.config_schema import settings
+    from simreal_ros.training.camera_pretrain import CameraPretrainConfig
+
+    fields = settings(CameraPretrainConfig)
+    for name in ("demo_episodes", "dagger_iterations", "dagger_episodes", "scenes",
+                 "perception_steps", "demo_steps", "round_steps"):  # fmt: skip
+        parser.add_argument(
+            "--" + name.replace("_", "-"), type=int, default=fields[name].default,
+            help=fields[name].metadata["description"],
+        )  # fmt: skip
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--workers", type=int, default=2, help="evaluation processes")
     parser.add_argument(
@@ -64,6 +69,8 @@ def run(args) -> int:
         dagger_episodes=args.dagger_episodes,
         demo_steps=args.demo_steps,
         round_steps=args.round_steps,
+        scenes=args.scenes,
+        perception_steps=args.perception_steps,
         threads=args.threads,
     )
     robot = load_robot_description()  # --robot

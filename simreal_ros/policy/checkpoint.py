@@ -208,8 +208,8 @@ def actor_shapes(architecture: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
         for i, k in enumerate(kernels):
             shapes[f"encoder.{2 * i}.weight"] = (channels[i + 1], channels[i], k, k)
             shapes[f"encoder.{2 * i}.bias"] = (channels[i + 1],)
-        shapes["object_head.weight"] = (3, 2 * channels[-1])
-        shapes["object_head.bias"] = (3,)
+        shapes["object_head.weight"] = (2, 2 * channels[-1])
+        shapes["object_head.bias"] = (2,)
         obs_dim += 2 * channels[-1]
     sizes = [obs_dim, *hidden["actor_hidden"]]
     for i in range(len(sizes) - 1):  # trunk: Linear, ReLU, Linear, ReLU, ...

@@ -7,8 +7,9 @@ Every Linear layer has a stable name LoRA can target: the actor's ``trunk.0``,
 A camera policy (``Architecture.encoder`` set) is ``CameraActor``: a small CNN
 (``encoder.0``/``.2``/``.4``, Conv2d) ending in a spatial softmax, whose keypoints join the
 normalised proprioception in the same trunk and heads. Its ``object_head`` predicts the
-cube's position from the keypoints: an auxiliary target in pretraining (the sim knows the
-pose), and a read-out for diagnosis; the action never uses it. It has no critic.
+cube's position on the table (x, y) from the keypoints: an auxiliary target in pretraining
+(the sim knows the pose), and a read-out for diagnosis; the action never uses it. It has no
+critic.
 """
 
 from __future__ import annotations
@@ -186,21 +187,17 @@ class CameraActor(Actor):
             layers.append(nn.Conv2d(in_channels, c, k, stride=s, padding=k // 2))
             in_channels = c
         self.encoder = nn.Sequential(*layers)
-        self.object_head = nn.Linear(encoder.feature_dim, 3)
+        self.object_head = nn.Linear(encoder.feature_dim, 2)  # the cube's (x, y), normalised
 
     def features(self, image: torch.Tensor) -> torch.Tensor:
         return spatial_softmax(self.encoder(image))
 
     def forward(self, obs: torch.Tensor, image: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        return self.act_and_object(obs, image)[0]
+        return self.act_from_features(obs, self.features(image))
 
-    def act_and_object(
-        self, obs: torch.Tensor, image: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The deterministic action and the predicted (normalised) cube position."""
-        keypoints = self.features(image)
-        action = torch.tanh(self.mean_head(self.trunk(torch.cat([obs, keypoints], dim=-1))))
-        return action, self.object_head(keypoints)
+    def act_from_features(self, obs: torch.Tensor, keypoints: torch.Tensor) -> torch.Tensor:
+        """The deterministic action from proprioception and the encoder's keypoints."""
+        return torch.tanh(self.mean_head(self.trunk(torch.cat([obs, keypoints], dim=-1))))
 
 
 class TwinCritic(nn.Module):

@@ -24,6 +24,7 @@ ROBOT = load_robot_description()
 def test_tiny_pretraining_writes_a_camera_checkpoint(tmp_path):
     config = CameraPretrainConfig(
         demo_episodes=2, dagger_iterations=1, dagger_episodes=1, demo_steps=3, round_steps=3,
+        scenes=20, perception_steps=2, scene_batch=4,
         batch_size=8, hidden=16, width=32, height=24, threads=1,
     )  # fmt: skip
     trainer = CameraPretrainer(config, tmp_path / "cam", robot=ROBOT, command="test")
@@ -41,8 +42,13 @@ def test_tiny_pretraining_writes_a_camera_checkpoint(tmp_path):
     assert (spec.camera.width, spec.camera.height) == (32, 24)
     assert not any("object" in f for f in spec.observation_fields)
     training = checkpoint.metadata["training"]
-    assert [entry["phase"] for entry in training["log"]] == ["demos", "dagger 1 (expert 0.500)"]
-    assert training["log"][0]["successes"] == 2  # the expert drove the demos
+    phases = [entry["phase"] for entry in training["log"]]
+    assert phases == ["scenes", "demos", "dagger 1 (expert 0.500)"]
+    assert training["log"][1]["successes"] == 2  # the expert drove the demos
+    # Still scenes: the cube anywhere on the table, independent of the arm's pose.
+    scenes = trainer.scenes
+    assert scenes.images.shape == (20, 24, 32, 3) and scenes.images.std() > 5
+    assert scenes.objects[:, 0].std() > 0.05 and scenes.objects[:, 1].std() > 0.08
     assert "visual_randomization" in training
 
 
