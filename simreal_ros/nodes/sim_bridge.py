@@ -339,6 +339,11 @@ class SimBridgeNode(AutostartLifecycleNode, BridgeSink):
             self._camera_error = str(error)
             self.get_logger().error(f"camera off: {error}")
             return
+        visual = core.env.profile.visual
+        if visual is not None:  # a visual stand-in: the scene as its profile shows it
+            from simreal_ros.sim.visuals import SceneAppearance
+
+            SceneAppearance(core.physics, config.camera_name).apply(visual)
         snapshot = mujoco.MjData(core.physics.model)
         fx, fy, cx, cy = renderer.intrinsics()
         info = CameraInfo()

@@ -218,3 +218,49 @@ def test_an_inactive_bridge_publishes_nothing_the_arm_s_drivers_would(executor, 
     assert len(states) == count, "an inactive sim bridge published joint states"
     assert bridge.trigger_activate() == TransitionCallbackReturn.SUCCESS
     assert spin_until(executor, lambda: len(states) > count + 5, 10.0)
+
+
+def test_camera_shows_a_visual_stand_in_as_its_profile_says(executor, probe):
+    """The bridge renders a profile's visual: section: its table looks as the same scene
+    rendered off ROS with that profile's appearance, and unlike the nominal one."""
+    from sensor_msgs.msg import Image
+
+    from simreal_ros.robot.description import load_robot_description
+    from simreal_ros.sim.environment import EnvironmentConfig, TaskEnvironment
+    from simreal_ros.sim.profiles import load_profile
+    from simreal_ros.sim.rendering import CameraRenderer
+    from simreal_ros.sim.visuals import NOMINAL, SceneAppearance
+
+    def table_colour(frame: np.ndarray) -> np.ndarray:
+        return frame[36:].reshape(-1, 3).astype(float).mean(0)  # the frame's near rows
+
+    def from_bridge(profile: str) -> np.ndarray:
+        bridge = make_bridge(
+            probe.context, profile=profile, camera=True, camera_width=64, camera_height=48
+        )
+        executor.add_node(bridge)
+        images: list[Image] = []
+        sub = probe.create_subscription(Image, "/camera/image_raw", images.append, qos.SENSOR_DATA)
+        try:
+            spin_until(executor, lambda: images or bridge._camera_error, timeout=15.0)
+            assert images, f"no camera image ({bridge._camera_error or 'none arrived'})"
+            return table_colour(np.asarray(images[-1].data, np.uint8).reshape(48, 64, 3))
+        finally:
+            probe.destroy_subscription(sub)
+            executor.remove_node(bridge)
+            bridge.destroy_node()
+
+    def off_ros(profile: str) -> np.ndarray:
+        env = TaskEnvironment(EnvironmentConfig(profile=profile), robot=load_robot_description())
+        env.reset(seed=0, condition="train")
+        renderer = CameraRenderer(env.physics, "front", 64, 48)
+        try:
+            SceneAppearance(env.physics, "front").apply(load_profile(profile).visual or NOMINAL)
+            return table_colour(renderer.render())
+        finally:
+            renderer.close()
+
+    nominal, shifted = from_bridge("nominal"), from_bridge("visual_shift")
+    np.testing.assert_allclose(nominal, off_ros("nominal"), atol=3.0)
+    np.testing.assert_allclose(shifted, off_ros("visual_shift"), atol=3.0)
+    assert np.abs(nominal - shifted).max() > 20.0
