@@ -27,6 +27,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "simreal_ros.cli.episodes",
     "simreal_ros.cli.trials",
     "simreal_ros.cli.learn",
+    "simreal_ros.cli.align",
     "simreal_ros.cli.models",
     "simreal_ros.cli.diagnose",
     "simreal_ros.cli.loop",

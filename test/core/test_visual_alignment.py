@@ -60,14 +60,19 @@ def frames():
     return rendered(NOMINAL, range(12)), rendered(stand_in, range(50, 62))
 
 
-def tiny_actor():
+def tiny_model():
     torch.manual_seed(0)
     spec = dataclasses.replace(
         default_spec(ROBOT, "push", 20.0, CAMERA_OBSERVATION_FIELDS), camera=CAMERA
     )
     encoder = EncoderArchitecture(24, 32, channels=(6, 8, 6))
     arch = Architecture(spec.obs_dim, spec.act_dim, (16, 16), (16, 16), encoder=encoder)
-    return ActorCritic(arch).actor, spec
+    return ActorCritic(arch), spec
+
+
+def tiny_actor():
+    model, spec = tiny_model()
+    return model.actor, spec
 
 
 def test_coral_distance_is_zero_for_equal_sets_and_grows_with_shift():
@@ -127,3 +132,50 @@ def test_feature_shift_flags_stand_in_frames_and_not_other_sim_frames(frames):
     assert not same["outside_sim"]
     assert shifted["outside_sim"]
     assert shifted["ratio"] > 3 * same["ratio"]
+
+
+def test_recorded_frames_to_a_deployable_adapter(tmp_path, frames):
+    """`simreal align`'s path: frames read back from episode bags (only ticks that had a
+    frame), aligned, written as a peft adapter the node's numpy merge deploys."""
+    from simreal_ros.cli.align import arm_frames
+    from simreal_ros.episodes.frames import FrameCompression
+    from simreal_ros.episodes.synthetic import JOINTS, write_camera_episode
+    from simreal_ros.learner.visual_alignment import align_to_arm_frames
+    from simreal_ros.policy.checkpoint import load_numpy_checkpoint, read_adapter_metadata
+    from simreal_ros.policy.inference import deploy_adapter, deploy_base
+    from simreal_ros.policy.spec import SpecConverter
+    from simreal_ros.training.torch_checkpoint import save_checkpoint
+
+    stand_in = rendered(load_profile("visual_shift").visual, range(70, 76))  # 12 frames
+    raw = np.clip(stand_in.numpy() * CAMERA.pixel_std + CAMERA.pixel_mean, 0, 1)
+    images = (np.moveaxis(raw, 1, -1) * 255).round().astype(np.uint8)
+    t0, ms = 1_700_000_000_000_000_000, 1_000_000
+    for episode in range(2):
+        ticks = [t0 + i * 50 * ms for i in range(8)]
+        sent = [(t0 + (i * 50 + 10) * ms, t0 + (i * 50 + 10) * ms, images[episode * 6 + i])
+                for i in range(6)]  # fmt: skip
+        write_camera_episode(tmp_path / "bags" / f"ep{episode}", ticks, sent,
+                             FrameCompression("png"), episode_id=f"ep{episode}")  # fmt: skip
+    recorded, episodes = arm_frames([tmp_path / "bags"], JOINTS)
+    assert episodes == 2
+    # Tick 0 precedes each episode's first frame; the last two ticks share its last frame.
+    assert recorded.shape == (2 * 7, 24, 32, 3)
+    np.testing.assert_array_equal(recorded[:6], images[:6])  # PNG: lossless, in tick order
+    np.testing.assert_array_equal(recorded[6], images[5])
+
+    model, spec = tiny_model()
+    base_dir = save_checkpoint(tmp_path / "base", model, spec, version="cam0", gamma=0.99,
+                               training={})  # fmt: skip
+    summary = align_to_arm_frames(
+        base_dir, recorded, tmp_path / "aligned", ROBOT, version="a1", sim_episodes=2,
+        config=AlignmentConfig(steps=40, batch_size=8),
+    )  # fmt: skip
+    assert summary["feature_distance_after"] < summary["feature_distance_before"]
+    metadata = read_adapter_metadata(tmp_path / "aligned")
+    assert metadata["base_version"] == "cam0" and metadata["training"]["arm_frames"] == 14
+    base = load_numpy_checkpoint(base_dir, ROBOT)
+    kinematics = SpecConverter.for_robot(spec, ROBOT).forward_kinematics
+    aligned = deploy_adapter(base, tmp_path / "aligned", "a1", forward_kinematics=kinematics)
+    plain = deploy_base(base, kinematics)
+    obs = np.zeros(spec.obs_dim)
+    assert np.abs(aligned.actor(obs, recorded[0]) - plain.actor(obs, recorded[0])).max() > 1e-6
