@@ -21,6 +21,8 @@ ORDER = (
 
 
 def render_readme(metadata: dict[str, Any], notes: str = "") -> str:
+    if metadata["spec"].get("camera") is not None:
+        return render_camera_readme(metadata, notes)
     training = metadata.get("training", {})
     spec = metadata["spec"]
     arch = metadata["architecture"]
@@ -64,18 +66,7 @@ def render_readme(metadata: dict[str, Any], notes: str = "") -> str:
         "| profile/condition | seeds | success | 95% CI | mean return | mean length |",
         "|---|---|---|---|---|---|",
     ]
-    evaluation = metadata.get("evaluation", {})
-    keys = [k for k in ORDER if k in evaluation] + sorted(set(evaluation) - set(ORDER))
-    for key in keys:
-        e = evaluation[key]
-        low, high = e["ci95"]
-        seeds = e.get("seeds", [0, e["episodes"] - 1])
-        label = f"{key} (stand-in)" if key.startswith("real_twin") else key
-        lines.append(
-            f"| {label} | {seeds[0]}..{seeds[1]} | {e['successes']}/{e['episodes']} = "
-            f"{e['success_rate']:.1%} | {low:.1%}..{high:.1%} | {e['mean_return']:.2f} | "
-            f"{e['mean_length']:.1f} |"
-        )
+    lines += _success_rows(metadata)
     lines += [
         "",
         "`real_twin` is a simulated stand-in for the physical arm (a hidden, fixed dynamics "
@@ -83,6 +74,76 @@ def render_readme(metadata: dict[str, Any], notes: str = "") -> str:
         "the first stand-in, inside it. Reproduce a row with "
         f"`simreal {robot_flag}eval --checkpoint <this dir> --dynamics-profile P --condition C "
         "--episodes N`.",
+    ]
+    if notes:
+        lines += ["", "## Notes", "", notes.strip()]
+    return "\n".join(lines) + "\n"
+
+
+def _success_rows(metadata: dict[str, Any]) -> list[str]:
+    lines = []
+    evaluation = metadata.get("evaluation", {})
+    keys = [k for k in ORDER if k in evaluation] + sorted(set(evaluation) - set(ORDER))
+    for key in keys:
+        e = evaluation[key]
+        low, high = e["ci95"]
+        seeds = e.get("seeds", [0, e["episodes"] - 1])
+        stand_in = key.startswith(("real_twin", "visual_shift"))
+        label = f"{key} (stand-in)" if stand_in else key
+        lines.append(
+            f"| {label} | {seeds[0]}..{seeds[1]} | {e['successes']}/{e['episodes']} = "
+            f"{e['success_rate']:.1%} | {low:.1%}..{high:.1%} | {e['mean_return']:.2f} | "
+            f"{e['mean_length']:.1f} |"
+        )
+    return lines
+
+
+def render_camera_readme(metadata: dict[str, Any], notes: str = "") -> str:
+    """A camera policy's README: its camera conventions and how it was distilled."""
+    training = metadata.get("training", {})
+    spec, arch = metadata["spec"], metadata["architecture"]
+    camera, encoder = spec["camera"], arch["encoder"]
+    log = training.get("log", [])
+    lines = [
+        f"# Camera checkpoint `{metadata['version']}` ({spec['task']})",
+        "",
+        "Produced by `simreal pretrain-camera`; everything below is rendered from "
+        f"`{METADATA_FILE}` by `simreal_ros.training.report`.",
+        "",
+        "## Provenance",
+        "",
+        f"- command: `{training.get('command', '?')}`",
+        f"- wall time: {training.get('minutes', 0):.1f} min (on 2 shared CPU cores)",
+        f"- method: {training.get('method', '?')}",
+        f"- data: {training.get('frames', '?')} episode frames over "
+        f"{sum(e['episodes'] for e in log if e['phase'] != 'scenes')} episodes and "
+        f"{training.get('config', {}).get('scenes', '?')} still scenes, in the "
+        f"`{training.get('config', {}).get('profile', '?')}` profile under the visual "
+        "randomisation recorded in policy.json",
+        "",
+        "## Conventions",
+        "",
+        f"- camera: `{camera['image_topic']}` ({camera['encoding']}, "
+        f"{camera['width']}x{camera['height']}), the sim's `{camera['camera_name']}` camera; "
+        f"frames older than {camera['max_frame_age_s']:g} s hold the arm",
+        f"- pixels: (value / 255 - {camera['pixel_mean']:g}) / {camera['pixel_std']:g}",
+        f"- joints (controller order): {', '.join(spec['joint_names'])}",
+        f"- actions: `{spec['action_mode']}`; control rate {spec['control_rate_hz']:g} Hz",
+        f"- proprioception: {', '.join(spec['observation_fields'])} (no cube pose)",
+        f"- network: CNN {encoder['channels']} (kernels {encoder['kernels']}, strides "
+        f"{encoder['strides']}), spatial softmax, then an actor {arch['actor_hidden']} ReLU "
+        "MLP; no critic",
+        "",
+        "## Measured success (one episode per seed, Wilson 95% CI)",
+        "",
+        "| profile/condition | seeds | success | 95% CI | mean return | mean length |",
+        "|---|---|---|---|---|---|",
+        *_success_rows(metadata),
+        "",
+        "`visual_shift` is a simulated stand-in for a camera that sees the scene differently "
+        "(light, colours, the camera's pose outside the pretraining's ranges), never the "
+        "arm itself. Reproduce a row with `simreal eval --checkpoint <this dir> "
+        "--dynamics-profile P --condition C --episodes N`.",
     ]
     if notes:
         lines += ["", "## Notes", "", notes.strip()]
