@@ -91,6 +91,12 @@ class LearnerSession:
         if checkpoint is None:
             path = config.checkpoint_dir or str(shipped_checkpoint(config.task))
             checkpoint = load_checkpoint(path)
+        if checkpoint.spec.camera is not None:
+            raise ValueError(
+                f"{checkpoint.version} is a camera policy: the learner's methods fine-tune "
+                "state policies (they need its critic and state observations). Align a "
+                "camera policy's encoder to the arm's frames with `simreal align`."
+            )
         self.checkpoint = checkpoint
         gamma = check_gamma(config.gamma, float(checkpoint.gamma))
         kinematics = ToolKinematics.for_robot(robot) if checkpoint.spec.needs_kinematics else None

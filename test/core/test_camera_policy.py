@@ -158,3 +158,15 @@ def test_training_shift_moves_frames_by_at_most_the_bound():
                 moved = out[k, :, 2 + dy : 8 + dy, 2 + dx : 10 + dx]
                 found = found or bool(torch.equal(inner, moved))
         assert found
+
+
+def test_the_learner_refuses_a_camera_base_saying_what_to_use(tmp_path):
+    from simreal_ros.learner.config import LearnerConfig
+    from simreal_ros.learner.session import LearnerSession
+
+    model, spec = camera_model()
+    path = save_checkpoint(tmp_path / "cam", model, spec, version="cam-v1", gamma=0.99,
+                           training={})  # fmt: skip
+    config = LearnerConfig(checkpoint_dir=str(path), store_root=str(tmp_path / "store"))
+    with pytest.raises(ValueError, match=r"camera policy.*simreal align"):
+        LearnerSession(config, robot=ROBOT)
