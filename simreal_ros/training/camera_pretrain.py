@@ -7,9 +7,10 @@ proprioception. Each episode draws the scene's appearance from ``VisualRandomiza
 profile, so neither a colour nor a camera pose is something the student can rely on.
 
 1. ``demos``: expert episodes fix the proprioception's normalisation and seed the data;
-2. ``scenes``: still scenes, the cube anywhere on the table and the arm in a pose from the
-   demos drawn independently of it; the encoder first learns the cube's position from them
-   alone (``perception_steps``);
+2. ``scenes``: still scenes: half with the cube anywhere on the table and the arm in a pose
+   from the demos drawn independently of it, half with the cube a few centimetres from
+   where a demo had it while the hand pushed (partly hidden by the hand); the encoder first
+   learns the cube's position from them alone (``perception_steps``);
 3. ``dagger``: the student drives (mixed with the expert with probability
    ``expert_mix ** (round + 1)``), every visited frame is labelled with the expert's action,
    and the student is retrained on everything so far.
@@ -19,8 +20,11 @@ squared error of ``object_head``'s cube position (x, y) on the episode frames an
 share of still scenes in every batch. Why the scenes: trained on episodes alone, the
 encoder read the cube's position off the arm's pose (in an expert's episode the arm heads
 for the cube) and missed it by 56 mm (median) on new episodes; with 12,000 scenes the
-miss fell to 16 mm. Frames are shifted by up to ``shift_px`` pixels in training (random
-crop of a padded frame, as DrQ), so a camera a few pixels off does not move the policy.
+miss fell to 16 mm. Then the student failed where the hand hid the cube (a 16 mm median
+miss on failed episodes, 30-39 mm while the hand was near, 5 mm on successful ones), and
+scenes of the anywhere kind never show the hand at the cube. Frames are shifted by up to
+``shift_px`` pixels in training (random crop of a padded frame, as DrQ), so a camera a few
+pixels off does not move the policy.
 """
 
 from __future__ import annotations
@@ -178,26 +182,50 @@ class FrameCollector:
         x = torch.from_numpy(images).permute(0, 3, 1, 2).to(torch.float32)
         return (x / 255.0 - camera.pixel_mean) / camera.pixel_std
 
-    def scenes(self, count: int, arm_poses: np.ndarray, seed: int) -> SceneDataset:
-        """``count`` still scenes: the cube anywhere on the table at any yaw, the arm in one
-        of ``arm_poses`` (joint positions the task visits) drawn independently of the cube,
-        and the appearance drawn afresh. In an episode the arm's pose tells where the cube
-        is; here it cannot, so the encoder has to find the cube itself."""
+    def scenes(
+        self, count: int, arm_poses: np.ndarray, seed: int, at_hand=None, at_hand_share=0.5
+    ) -> SceneDataset:
+        """``count`` still scenes, the appearance drawn afresh for each.
+
+        Anywhere: the cube anywhere on the table at any yaw, the arm in one of ``arm_poses``
+        (joint positions the task visits) drawn independently of it. In an episode the
+        arm's pose tells where the cube is; here it cannot, so the encoder has to find it.
+        At the hand (``at_hand_share`` of them, with ``at_hand``: arm poses and the cube's
+        (x, y) recorded together while pushing): the cube moved up to a few centimetres
+        from where it was, so it is seen partly hidden by the hand, where a pusher needs it.
+        A scene whose cube would overlap the arm is drawn again."""
+        import mujoco
+
         rng = np.random.default_rng(seed)
         physics = self.env.physics
+        model, data = physics.model, physics.data
+        cube_geom = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, "cube_geom")
+        table_geom = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, "table")
         camera = self.spec.camera
         out = SceneDataset(count, camera.height, camera.width)
+        z = physics.cube_half_size
+
+        def overlaps_arm() -> bool:
+            for contact in data.contact[: data.ncon]:
+                pair = {int(contact.geom1), int(contact.geom2)}
+                if cube_geom in pair and table_geom not in pair and contact.dist < 0.0:
+                    return True
+            return False
+
         for i in range(count):
+            near = at_hand is not None and rng.random() < at_hand_share
             while True:
-                cube = rng.uniform(SCENE_TABLE_LOW, SCENE_TABLE_HIGH)
+                if near:
+                    k = rng.integers(len(at_hand[0]))
+                    q, cube = at_hand[0][k], at_hand[1][k] + rng.normal(0.0, 0.02, 2)
+                else:
+                    q = arm_poses[rng.integers(len(arm_poses))]
+                    cube = rng.uniform(SCENE_TABLE_LOW, SCENE_TABLE_HIGH)
                 goal = rng.uniform(SCENE_TABLE_LOW, SCENE_TABLE_HIGH)
-                q = arm_poses[rng.integers(len(arm_poses))]
-                z = physics.cube_half_size
                 physics.reset(joint_positions=q, cube_position=np.array([*cube, z]),
                               cube_yaw=float(rng.uniform(-np.pi / 4, np.pi / 4)),
                               goal=np.array([*goal, z]))  # fmt: skip
-                # The hand inside the cube is no scene the arm shows; draw again.
-                if np.linalg.norm(physics.ee_position()[:2] - cube) > 0.05:
+                if not overlaps_arm():
                     break
             self.env.scene.apply(self.env.appearance.sample(rng))
             out.images[i] = self.env.renderer.render()
@@ -281,7 +309,14 @@ class CameraPretrainer:
         """Still scenes with the demos' arm poses; they also fix the cube's normalisation."""
         n = self.data.size
         poses = self.data.obs[:n, : self.spec.act_dim].astype(np.float64)  # joint_position
-        self.scenes = self.collector.scenes(self.config.scenes, poses, self.config.seed + 2)
+        cubes = self.data.objects[:n].astype(np.float64)
+        start, stop = next((a, b) for f, a, b in self.spec.layout() if f == "ee_position")
+        hand = self.data.obs[:n, start : stop - 1].astype(np.float64)  # the tool's (x, y)
+        pushing = np.linalg.norm(hand - cubes, axis=1) < 0.08
+        at_hand = (poses[pushing], cubes[pushing]) if pushing.any() else None
+        self.scenes = self.collector.scenes(
+            self.config.scenes, poses, self.config.seed + 2, at_hand
+        )
         objects = self.scenes.objects.astype(np.float64)
         self.object_mean, self.object_std = objects.mean(0), objects.std(0)
 
