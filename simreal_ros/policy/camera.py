@@ -18,6 +18,14 @@ from typing import Any
 import numpy as np
 
 ENCODINGS = ("rgb8",)
+# What a camera policy observes besides the image: no field of the cube's pose.
+CAMERA_OBSERVATION_FIELDS = (
+    "joint_position",
+    "joint_velocity",
+    "goal_position",
+    "ee_position",
+    "goal_minus_ee",
+)
 
 
 @dataclasses.dataclass(frozen=True)

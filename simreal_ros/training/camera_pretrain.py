@@ -41,20 +41,11 @@ import torch
 from torch import nn
 
 from simreal_ros.config_schema import setting, validate
-from simreal_ros.policy.camera import CameraSpec
+from simreal_ros.policy.camera import CAMERA_OBSERVATION_FIELDS, CameraSpec
 from simreal_ros.policy.spec import SpecConverter, default_spec
 from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.training.model import ActorCritic, Architecture, EncoderArchitecture
 from simreal_ros.training.torch_checkpoint import save_checkpoint
-
-# What a camera policy observes besides the image: no field of the cube's pose.
-CAMERA_OBSERVATION_FIELDS = (
-    "joint_position",
-    "joint_velocity",
-    "goal_position",
-    "ee_position",
-    "goal_minus_ee",
-)
 
 
 @dataclasses.dataclass

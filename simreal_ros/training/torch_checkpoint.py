@@ -206,9 +206,7 @@ def make_untrained_checkpoint(
     observation, a CNN encoder at the spec's resolution; actor only)."""
     torch.manual_seed(seed)
     if camera:
-        # Imported here: camera_pretrain imports this module.
-        from simreal_ros.policy.camera import CameraSpec
-        from simreal_ros.training.camera_pretrain import CAMERA_OBSERVATION_FIELDS
+        from simreal_ros.policy.camera import CAMERA_OBSERVATION_FIELDS, CameraSpec
 
         spec = default_spec(description, task, control_rate_hz, CAMERA_OBSERVATION_FIELDS)
         spec = dataclasses.replace(spec, camera=CameraSpec())

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from simreal_ros.learner import lora
-from simreal_ros.policy.camera import CameraSpec, normalized_image
+from simreal_ros.policy.camera import CAMERA_OBSERVATION_FIELDS, CameraSpec, normalized_image
 from simreal_ros.policy.checkpoint import CheckpointError, load_numpy_checkpoint
 from simreal_ros.policy.inference import NumpyCameraActor, deploy_adapter, deploy_base
 from simreal_ros.policy.spec import PolicySpec, SpecConverter, default_spec
 from simreal_ros.robot.description import load_robot_description
-from simreal_ros.training.camera_pretrain import CAMERA_OBSERVATION_FIELDS, shifted
+from simreal_ros.training.camera_pretrain import shifted
 from simreal_ros.training.model import (
     ENCODER_LORA_TARGETS,
     ActorCritic,

@@ -10,10 +10,10 @@ from simreal_ros.sim.rendering import ensure_headless_gl
 
 ensure_headless_gl()
 
+from simreal_ros.policy.camera import CAMERA_OBSERVATION_FIELDS  # noqa: E402
 from simreal_ros.policy.checkpoint import load_numpy_checkpoint  # noqa: E402
 from simreal_ros.robot.description import load_robot_description  # noqa: E402
 from simreal_ros.training.camera_pretrain import (  # noqa: E402
-    CAMERA_OBSERVATION_FIELDS,
     CameraPretrainConfig,
     CameraPretrainer,
 )

@@ -21,13 +21,16 @@ from simreal_ros.learner.visual_alignment import (  # noqa: E402
     coral_distance,
     feature_shift,
 )
-from simreal_ros.policy.camera import CameraSpec, normalized_image  # noqa: E402
+from simreal_ros.policy.camera import (  # noqa: E402
+    CAMERA_OBSERVATION_FIELDS,
+    CameraSpec,
+    normalized_image,
+)
 from simreal_ros.policy.spec import default_spec  # noqa: E402
 from simreal_ros.robot.description import load_robot_description  # noqa: E402
 from simreal_ros.sim.gym_env import ArmTaskEnv  # noqa: E402
 from simreal_ros.sim.profiles import load_profile  # noqa: E402
 from simreal_ros.sim.visuals import NOMINAL, CameraObservations  # noqa: E402
-from simreal_ros.training.camera_pretrain import CAMERA_OBSERVATION_FIELDS  # noqa: E402
 from simreal_ros.training.model import (  # noqa: E402
     ActorCritic,
     Architecture,
