@@ -131,13 +131,16 @@ def align_encoder(
     config: AlignmentConfig,
     held_out: float = 0.25,
     targets: Sequence[str] | None = None,
+    sim_objects: torch.Tensor | None = None,
 ) -> AlignmentResult:
     """Train LoRA on ``actor``'s encoder so its features on ``arm_images`` match those on
     ``sim_images``, while its actions on the sim frames keep to ``sim_labels``.
 
     Images are normalised tensors (N, 3, H, W); ``sim_obs`` the normalised
-    proprioception of the sim frames. The distance is reported on held-out frames of both
-    domains; training never sees them. Raises when the alignment did not lower it.
+    proprioception of the sim frames; ``sim_objects`` their cube positions, normalised as
+    the actor's ``object_head`` predicts them (the sim knows them: part of the anchor, so
+    the encoder keeps finding the cube). The distance is reported on held-out frames of
+    both domains; training never sees them. Raises when the alignment did not lower it.
     """
     from simreal_ros.learner import lora
     from simreal_ros.training.model import ENCODER_LORA_TARGETS
@@ -164,8 +167,11 @@ def align_encoder(
         alignment = sum(
             coral_distance(x, y) for x, y in zip(sim_features, arm_features, strict=True)
         )
-        action = inner(sim_obs[s], sim_images[s])
+        keypoints = sim_features[-1]
+        action = inner.act_from_features(sim_obs[s], keypoints)
         anchor = nn.functional.mse_loss(action, sim_labels[s])
+        if sim_objects is not None:
+            anchor = anchor + nn.functional.mse_loss(inner.object_head(keypoints), sim_objects[s])
         loss = config.alignment_weight * alignment + config.anchor_weight * anchor
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -240,7 +246,14 @@ def align_to_arm_frames(
     )
     sim_labels = torch.from_numpy(collector.data.labels[:n].copy())
     arm_images = collector.image_tensor(arm_frames)
-    result = align_encoder(actor, sim_images, sim_obs, sim_labels, arm_images, config)
+    sim_objects = None
+    normalization = base.metadata.get("training", {}).get("object_normalization")
+    if normalization is not None:
+        mean, std = (np.asarray(normalization[k], dtype=np.float32) for k in ("mean", "std"))
+        sim_objects = torch.from_numpy((collector.data.objects[:n] - mean) / std)
+    result = align_encoder(
+        actor, sim_images, sim_obs, sim_labels, arm_images, config, sim_objects=sim_objects
+    )
     out_dir = Path(out_dir)
     lora.save(result.peft_model, out_dir)
     summary = {

@@ -61,3 +61,30 @@ def test_shipped_reach_checkpoint_solves_a_few_nominal_episodes():
         robot=load_robot_description(),
     )  # fmt: skip
     assert result.successes == 3, result.records
+
+
+def test_shipped_camera_checkpoint_sees_the_cube_and_records_its_numbers():
+    from simreal_ros.policy.camera import CameraSpec
+    from simreal_ros.sim.rendering import ensure_headless_gl
+
+    ensure_headless_gl()
+    directory = ckpt.shipped_checkpoint("push").parent / "push_camera"
+    loaded = ckpt.load_numpy_checkpoint(directory, ARM, control_rate_hz=20.0)
+    assert loaded.spec.camera == CameraSpec(camera_name="workspace", width=96, height=72)
+    assert not any("object" in field for field in loaded.spec.observation_fields)
+    size = sum(p.stat().st_size for p in directory.iterdir())
+    assert size < 2_000_000, f"{directory} is {size} bytes"
+    training = loaded.metadata["training"]
+    assert training["command"].startswith("simreal pretrain-camera")
+    evaluation = loaded.metadata["evaluation"]
+    nominal, stand_in = evaluation["nominal/train"], evaluation["visual_shift/train"]
+    # The record the README cites: it sees the cube in nominal sim (72%; the 90% target is
+    # not met, docs/camera.md says why), and the visual stand-in's gap holds (<= 40%).
+    assert nominal["episodes"] == 50 and nominal["successes"] >= 30
+    assert stand_in["episodes"] == 50 and stand_in["successes"] <= 20
+    readme = (directory / "README.md").read_text()
+    assert training["command"] in readme and "stand-in" in readme
+    # It runs: through the camera, in nominal sim.
+    seeds = [900000, 900001, 900003, 900004]  # 4 of the record's successes
+    result = evaluate_policy(directory, "nominal", "train", seeds, robot=ARM)
+    assert result.successes >= 3, result.records
