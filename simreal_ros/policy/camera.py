@@ -98,8 +98,9 @@ class CameraSpec:
 
 
 def normalized_image(image: np.ndarray, camera: CameraSpec, out: np.ndarray | None = None):
-    """(H, W, 3) uint8 RGB -> (3, H, W) float, the checkpoint's normalisation."""
-    if image.shape != (camera.height, camera.width, 3):
+    """(..., H, W, 3) uint8 RGB -> (..., 3, H, W) float, the checkpoint's normalisation: one
+    frame at a tick, or a batch in training."""
+    if image.shape[-3:] != (camera.height, camera.width, 3):
         raise ValueError(
             f"image has shape {image.shape}; the policy needs "
             f"({camera.height}, {camera.width}, 3)."
@@ -107,8 +108,8 @@ def normalized_image(image: np.ndarray, camera: CameraSpec, out: np.ndarray | No
     scale = 1.0 / (255.0 * camera.pixel_std)
     shift = camera.pixel_mean / camera.pixel_std
     if out is None:
-        out = np.empty((3, camera.height, camera.width), dtype=np.float64)
-    np.multiply(np.moveaxis(image, -1, 0), scale, out=out)
+        out = np.empty((*image.shape[:-3], 3, camera.height, camera.width), dtype=np.float64)
+    np.multiply(np.moveaxis(image, -1, -3), scale, out=out)
     out -= shift
     return out
 

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from simreal_ros.config_schema import setting, validate
-from simreal_ros.policy.camera import CAMERA_OBSERVATION_FIELDS, CameraSpec
+from simreal_ros.policy.camera import CAMERA_OBSERVATION_FIELDS, CameraSpec, normalized_image
 from simreal_ros.policy.spec import SpecConverter, default_spec
 from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.training.model import ActorCritic, Architecture, EncoderArchitecture
@@ -168,10 +168,9 @@ class FrameCollector:
         self.converter = SpecConverter(spec, kinematics)
 
     def image_tensor(self, images: np.ndarray) -> torch.Tensor:
-        """uint8 (N, H, W, 3) -> the spec's normalised (N, 3, H, W) float32."""
-        camera = self.spec.camera
-        x = torch.from_numpy(images).permute(0, 3, 1, 2).to(torch.float32)
-        return (x / 255.0 - camera.pixel_mean) / camera.pixel_std
+        """uint8 (N, H, W, 3) -> the spec's normalised (N, 3, H, W) float32, as the node
+        normalises a frame (``normalized_image``)."""
+        return torch.from_numpy(normalized_image(images, self.spec.camera)).to(torch.float32)
 
     def scenes(
         self, count: int, arm_poses: np.ndarray, seed: int, at_hand=None, at_hand_share=0.5
