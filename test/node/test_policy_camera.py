@@ -14,13 +14,12 @@ import copy
 import numpy as np
 import pytest
 import torch
-from diagnostic_msgs.msg import DiagnosticArray
+from policy_world import PolicyWorld, make_policy
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.parameter import Parameter
-from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rostest_helpers import spin_until, wait_for_subscribers
 from sensor_msgs.msg import Image, JointState
-from simreal_ros.msg import PolicyAction, PolicyUpdate, TaskStatus
+from simreal_ros.msg import PolicyUpdate, TaskStatus
 from simreal_ros.srv import Rollback
 
 from simreal_ros.adapters.store import AdapterStore
@@ -57,32 +56,13 @@ def image_message(frame: np.ndarray, pad: int = PAD) -> Image:
     )
 
 
-class CameraWorld:
+class CameraWorld(PolicyWorld):
     """Test-side arm and camera: joint states, the goal and frames on timers; collects the
     node's actions and diagnostics."""
 
     def __init__(self, rclpy_context, executor, frame: np.ndarray = FRAME) -> None:
-        from rclpy.node import Node
-
-        self.node = Node("fake_camera_arm", context=rclpy_context)
-        executor.add_node(self.node)
-        self.joints = self.node.create_publisher(JointState, "/joint_states", qos.STATE)
-        self.status = self.node.create_publisher(TaskStatus, "/task/status", qos.STATUS)
+        super().__init__(rclpy_context, executor, "fake_camera_arm")
         self.camera = self.node.create_publisher(Image, "/camera/image_raw", qos.SENSOR_DATA)
-        self.updates = self.node.create_publisher(
-            PolicyUpdate, "/learner/policy_update", qos.LATCHED
-        )
-        keep_all = QoSProfile(
-            depth=5000, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE
-        )
-        self.actions: list[PolicyAction] = []
-        self.node.create_subscription(
-            PolicyAction, "/policy/action", self.actions.append, keep_all
-        )
-        self.diagnostics: list[DiagnosticArray] = []
-        self.node.create_subscription(
-            DiagnosticArray, "/diagnostics", self.diagnostics.append, qos.STATUS
-        )
         self.position = np.asarray(ROBOT.home_position, dtype=float) + 0.05
         self.frame_message = image_message(frame)
         self.camera_on = True  # False: the camera stops publishing
@@ -117,13 +97,6 @@ class CameraWorld:
                 if status.name.startswith("policy"):
                     return status, {kv.key: kv.value for kv in status.values}
         return None, {}
-
-
-def make_policy(rclpy_context, executor, **params) -> PolicyNode:
-    overrides = [Parameter(name, value=value) for name, value in params.items()]
-    node = PolicyNode(context=rclpy_context, parameter_overrides=overrides)
-    executor.add_node(node)
-    return node
 
 
 def expected_action(base_dir, observation) -> np.ndarray:

@@ -6,15 +6,14 @@ import copy
 
 import numpy as np
 import torch
-from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from peft import LoraConfig, get_peft_model
+from policy_world import PolicyWorld, make_policy
 from rclpy.lifecycle import LifecyclePublisher, TransitionCallbackReturn
 from rclpy.parameter import Parameter
-from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rostest_helpers import spin_until, wait_for_subscribers
 from sensor_msgs.msg import JointState
-from simreal_ros.msg import PolicyAction, PolicyUpdate, TaskStatus
+from simreal_ros.msg import PolicyUpdate, TaskStatus
 from simreal_ros.srv import Rollback
 
 from simreal_ros.adapters.store import AdapterStore
@@ -41,36 +40,16 @@ GOAL = np.array([0.6, -0.1, 0.025])
 SHUFFLED = list(reversed(ROBOT.joint_names))
 
 
-class World:
+class World(PolicyWorld):
     """Test-side arm: publishes observations on a timer and collects the node's actions."""
 
     def __init__(self, rclpy_context, executor, rate_hz: float = 50.0) -> None:
-        from rclpy.node import Node
-
-        self.node = Node("fake_arm", context=rclpy_context)
-        executor.add_node(self.node)
-        self.joints = pub = self.node.create_publisher(JointState, "/joint_states", qos.STATE)
+        super().__init__(rclpy_context, executor, "fake_arm")
         self.pose = self.node.create_publisher(PoseStamped, "/object/pose", qos.STATE)
-        self.status = self.node.create_publisher(TaskStatus, "/task/status", qos.STATUS)
-        self.updates = self.node.create_publisher(
-            PolicyUpdate, "/learner/policy_update", qos.LATCHED
-        )
-        keep_all = QoSProfile(
-            depth=5000, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE
-        )
-        self.actions: list[PolicyAction] = []
-        self.node.create_subscription(
-            PolicyAction, "/policy/action", self.actions.append, keep_all
-        )
-        self.diagnostics: list[DiagnosticArray] = []
-        self.node.create_subscription(
-            DiagnosticArray, "/diagnostics", self.diagnostics.append, qos.STATUS
-        )
         self.position = np.asarray(ROBOT.home_position, dtype=float) + 0.05
         self.position[-1] = 0.01
         self.pose_seen = True  # False: /object/pose stops, as when perception loses the cube
         self.node.create_timer(1.0 / rate_hz, self.publish)
-        del pub
 
     def observation(self) -> dict:
         return {
@@ -98,13 +77,6 @@ class World:
         status.task = "reach"
         status.goal.x, status.goal.y, status.goal.z = GOAL.tolist()
         self.status.publish(status)
-
-
-def make_policy(rclpy_context, executor, **params) -> PolicyNode:
-    overrides = [Parameter(name, value=value) for name, value in params.items()]
-    node = PolicyNode(context=rclpy_context, parameter_overrides=overrides)
-    executor.add_node(node)
-    return node
 
 
 def make_adapter(base_dir, adapter_dir, version):
