@@ -260,15 +260,22 @@ def identification_summary(report: dict, profile: str) -> dict:
     }
 
 
+# The smallest measurement noise the residual assumes (rad): the quantisation of a 14-bit
+# joint encoder, 2 pi / 2^14 / sqrt(12). Noise-free measurements (a simulator's) would
+# otherwise make any fit, however close, read thousands of times what noise leaves.
+JOINT_NOISE_FLOOR = 2 * np.pi / 2**14 / np.sqrt(12)
+
+
 def residual_over_noise(holdout_loss: float, obs_noise: float | None) -> float | None:
     """The identified model's held-out replay error over what measurement noise alone
     leaves (None without a noise estimate). A replay restarts from a noisy recorded state
     and is scored on noisy measurements, so an exact model leaves about twice the noise
     variance, in the loss's units (``JOINT_SCALE``): a model in the arm's family ends near
-    1, one that cannot express the arm far above it."""
-    if obs_noise is None or not np.isfinite(obs_noise) or obs_noise <= 0:
+    1, one that cannot express the arm far above it. The noise is taken as at least
+    ``JOINT_NOISE_FLOOR``."""
+    if obs_noise is None or not np.isfinite(obs_noise) or obs_noise < 0:
         return None
-    noise_only = 2.0 * (float(obs_noise) / JOINT_SCALE) ** 2
+    noise_only = 2.0 * (max(float(obs_noise), JOINT_NOISE_FLOOR) / JOINT_SCALE) ** 2
     return float(holdout_loss) / noise_only
 
 

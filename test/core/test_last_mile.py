@@ -12,7 +12,7 @@ from simreal_ros.diagnosis.classify import classify
 from simreal_ros.loop.config import LoopConfig
 from simreal_ros.loop.plan import plan_collection
 from simreal_ros.loop.state import ConditionScore
-from simreal_ros.sysid.output import residual_over_noise
+from simreal_ros.sysid.output import JOINT_NOISE_FLOOR, residual_over_noise
 
 
 def test_identification_residual_is_in_units_of_what_noise_alone_leaves():
@@ -20,8 +20,20 @@ def test_identification_residual_is_in_units_of_what_noise_alone_leaves():
     assert residual_over_noise(0.02, 0.001) == pytest.approx(1.0)
     assert residual_over_noise(2.2, 0.001) == pytest.approx(110.0)
     assert residual_over_noise(0.5, None) is None
-    assert residual_over_noise(0.5, 0.0) is None
+    assert residual_over_noise(0.5, -1.0) is None
     assert residual_over_noise(0.5, float("nan")) is None
+
+
+def test_noise_free_measurements_read_against_an_encoders_quantisation():
+    # A simulator's noise-free joints: a close fit (0.107) once read 1,083x the noise its
+    # own estimate (7e-5 rad) gave; an exact fit over no noise read nothing at all.
+    floor = 2 * (JOINT_NOISE_FLOOR / 0.01) ** 2
+    assert 1e-4 < JOINT_NOISE_FLOOR < 2e-4  # rad, 2 pi / 2^14 / sqrt(12)
+    assert residual_over_noise(0.107, 7e-5) == pytest.approx(0.107 / floor)
+    assert residual_over_noise(0.107, 0.0) == pytest.approx(0.107 / floor)
+    assert residual_over_noise(0.1 * floor, 0.0) == pytest.approx(0.1)  # in family, no noise
+    # Above the floor the estimate itself is used.
+    assert residual_over_noise(0.02, 0.001) == pytest.approx(1.0)
 
 
 def test_a_policy_passing_its_identified_sim_that_identification_cannot_fit_is_misspecified():
