@@ -7,14 +7,15 @@ physical arm, and everything printed says so.
 
 Arms (``METHODS``; each row lists the only LearnerConfig fields it changes, every other
 learner setting is shared, and each job's full LearnerConfig is recorded in the JSON):
-zero-shot, filtered BC-LoRA (clones the successful episodes of its own collection),
-RL fine-tuning (SAC, critic warm-started from the checkpoint), SGFT with H = 1, 3 and
-infinite (fresh critics; H = 1 also with the sim-advantage warm start), and online system
-identification (``sysid``: each round its stand-in episodes are recorded as bags, the sim
-is identified from all of them so far, and the policy is fine-tuned in the identified sim
-alone; it is counted by the stand-in episodes it identified from), and the loop's default,
-sim-side adaptation (``adapt``: the same bags and identification, then the sim training
-recipe in the identified sim, learner/adaptation.py, from the running policy).
+zero-shot, filtered BC-LoRA (clones the successful episodes of its own collection), RL
+fine-tuning (SAC, critic warm-started from the checkpoint), an RLPD-style RL-FT (fresh
+LayerNorm critics, 50/50 real and sim batches, ten updates per new real transition), SGFT
+with H = 1, 3 and infinite (fresh critics; H = 1 also with the sim-advantage warm start),
+and online system identification (``sysid``: each round its stand-in episodes are recorded
+as bags, the sim is identified from all of them so far, and the policy is fine-tuned in the
+identified sim alone; it is counted by the stand-in episodes it identified from), and the
+loop's default, sim-side adaptation (``adapt``: the same bags and identification, then the
+sim training recipe in the identified sim, learner/adaptation.py, from the running policy).
 
 Each (method, seed) job runs rounds off ROS through the learner's own code path
 (``simreal_ros.learner.stand_in_rounds``): collect K stand-in episodes with the current
@@ -85,6 +86,16 @@ METHODS: dict[str, dict[str, Any] | None] = {
     "zero_shot": None,
     "bc_lora": {"method": "bc"},
     "rl_ft": {"method": "rl", "critic_init": "auto"},
+    # RLPD-style RL-FT (Ball et al., 2023): fresh LayerNorm twin critics, real and sim data
+    # sampled 50/50, ten updates per new real transition. RLPD's ten-critic ensemble is not
+    # built: its own ablation finds LayerNorm and symmetric sampling the decisive parts.
+    "rlpd": {
+        "method": "rl",
+        "critic_init": "fresh",
+        "real_weight": 1.0,
+        "sim_weight": 1.0,
+        "update_to_data": 10.0,
+    },
     "sgft_h1": {"method": "sgft", "horizon": 1, "critic_init": "fresh"},
     "sgft_h1_simadv": {"method": "sgft", "horizon": 1, "critic_init": "sim_advantage"},
     "sgft_h3": {"method": "sgft", "horizon": 3, "critic_init": "fresh"},
@@ -100,6 +111,7 @@ LABELS = {
     "zero_shot": "zero-shot",
     "bc_lora": "BC-LoRA",
     "rl_ft": "RL-FT (SAC)",
+    "rlpd": "RL-FT RLPD-style",
     "sgft_h1": "SGFT H=1",
     "sgft_h1_simadv": "SGFT H=1 simadv",
     "sgft_h3": "SGFT H=3",

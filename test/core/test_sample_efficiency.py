@@ -47,8 +47,8 @@ def base_dir(tmp_path_factory):
 
 
 def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
-    methods = tuple(bench.METHODS)  # all 9 arms
-    assert len(methods) == 9
+    methods = tuple(bench.METHODS)  # all 10 arms
+    assert len(methods) == 10
     cfg = RoundsConfig(
         checkpoint=str(base_dir),
         robot=robot_reference(load_robot_description().source),
@@ -66,10 +66,9 @@ def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
         episode_seconds=1.0,
         workers=1,
         fit_v_sim="off",
-        # Without this the learner would run update_to_data x new real transitions updates.
-        # The adapt arm's sim training at its smallest (shared; only adapt reads them).
+        # The adapt arm's sim training at its smallest (shared; only adapt reads them). The
+        # update-to-data ratio is an arm's (rlpd's): two 1 s episodes give 40 transitions.
         learner_overrides=(
-            ("update_to_data", "0"),
             ("adapt.teacher_episodes", "1"),
             ("adapt.iterations", "1"),
             ("adapt.episodes", "2"),
@@ -126,7 +125,11 @@ def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
                 assert metrics["adapt_teacher_lead"] > 0 and metrics["adapt_teacher_speed"] > 0
                 assert last["identification"]["episodes"] == cfg.episodes_per_round
                 continue
-            assert metrics["updates"] == 4  # update_to_data=0: updates_per_round only
+            # max(updates_per_round, update_to_data x new transitions): rlpd's ratio is 10.
+            ratio = job["learner_config"]["update_to_data"]
+            assert ratio == (10.0 if method == "rlpd" else 1.0), method
+            expected = max(4, math.ceil(ratio * metrics["new_real_transitions"]))
+            assert metrics["updates"] == expected, method
             if method == "sysid":  # trains on identified-sim episodes, not the stand-in's
                 assert metrics["new_real_transitions"] > 0
                 assert last["identification"]["episodes"] == cfg.episodes_per_round
@@ -139,7 +142,7 @@ def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
     actor_critic = [
         m for m, row in bench.METHODS.items() if row and method_traits(row["method"]).actor_critic
     ]
-    assert len(actor_critic) == 6
+    assert len(actor_critic) == 7
     for method in actor_critic:
         metrics = jobs[method]["rounds"][1]["metrics"]
         assert math.isfinite(metrics["critic_loss"]), method
@@ -154,7 +157,7 @@ def test_one_seed_one_round_through_every_method(base_dir, tmp_path):
         recorded = jobs[method]["learner_config"]
         expected = arm_config(cfg, experiment, method, seed=0, store_root=recorded["store_root"])
         assert recorded == dataclasses.asdict(expected), method
-        assert recorded["update_to_data"] == 0 and recorded["updates_per_round"] == 4
+        assert recorded["updates_per_round"] == 4
         configs[method] = recorded
     per_job = set(PER_JOB_FIELDS)
     for a, b in itertools.combinations(configs, 2):
