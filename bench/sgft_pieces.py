@@ -12,7 +12,12 @@ Each piece holds only as far as:
    stand-in episodes; on held-out stand-in episodes it replays the recorded actions open
    loop from each recorded state and is scored on the recorded observation H steps later
    (RMS over the normalised observation), beside the sim-only model and "nothing moves"
-   (the state as it was).
+   (the state as it was);
+3. the critic fits the shaped reward it is taught: SGFT H = 1's critic regresses exactly on
+   r~ = scale * (r + gamma V_sim(s') - V_sim(s)), so after one learner round on the K
+   stand-in episodes (``LearnerSession.finetune``, the learner's own update) its error on
+   them and on the held-out episodes, as R^2 against r~'s own variance, says whether the
+   critic, not V_sim, is what the actor is misled by.
 
 Prints one table per piece. The stand-in is simulated, never the physical arm.
 
@@ -46,6 +51,36 @@ def horizon_error(model, data, horizon: int) -> tuple[float, float]:
     if not model_err:
         return float("nan"), float("nan")
     return float(np.sqrt(np.mean(model_err))), float(np.sqrt(np.mean(still_err)))
+
+
+def critic_fit(checkpoint, sim, arm, held, robot) -> list[tuple[str, float, float, float]]:
+    """SGFT H=1 trained one learner round on ``arm``; its critic's (min of the twin heads)
+    R^2, RMS error and r~'s std on ``arm`` (fitted) and on ``held`` (held out)."""
+    import tempfile
+
+    from simreal_ros.learner.config import LearnerConfig
+    from simreal_ros.learner.session import LearnerSession
+    from simreal_ros.learner.sgft import shape_rewards, with_failure_value
+
+    with tempfile.TemporaryDirectory() as store:
+        config = LearnerConfig(method="sgft", horizon=1, critic_init="fresh", store_root=store)
+        session = LearnerSession(config, checkpoint, sim_data=sim, robot=robot)
+        session.finetune(arm)
+        critics, rows = session.critics, []
+        for name, data in (("fitted", arm), ("held out", held)):
+            critics.annotate(data)
+            rewards = with_failure_value(
+                data.rewards, data.failures, critics.gamma, critics.failure_value or 0.0
+            )
+            target = shape_rewards(rewards, data.v_sim, data.v_sim_next, data.terminals,
+                                   critics.gamma, critics.reward_scale)  # fmt: skip
+            with torch.no_grad():
+                q1, q2 = critics.critic(torch.as_tensor(data.obs), torch.as_tensor(data.actions))
+            q = torch.minimum(q1, q2)[:, 0].numpy()
+            error = float(np.mean((q - target) ** 2))
+            spread = float(np.var(target))
+            rows.append((name, 1.0 - error / spread, float(np.sqrt(error)), spread**0.5))
+    return rows
 
 
 def main(argv=None) -> int:
@@ -98,6 +133,10 @@ def main(argv=None) -> int:
         rows = [horizon_error(m, held, h) for m in (sim_only, tuned, arm_only)]
         print(f"  {h:>2} | {rows[0][0]:8.3f} | {rows[1][0]:13.3f} | {rows[2][0]:8.3f} | "
               f"{rows[0][1]:.3f}")  # fmt: skip
+    print(f"\n3. SGFT H=1's critic against r~ after one learner round on the {args.arm_episodes}"
+          " stand-in episodes")  # fmt: skip
+    for name, r2, rms, spread in critic_fit(checkpoint, sim, arm, held, robot):
+        print(f"   {name:>9}: R^2 {r2:6.2f}, RMS {rms:.3f} against r~'s std {spread:.3f}")
     print(f"\n{len(arm)} arm transitions from {args.arm_episodes} episodes; "
           f"{time.time() - started:.0f} s")  # fmt: skip
     return 0
