@@ -57,6 +57,9 @@ docs/results.md and the README's results table, not here. Run:
     # the online system identification baseline:
     PYTHONPATH=. .venv/bin/python bench/sample_efficiency.py --quick \
         --methods zero_shot,rl_ft,sysid --out /tmp/se_sysid.json
+    # the RLPD-style RL-FT on the worn second-engine stand-in:
+    PYTHONPATH=. .venv/bin/python bench/sample_efficiency.py --quick --profile drake_worn \
+        --methods zero_shot,rl_ft,rlpd --out /tmp/se_rlpd.json
     # the loop's default, sim-side adaptation, on the issue's 10-episode budget:
     PYTHONPATH=. .venv/bin/python bench/sample_efficiency.py --quick --max-rounds 2 \
         --methods zero_shot,rl_ft,adapt --out /tmp/se_adapt.json
@@ -123,6 +126,7 @@ PRIMARY_METHODS = ("zero_shot", "bc_lora", "rl_ft", "sgft_h1")
 ABLATION_METHODS = ("zero_shot", "rl_ft", "sgft_h1_simadv", "sgft_h3", "sgft_hinf")
 SYSID_METHODS = ("zero_shot", "rl_ft", "sysid")  # the online-identification baseline
 ADAPT_METHODS = ("zero_shot", "rl_ft", "adapt")  # the loop's default against RL-FT
+RLPD_METHODS = ("zero_shot", "rl_ft", "rlpd")  # RL-FT's RLPD-style rival against RL-FT
 # Every SGFT arm against RL-FT; the claim under test (the decision lines): RL-FT needs
 # >= 3x SGFT H=1's stand-in episodes, and SGFT under 5 simulated minutes of them.
 EXPERIMENT = Experiment(METHODS, LABELS, reference="rl_ft", primary="sgft_h1",

@@ -130,7 +130,7 @@ def test_arms_differ_only_in_their_own_rows():
     experiment = bench.EXPERIMENT
     trained = [m for m, row in bench.METHODS.items() if row is not None]
     groups = (bench.PRIMARY_METHODS, bench.ABLATION_METHODS, bench.SYSID_METHODS,
-              bench.ADAPT_METHODS)  # fmt: skip
+              bench.ADAPT_METHODS, bench.RLPD_METHODS)  # fmt: skip
     assert set().union(*groups) == set(bench.METHODS)
     configs = {
         m: dataclasses.asdict(arm_config(cfg, experiment, m, seed=3, store_root="s"))
