@@ -59,6 +59,15 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=10, help="stand-in episodes of frames")
     parser.add_argument("--steps", type=int, default=600, help="alignment steps")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--feature-anchor-weight", type=float, default=1.0,
+        help="weight of keeping the sim frames' features at the base's (frozen reference)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--two-sided",
+        action="store_true",
+        help="Deep CORAL's two-sided form (both domains move) instead of the frozen reference",
+    )
     args = parser.parse_args()
 
     from simreal_ros.sim.rendering import ensure_headless_gl
@@ -85,7 +94,11 @@ def main() -> None:
         adapter = Path(scratch) / "aligned"
         summary = align_to_arm_frames(
             args.checkpoint, frames, adapter, robot, version="aligned",
-            config=AlignmentConfig(steps=args.steps),
+            config=AlignmentConfig(
+                steps=args.steps,
+                frozen_reference=not args.two_sided,
+                feature_anchor_weight=args.feature_anchor_weight,
+            ),
         )  # fmt: skip
         aligned = PolicySource(args.checkpoint, str(adapter))
         after = {p: check(aligned, p) for p in (args.profile, "nominal")}
@@ -95,6 +108,8 @@ def main() -> None:
         f"encoder feature distance (held out): {summary['feature_distance_before']:.4g} -> "
         f"{summary['feature_distance_after']:.4g}"
     )
+    scale = ", ".join(f"{v:.2f}" for v in summary["sim_feature_scale"])
+    print(f"sim features' std per layer, aligned over base (held out): {scale}")
     print(f"{'version':<10} {args.profile + '/train':>20} {'nominal/train':>15}")
     print(f"{'base':<10} {zero_shot[args.profile]:>20} {zero_shot['nominal']:>15}")
     print(f"{'aligned':<10} {after[args.profile]:>20} {after['nominal']:>15}")

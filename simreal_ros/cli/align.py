@@ -69,6 +69,14 @@ def run(args) -> int:
         parent_version=base.version, sim_episodes=args.sim_episodes,
         config=AlignmentConfig(steps=args.steps),
     )  # fmt: skip
+    shift = summary["feature_shift"]
+    print(
+        f"perception: the base's features on the arm's frames lie {shift['ratio']:.3g}x the "
+        "distance between two halves of its sim frames from the sim's ("
+        + ("outside the sim's distribution: the pixels differ)" if shift["outside_sim"] else
+           "within it: the arm's failures are likely not the camera's; alignment may not "
+           "help)")
+    )  # fmt: skip
     print(
         f"wrote {out}: {len(frames)} frames from {episodes} episodes; encoder feature "
         f"distance (held out) {summary['feature_distance_before']:.4g} -> "

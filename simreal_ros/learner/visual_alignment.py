@@ -15,10 +15,17 @@ covariance term plus the means, which a shifted camera moves first.
 Only the encoder's LoRA trains (``ENCODER_LORA_TARGETS``); the sim frames keep their expert
 labels as an anchor, so the encoder cannot satisfy the alignment by forgetting the task.
 The arm contributes frames only: no labels, no rewards.
+
+The sim side is the reference (``frozen_reference``): the arm's features are aligned to
+the frozen base's features on sim frames, and the adapted encoder's own sim features and
+keypoints are held at the base's. In Deep CORAL's two-sided form both domains move, and
+the cheapest way to match them is to shrink every activation: the distance then fell 250x
+while the keypoints drifted off the cube and nominal success fell.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,6 +47,15 @@ class AlignmentConfig:
     alignment_weight: float = setting(1.0, "weight of the CORAL terms", low=0.0)
     anchor_weight: float = setting(1.0, "weight of BC on labelled sim frames", low=0.0)
     pixels_per_frame: int = setting(64, "activation vectors drawn per frame and layer", low=1)
+    frozen_reference: bool = setting(
+        True,
+        "align the arm's features to the frozen base's features on sim frames, and keep the "
+        "adapted encoder's sim features at the base's (feature_anchor_weight); False: Deep "
+        "CORAL's two-sided form, where both domains move and can shrink together",
+    )
+    feature_anchor_weight: float = setting(
+        1.0, "weight of keeping the sim frames' features and keypoints at the base's", low=0.0
+    )
     seed: int = setting(0, "seed of batches and pixel draws", low=0)
 
     def __post_init__(self) -> None:
@@ -59,27 +75,53 @@ def coral_distance(source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (mu_s - mu_t).pow(2).sum() / d + (cs - ct).pow(2).sum() / (4 * d * d)
 
 
-def encoder_features(
-    actor, images: torch.Tensor, pixels_per_frame: int, generator: torch.Generator
-) -> list[torch.Tensor]:
-    """Each encoder layer's activations as (frames x pixels drawn, channels), then the
+def encoder_maps(actor, images: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Each encoder layer's activation maps (after its ReLU, and the last layer's), and the
     keypoints (frames, 2C). ``actor`` is a ``CameraActor`` (or one wrapped with LoRA)."""
     from simreal_ros.training.model import spatial_softmax
 
-    out: list[torch.Tensor] = []
+    maps: list[torch.Tensor] = []
     x = images
     layers = list(actor.encoder)
     for index, layer in enumerate(layers):
         x = layer(x)
-        is_last = index == len(layers) - 1
-        if isinstance(layer, nn.ReLU) or is_last:
-            batch, channels, height, width = x.shape
-            flat = x.permute(0, 2, 3, 1).reshape(batch, height * width, channels)
-            draw = torch.randint(0, height * width, (batch, pixels_per_frame), generator=generator)
-            picked = torch.gather(flat, 1, draw[..., None].expand(-1, -1, channels))
-            out.append(picked.reshape(-1, channels))
-    out.append(spatial_softmax(x))
-    return out
+        if isinstance(layer, nn.ReLU) or index == len(layers) - 1:
+            maps.append(x)
+    return maps, spatial_softmax(x)
+
+
+def drawn_features(
+    maps: Sequence[torch.Tensor], keypoints: torch.Tensor, draws: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
+    """Each map's activations at the pixels ``draws`` names, as (frames x pixels, channels),
+    then the keypoints."""
+    out = []
+    for x, draw in zip(maps, draws, strict=True):
+        batch, channels, height, width = x.shape
+        flat = x.permute(0, 2, 3, 1).reshape(batch, height * width, channels)
+        picked = torch.gather(flat, 1, draw[..., None].expand(-1, -1, channels))
+        out.append(picked.reshape(-1, channels))
+    return [*out, keypoints]
+
+
+def pixel_draws(
+    maps: Sequence[torch.Tensor], pixels_per_frame: int, generator: torch.Generator
+) -> list[torch.Tensor]:
+    """Random pixel indices, (frames, pixels_per_frame), for each map."""
+    return [
+        torch.randint(0, x.shape[2] * x.shape[3], (x.shape[0], pixels_per_frame),
+                      generator=generator)
+        for x in maps
+    ]  # fmt: skip
+
+
+def encoder_features(
+    actor, images: torch.Tensor, pixels_per_frame: int, generator: torch.Generator
+) -> list[torch.Tensor]:
+    """Each encoder layer's activations as (frames x pixels drawn, channels), then the
+    keypoints (frames, 2C)."""
+    maps, keypoints = encoder_maps(actor, images)
+    return drawn_features(maps, keypoints, pixel_draws(maps, pixels_per_frame, generator))
 
 
 def feature_distance(actor, sim_images, arm_images, pixels_per_frame: int, seed: int) -> float:
@@ -119,7 +161,10 @@ class AlignmentResult:
     peft_model: object
     distance_before: float  # on the held-out frames
     distance_after: float
-    anchor_loss: float  # BC on sim frames, last 50 steps' mean
+    anchor_loss: float  # the sim frames' anchor, last 50 steps' mean
+    # Each layer's activation std on held-out sim frames, adapted over base: well under 1
+    # when the alignment shrank the features instead of matching them.
+    sim_feature_scale: list[float] = dataclasses.field(default_factory=list)
 
 
 def align_encoder(
@@ -152,6 +197,7 @@ def align_encoder(
     before = feature_distance(
         actor, sim_images[sim_test], arm_images[arm_test], config.pixels_per_frame, config.seed
     )
+    reference = copy.deepcopy(actor).eval().requires_grad_(False)
     model = lora.wrap(
         actor, rank=config.rank, alpha=config.alpha, targets=targets or ENCODER_LORA_TARGETS
     )
@@ -162,14 +208,28 @@ def align_encoder(
     for _ in range(config.steps):
         s = torch.as_tensor(rng.choice(sim_train, config.batch_size))
         a = torch.as_tensor(rng.choice(arm_train, config.batch_size))
-        sim_features = encoder_features(inner, sim_images[s], config.pixels_per_frame, generator)
+        sim_maps, keypoints = encoder_maps(inner, sim_images[s])
+        draws = pixel_draws(sim_maps, config.pixels_per_frame, generator)
+        sim_features = drawn_features(sim_maps, keypoints, draws)
         arm_features = encoder_features(inner, arm_images[a], config.pixels_per_frame, generator)
-        alignment = sum(
-            coral_distance(x, y) for x, y in zip(sim_features, arm_features, strict=True)
-        )
-        keypoints = sim_features[-1]
+        anchor = torch.zeros(())
+        if config.frozen_reference:
+            with torch.no_grad():
+                base_maps, base_keypoints = encoder_maps(reference, sim_images[s])
+            base_features = drawn_features(base_maps, base_keypoints, draws)
+            alignment = sum(
+                coral_distance(x, y) for x, y in zip(base_features, arm_features, strict=True)
+            )
+            anchor = config.feature_anchor_weight * sum(
+                nn.functional.mse_loss(x, y) / y.var().clamp_min(1e-8)
+                for x, y in zip(sim_features, base_features, strict=True)
+            )
+        else:
+            alignment = sum(
+                coral_distance(x, y) for x, y in zip(sim_features, arm_features, strict=True)
+            )
         action = inner.act_from_features(sim_obs[s], keypoints)
-        anchor = nn.functional.mse_loss(action, sim_labels[s])
+        anchor = anchor + nn.functional.mse_loss(action, sim_labels[s])
         if sim_objects is not None:
             anchor = anchor + nn.functional.mse_loss(inner.object_head(keypoints), sim_objects[s])
         loss = config.alignment_weight * alignment + config.anchor_weight * anchor
@@ -187,7 +247,14 @@ def align_encoder(
             f"({before:.4g} -> {after:.4g}); the adapter is not used. More arm frames or "
             "steps may help; check that the arm's frames show the task."
         )
-    return AlignmentResult(model, before, after, float(np.mean(anchors[-50:])))
+    with torch.no_grad():
+        adapted_maps, _ = encoder_maps(inner, sim_images[sim_test])
+        base_maps, _ = encoder_maps(reference, sim_images[sim_test])
+    scale = [
+        float(x.std() / y.std().clamp_min(1e-12))
+        for x, y in zip(adapted_maps, base_maps, strict=True)
+    ]
+    return AlignmentResult(model, before, after, float(np.mean(anchors[-50:])), scale)
 
 
 def _split(n: int, held_out: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -251,6 +318,8 @@ def align_to_arm_frames(
     if normalization is not None:
         mean, std = (np.asarray(normalization[k], dtype=np.float32) for k in ("mean", "std"))
         sim_objects = torch.from_numpy((collector.data.objects[:n] - mean) / std)
+    # The perception signal, on the base: whether the arm's frames lie outside the sim's.
+    shift = feature_shift(actor, sim_images, arm_images, config.pixels_per_frame, config.seed)
     result = align_encoder(
         actor, sim_images, sim_obs, sim_labels, arm_images, config, sim_objects=sim_objects
     )
@@ -263,6 +332,8 @@ def align_to_arm_frames(
         "feature_distance_before": result.distance_before,
         "feature_distance_after": result.distance_after,
         "anchor_loss": result.anchor_loss,
+        "sim_feature_scale": result.sim_feature_scale,
+        "feature_shift": {k: v if k == "outside_sim" else float(v) for k, v in shift.items()},
         "config": dataclasses.asdict(config),
     }
     write_adapter_metadata(out_dir, base, version, parent_version, training=summary)

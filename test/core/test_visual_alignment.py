@@ -106,6 +106,23 @@ def test_alignment_lowers_the_feature_distance_on_held_out_frames(frames):
         torch.testing.assert_close(v, before_state[k], rtol=0, atol=0)
 
 
+def test_the_frozen_reference_keeps_the_sim_features_scale(frames):
+    # The arm's features are matched to the base's sim features, and the adapted encoder's
+    # sim features are held at the base's: the alignment cannot pass by shrinking them.
+    sim_images, arm_images = frames
+    actor, spec = tiny_actor()
+    generator = torch.Generator().manual_seed(1)
+    sim_obs = torch.randn(len(sim_images), spec.obs_dim, generator=generator)
+    with torch.no_grad():
+        labels = actor(sim_obs, sim_images)
+    config = AlignmentConfig(steps=60, batch_size=8, alignment_weight=10.0)
+    assert config.frozen_reference  # the default
+    result = align_encoder(actor, sim_images, sim_obs, labels, arm_images, config)
+    assert len(result.sim_feature_scale) == 3  # one per convolution's activations
+    assert all(0.7 < v < 1.3 for v in result.sim_feature_scale), result.sim_feature_scale
+    assert result.distance_after < result.distance_before
+
+
 def test_an_alignment_that_changes_nothing_fails_loudly(frames):
     sim_images, arm_images = frames
     actor, spec = tiny_actor()
@@ -174,6 +191,9 @@ def test_recorded_frames_to_a_deployable_adapter(tmp_path, frames):
         config=AlignmentConfig(steps=40, batch_size=8),
     )  # fmt: skip
     assert summary["feature_distance_after"] < summary["feature_distance_before"]
+    # The perception signal, on the base: the stand-in's frames lie outside the sim's.
+    assert summary["feature_shift"]["outside_sim"] is True, summary["feature_shift"]
+    assert summary["feature_shift"]["ratio"] > 3.0
     metadata = read_adapter_metadata(tmp_path / "aligned")
     assert metadata["base_version"] == "cam0" and metadata["training"]["arm_frames"] == 14
     base = load_numpy_checkpoint(base_dir, ROBOT)
