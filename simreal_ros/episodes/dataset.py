@@ -426,7 +426,7 @@ def read_episode(
             pos = np.asarray(msg.position, float)
             vel = joint_order.reorder(msg.name, msg.velocity)
             vel = np.full(len(order), np.nan) if vel is None else vel
-            states.add(t, (pos[order], vel, _stamp_ns(msg)))
+            states.add(t, (pos[order], vel, stamp_ns(msg)))
         elif topic in (topics.action, topics.takeover):
             if len(msg.joint_names):
                 _check_spec(bag_dir, f"{topic}", msg.joint_names, joint_names)
@@ -438,7 +438,7 @@ def read_episode(
                 )
             series = actions if topic == topics.action else takeovers
             series.add(
-                t, (values, msg.policy_version, bool(msg.human_intervention), _stamp_ns(msg))
+                t, (values, msg.policy_version, bool(msg.human_intervention), stamp_ns(msg))
             )
         elif topic == topics.object_pose:
             p, q = msg.pose.position, msg.pose.orientation
@@ -453,7 +453,7 @@ def read_episode(
             excess = sum(float(i.excess) for i in msg.interventions if np.isfinite(i.excess))
             safety.add(t, (len(msg.interventions), excess))
         elif camera is not None and topic == topics.camera:
-            camera.add(t, (_stamp_ns(msg), msg))
+            camera.add(t, (stamp_ns(msg), msg))
     if camera is not None and not camera.times:
         raise NoFramesError(
             f"{bag_dir}: frames were asked for, but the bag has no frames on {topics.camera}; "
@@ -481,7 +481,9 @@ def _own_statuses(statuses: _Series, episode_id: str) -> _Series:
     return own
 
 
-def _stamp_ns(msg) -> int:
+def stamp_ns(msg) -> int:
+    """A message's header stamp in whole nanoseconds (seconds as a float would lose the
+    sub-microsecond part that decides which physics step a command falls on)."""
     return int(msg.header.stamp.sec) * 1_000_000_000 + int(msg.header.stamp.nanosec)
 
 

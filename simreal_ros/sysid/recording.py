@@ -18,7 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from simreal_ros.episodes.dataset import find_bags, iter_bag_messages, read_episode_metadata
+from simreal_ros.episodes.dataset import (
+    find_bags,
+    iter_bag_messages,
+    read_episode_metadata,
+    stamp_ns,
+)
 from simreal_ros.robot.description_record import RobotDescription
 from simreal_ros.robot.joint_order import JointOrder
 
@@ -58,12 +63,6 @@ class ReplayEpisode:
     @property
     def has_object(self) -> bool:
         return bool(np.isfinite(self.object_positions).all())
-
-
-def _stamp_ns(msg) -> int:
-    # Whole nanoseconds: seconds since the epoch in a float lose the sub-microsecond part
-    # that decides which physics step a command falls on.
-    return msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
 
 
 def read_replay_episode(bag: Path, robot: RobotDescription, task: str | None) -> ReplayEpisode:
@@ -135,7 +134,7 @@ def read_replay_episode(bag: Path, robot: RobotDescription, task: str | None) ->
             f"joints ({', '.join(names)}); the bag comes from another robot or controller."
         )
     joint_order = JointOrder(names)
-    state_ns = np.array([_stamp_ns(m) for m in states], dtype=np.int64)
+    state_ns = np.array([stamp_ns(m) for m in states], dtype=np.int64)
     positions = [joint_order.reorder(m.name, m.position) for m in states]
     if any(p is None for p in positions):
         raise SysidInputError(
@@ -163,7 +162,7 @@ def read_replay_episode(bag: Path, robot: RobotDescription, task: str | None) ->
     orientations = np.full((len(state_t), 4), np.nan)
     orientation = np.array([1.0, 0.0, 0.0, 0.0])
     if poses:
-        pose_t = (np.array([_stamp_ns(m) for m in poses], dtype=np.int64) - t0) * 1e-9
+        pose_t = (np.array([stamp_ns(m) for m in poses], dtype=np.int64) - t0) * 1e-9
         xyz = np.array([[m.pose.position.x, m.pose.position.y, m.pose.position.z] for m in poses])
         wxyz = np.array(
             [[m.pose.orientation.w, m.pose.orientation.x, m.pose.orientation.y,

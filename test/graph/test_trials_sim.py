@@ -19,6 +19,7 @@ from simreal_ros.episodes.dataset import (
     iter_bag_messages,
     read_episode,
     read_episode_metadata,
+    stamp_ns,
 )
 from simreal_ros.episodes.steps import CONTROL_STEPS
 from simreal_ros.graph.processes import NodeProcess, graph_environment, python_module_argv
@@ -44,7 +45,7 @@ def actions_before_first_state(bag_path, steps: int) -> int:
     bag's first one (the dataset has no observation for them)."""
     first_state, stamps = None, []
     for topic, _, msg in iter_bag_messages(bag_path, ["/joint_states", "/policy/action"]):
-        stamp = msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec
+        stamp = stamp_ns(msg)
         if topic == "/joint_states":
             first_state = stamp if first_state is None else min(first_state, stamp)
         else:
