@@ -55,27 +55,25 @@ def horizon_error(model, data, horizon: int) -> tuple[float, float]:
 
 def critic_fit(checkpoint, sim, arm, held, robot) -> list[tuple[str, float, float, float]]:
     """SGFT H=1 trained one learner round on ``arm``; its critic's (min of the twin heads)
-    R^2, RMS error and r~'s std on ``arm`` (fitted) and on ``held`` (held out)."""
+    R^2, RMS error and r~'s std on ``arm`` (fitted) and on ``held`` (held out), r~ being
+    the target the learner's own update computes (``training_rewards``)."""
     import tempfile
 
     from simreal_ros.learner.config import LearnerConfig
+    from simreal_ros.learner.replay import batch_from
     from simreal_ros.learner.session import LearnerSession
-    from simreal_ros.learner.sgft import shape_rewards, with_failure_value
 
     with tempfile.TemporaryDirectory() as store:
         config = LearnerConfig(method="sgft", horizon=1, critic_init="fresh", store_root=store)
         session = LearnerSession(config, checkpoint, sim_data=sim, robot=robot)
         session.finetune(arm)
-        critics, rows = session.critics, []
+        tuner, rows = session.trainer.tuner, []
         for name, data in (("fitted", arm), ("held out", held)):
-            critics.annotate(data)
-            rewards = with_failure_value(
-                data.rewards, data.failures, critics.gamma, critics.failure_value or 0.0
-            )
-            target = shape_rewards(rewards, data.v_sim, data.v_sim_next, data.terminals,
-                                   critics.gamma, critics.reward_scale)  # fmt: skip
+            session.critics.annotate(data)
+            batch = batch_from(data, np.arange(len(data)), np.ones(len(data), bool))
             with torch.no_grad():
-                q1, q2 = critics.critic(torch.as_tensor(data.obs), torch.as_tensor(data.actions))
+                target = tuner.training_rewards(batch).numpy()
+                q1, q2 = tuner.critic(batch.obs, batch.actions)
             q = torch.minimum(q1, q2)[:, 0].numpy()
             error = float(np.mean((q - target) ** 2))
             spread = float(np.var(target))
