@@ -26,8 +26,9 @@ import numpy as np
 CHECK_SEEDS = list(range(900000, 900050))
 
 
-def stand_in_frames(checkpoint: str, profile: str, episodes: int, robot) -> np.ndarray:
-    """Every frame the base policy saw in ``episodes`` stand-in episodes."""
+def stand_in_frames(checkpoint: str, profile: str, episodes: int, robot):
+    """Every frame the base policy saw in ``episodes`` stand-in episodes, and the joint
+    positions it saw with each (what the arm's bags record beside the frames)."""
     from simreal_ros.sim.gym_env import ArmTaskEnv
     from simreal_ros.sim.profiles import load_profile
     from simreal_ros.sim.rollout import rollout
@@ -42,14 +43,18 @@ def stand_in_frames(checkpoint: str, profile: str, episodes: int, robot) -> np.n
         camera.camera_name, camera.width, camera.height, load_profile(profile).visual,
     )  # fmt: skip
     frames: list[np.ndarray] = []
+    joints: list[np.ndarray] = []
+
+    def keep(step) -> None:
+        frames.append(step.observation["image"])
+        joints.append(np.asarray(step.observation["joint_position"], dtype=np.float64))
+
     try:
         for k in range(episodes):
-            rollout(
-                env, policy, 800_000 + k, "train", lambda s: frames.append(s.observation["image"])
-            )
+            rollout(env, policy, 800_000 + k, "train", keep)
     finally:
         env.close()
-    return np.stack(frames)
+    return np.stack(frames), np.stack(joints)
 
 
 def main() -> None:
@@ -68,6 +73,14 @@ def main() -> None:
         action="store_true",
         help="Deep CORAL's two-sided form (both domains move) instead of the frozen reference",
     )
+    parser.add_argument(
+        "--no-camera-pose", action="store_true",
+        help="skip identifying the camera's pose from the frames and joints (no warp)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--warp-only", action="store_true",
+        help="the identified camera pose's warp alone, without CORAL on the encoder",
+    )  # fmt: skip
     args = parser.parse_args()
 
     from simreal_ros.sim.rendering import ensure_headless_gl
@@ -89,7 +102,7 @@ def main() -> None:
     started = time.perf_counter()
     base = PolicySource(args.checkpoint)
     zero_shot = {p: check(base, p) for p in (args.profile, "nominal")}
-    frames = stand_in_frames(args.checkpoint, args.profile, args.episodes, robot)
+    frames, joints = stand_in_frames(args.checkpoint, args.profile, args.episodes, robot)
     with tempfile.TemporaryDirectory() as scratch:
         adapter = Path(scratch) / "aligned"
         summary = align_to_arm_frames(
@@ -98,18 +111,34 @@ def main() -> None:
                 steps=args.steps,
                 frozen_reference=not args.two_sided,
                 feature_anchor_weight=args.feature_anchor_weight,
+                identify_camera_pose=not args.no_camera_pose,
+                align_features=not args.warp_only,
             ),
+            arm_joints=joints,
         )  # fmt: skip
         aligned = PolicySource(args.checkpoint, str(adapter))
         after = {p: check(aligned, p) for p in (args.profile, "nominal")}
     print(f"stand-in {args.profile}: {args.episodes} episodes, {len(frames)} frames "
           f"(unlabeled); {summary['sim_frames']} sim frames as the anchor")  # fmt: skip
-    print(
-        f"encoder feature distance (held out): {summary['feature_distance_before']:.4g} -> "
-        f"{summary['feature_distance_after']:.4g}"
-    )
-    scale = ", ".join(f"{v:.2f}" for v in summary["sim_feature_scale"])
-    print(f"sim features' std per layer, aligned over base (held out): {scale}")
+    pose = summary["camera_pose"]
+    if pose is not None:
+        print(
+            "camera pose from the frames: offset "
+            + ", ".join(f"{100 * v:+.1f}" for v in pose["offset_m"])
+            + " cm, rotation "
+            + ", ".join(f"{v:+.1f}" for v in pose["rotation_deg"])
+            + " deg; edge correlation "
+            f"(held out) {pose['held_out_before']:.3f} -> {pose['held_out_after']:.3f} "
+            f"(+-{pose['held_out_gain_se']:.3f}); "
+            + ("accepted: frames warped" if pose["accepted"] else "not accepted: no warp")
+        )
+    if "feature_distance_before" in summary:
+        print(
+            f"encoder feature distance (held out): {summary['feature_distance_before']:.4g} -> "
+            f"{summary['feature_distance_after']:.4g}"
+        )
+        scale = ", ".join(f"{v:.2f}" for v in summary["sim_feature_scale"])
+        print(f"sim features' std per layer, aligned over base (held out): {scale}")
     print(f"{'version':<10} {args.profile + '/train':>20} {'nominal/train':>15}")
     print(f"{'base':<10} {zero_shot[args.profile]:>20} {zero_shot['nominal']:>15}")
     print(f"{'aligned':<10} {after[args.profile]:>20} {after['nominal']:>15}")

@@ -1,9 +1,12 @@
 """`simreal align`: a camera policy's encoder aligned to the arm's recorded frames.
 
-Reads the camera frames of recorded episode bags (no labels, no rewards), trains a LoRA
-adapter on the encoder's convolutions by CORAL against sim frames of the same task
-(``learner/visual_alignment.py``), and writes it as a peft adapter beside its measured
-feature distances. Evaluate it with ``simreal eval --adapter`` before running it.
+Reads the camera frames of recorded episode bags and the joint positions at each (no
+labels, no rewards). First it identifies where the arm's camera is from the arm's own body
+in the frames (``sysid/camera_pose.py``); a pose that explains held-out frames better than
+the trained camera's becomes a warp of every frame into the trained view. Then it trains a
+LoRA adapter on the encoder's convolutions by CORAL against sim frames of the same task
+(``learner/visual_alignment.py``), and writes it as a peft adapter beside what it measured
+(the warp in its metadata). Evaluate it with ``simreal eval --adapter`` before running it.
 """
 
 from __future__ import annotations
@@ -27,12 +30,21 @@ def add_parser(subparsers) -> None:
     p.add_argument("--sim-episodes", type=int, default=20, help="sim episodes of anchor frames")
     p.add_argument("--steps", type=int, default=600, help="alignment gradient steps")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
+    p.add_argument(
+        "--no-camera-pose", action="store_true",
+        help="do not identify the camera's pose from the frames and joints (no frame warp)",
+    )  # fmt: skip
+    p.add_argument(
+        "--warp-only", action="store_true",
+        help="write the identified camera pose's warp alone, without CORAL on the encoder",
+    )  # fmt: skip
     p.set_defaults(func=run)
 
 
 def arm_frames(bags, joint_names) -> tuple:
     """Every recorded frame of ``bags`` that belongs to a tick (ticks before an episode's
-    first frame have none), and the number of episodes read."""
+    first frame have none), the joint positions of those ticks (in ``joint_names``' order),
+    and the number of episodes read."""
     import numpy as np
 
     from simreal_ros.episodes.dataset import find_bags, read_episode
@@ -40,11 +52,13 @@ def arm_frames(bags, joint_names) -> tuple:
     found = find_bags(bags)
     if not found:
         raise ValueError(f"no episode bags under {', '.join(map(str, bags))}.")
-    frames = []
+    frames, joints = [], []
     for bag in found:
         steps = read_episode(bag, joint_names, frames=True)
-        frames.append(steps.frames[np.isfinite(steps.frame_ages)])
-    return np.concatenate(frames), len(found)
+        has_frame = np.isfinite(steps.frame_ages)
+        frames.append(steps.frames[has_frame])
+        joints.append(steps.obs["joint_position"][has_frame])
+    return np.concatenate(frames), np.concatenate(joints), len(found)
 
 
 def run(args) -> int:
@@ -62,12 +76,14 @@ def run(args) -> int:
     base = load_numpy_checkpoint(args.checkpoint, robot)
     if base.spec.camera is None:
         raise ValueError(f"{args.checkpoint} is a state policy; align needs a camera policy.")
-    frames, episodes = arm_frames(args.episodes, base.spec.joint_names)
+    frames, joints, episodes = arm_frames(args.episodes, robot.joint_names)
     out = Path(args.out)
     summary = align_to_arm_frames(
         args.checkpoint, frames, out, robot, version=args.version or out.name,
         parent_version=base.version, sim_episodes=args.sim_episodes,
-        config=AlignmentConfig(steps=args.steps),
+        config=AlignmentConfig(steps=args.steps, identify_camera_pose=not args.no_camera_pose,
+                               align_features=not args.warp_only),
+        arm_joints=joints,
     )  # fmt: skip
     shift = summary["feature_shift"]
     print(
@@ -77,10 +93,24 @@ def run(args) -> int:
            "within it: the arm's failures are likely not the camera's; alignment may not "
            "help)")
     )  # fmt: skip
-    print(
-        f"wrote {out}: {len(frames)} frames from {episodes} episodes; encoder feature "
-        f"distance (held out) {summary['feature_distance_before']:.4g} -> "
+    pose = summary["camera_pose"]
+    if pose is not None:
+        print(
+            "camera pose: "
+            + ("the frames' camera is " if pose["accepted"] else "not used, the camera seems ")
+            + ", ".join(f"{100 * v:+.1f}" for v in pose["offset_m"])
+            + " cm and "
+            + ", ".join(f"{v:+.1f}" for v in pose["rotation_deg"])
+            + " deg from the trained "
+            f"one; edge correlation on held-out frames {pose['held_out_before']:.3f} -> "
+            f"{pose['held_out_after']:.3f}"
+            + (" (frames are warped into the trained view)" if pose["accepted"] else "")
+        )
+    distance = (
+        f"; encoder feature distance (held out) {summary['feature_distance_before']:.4g} -> "
         f"{summary['feature_distance_after']:.4g}"
-    )
+        if "feature_distance_before" in summary else " (the camera pose's warp alone)"
+    )  # fmt: skip
+    print(f"wrote {out}: {len(frames)} frames from {episodes} episodes{distance}")
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}))
     return 0

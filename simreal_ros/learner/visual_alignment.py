@@ -57,6 +57,14 @@ class AlignmentConfig:
     feature_anchor_weight: float = setting(
         1.0, "weight of keeping the sim frames' features and keypoints at the base's", low=0.0
     )
+    identify_camera_pose: bool = setting(
+        True,
+        "first identify the arm camera's pose from the frames and their joint positions "
+        "(sysid.camera_pose) and warp the frames into the trained camera's view",
+    )
+    align_features: bool = setting(
+        True, "train the encoder's LoRA by CORAL; False: the camera pose's warp alone"
+    )
     seed: int = setting(0, "seed of batches and pixel draws", low=0)
 
     def __post_init__(self) -> None:
@@ -277,9 +285,16 @@ def align_to_arm_frames(
     sim_profile: str = "randomized",
     sim_episodes: int = 20,
     config: AlignmentConfig | None = None,
+    arm_joints: np.ndarray | None = None,
+    camera_pose_config=None,
 ) -> dict:
     """The learner method: a peft adapter on a camera base's encoder, aligned to the arm's
     frames (``arm_frames``: uint8 (N, H, W, 3) RGB as recorded, no labels).
+
+    With ``arm_joints`` (each frame's joint positions, (N, J)) the camera's pose is
+    identified first (``sysid.camera_pose``); an accepted estimate's warp is written into
+    the adapter's metadata (``camera_rectification``, which the deployed version applies
+    to every frame), and the arm's frames are aligned after that warp.
 
     Sim frames of the same task come from ``sim_episodes`` episodes in ``sim_profile``
     under the pretraining's visual randomisation, driven half by the base and half by the
@@ -314,28 +329,51 @@ def align_to_arm_frames(
     )
     sim_labels = torch.from_numpy(collector.data.labels[:n].copy())
     arm_images = collector.image_tensor(arm_frames)
+    # The perception signal, on the base and the frames as recorded: whether the arm's
+    # frames lie outside the sim's.
+    shift = feature_shift(actor, sim_images, arm_images, config.pixels_per_frame, config.seed)
+    camera_fit, warp = None, None
+    if arm_joints is not None and config.identify_camera_pose:
+        from simreal_ros.policy.camera import rectified_frames
+        from simreal_ros.sysid.camera_pose import identify_camera_pose, rectification
+
+        camera_fit = identify_camera_pose(arm_frames, arm_joints, robot, camera,
+                                          camera_pose_config)  # fmt: skip
+        if camera_fit.accepted:
+            warp = rectification(robot, camera, camera_fit)
+            arm_images = collector.image_tensor(
+                rectified_frames(arm_frames, camera.rectified(warp))
+            )
     sim_objects = None
     normalization = base.metadata.get("training", {}).get("object_normalization")
     if normalization is not None:
         mean, std = (np.asarray(normalization[k], dtype=np.float32) for k in ("mean", "std"))
         sim_objects = torch.from_numpy((collector.data.objects[:n] - mean) / std)
-    # The perception signal, on the base: whether the arm's frames lie outside the sim's.
-    shift = feature_shift(actor, sim_images, arm_images, config.pixels_per_frame, config.seed)
-    result = align_encoder(
-        actor, sim_images, sim_obs, sim_labels, arm_images, config, sim_objects=sim_objects
-    )
-    out_dir = Path(out_dir)
-    lora.save(result.peft_model, out_dir)
-    summary = {
+    summary: dict = {
         "method": "visual_alignment",
         "arm_frames": len(arm_frames),
         "sim_frames": n,
-        "feature_distance_before": result.distance_before,
-        "feature_distance_after": result.distance_after,
-        "anchor_loss": result.anchor_loss,
-        "sim_feature_scale": result.sim_feature_scale,
         "feature_shift": {k: v if k == "outside_sim" else float(v) for k, v in shift.items()},
+        "camera_pose": None if camera_fit is None else camera_fit.to_dict(),
         "config": dataclasses.asdict(config),
     }
-    write_adapter_metadata(out_dir, base, version, parent_version, training=summary)
+    if config.align_features:
+        result = align_encoder(
+            actor, sim_images, sim_obs, sim_labels, arm_images, config, sim_objects=sim_objects
+        )
+        peft_model = result.peft_model
+        summary.update(
+            feature_distance_before=result.distance_before,
+            feature_distance_after=result.distance_after,
+            anchor_loss=result.anchor_loss,
+            sim_feature_scale=result.sim_feature_scale,
+        )
+    else:  # the warp alone: an adapter that changes nothing (LoRA's B starts at zero)
+        from simreal_ros.training.model import ENCODER_LORA_TARGETS
+
+        peft_model = lora.wrap(actor, config.rank, config.alpha, targets=ENCODER_LORA_TARGETS)
+    out_dir = Path(out_dir)
+    lora.save(peft_model, out_dir)
+    extra = {} if warp is None else {"camera_rectification": [float(v) for v in warp.ravel()]}
+    write_adapter_metadata(out_dir, base, version, parent_version, training=summary, **extra)
     return summary

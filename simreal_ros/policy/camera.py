@@ -40,6 +40,9 @@ class CameraSpec:
     pixel_mean: float = 0.5
     pixel_std: float = 0.25
     max_frame_age_s: float = 0.15  # older than this at a tick: the node holds
+    # A version's homography (3x3, row-major) from its camera's pixels to the trained
+    # camera's (``sysid.camera_pose``); every frame is warped by it before the encoder.
+    rectification: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.width < 8 or self.height < 8:
@@ -53,14 +56,29 @@ class CameraSpec:
                 raise ValueError(
                     f"camera.{name} = {getattr(self, name)!r}; give an absolute topic."
                 )
+        if self.rectification is not None:
+            warp = np.asarray(self.rectification, dtype=np.float64)
+            if warp.shape != (9,) or not np.all(np.isfinite(warp)):
+                raise ValueError(
+                    f"camera.rectification = {self.rectification!r}; give 9 finite numbers "
+                    "(a 3x3 homography, row-major) or leave it out."
+                )
+            if abs(np.linalg.det(warp.reshape(3, 3))) < 1e-12:
+                raise ValueError("camera.rectification is singular; it must map pixels 1:1.")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Without an unset rectification, so a base's fingerprint is what it always was."""
+        out = dataclasses.asdict(self)
+        if self.rectification is None:
+            del out["rectification"]
+        else:
+            out["rectification"] = list(self.rectification)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CameraSpec:
         known = {f.name for f in dataclasses.fields(cls)}
-        missing = sorted(known - set(data))
+        missing = sorted(known - set(data) - {"rectification"})
         if missing:
             raise ValueError(f"spec.camera is missing field(s): {', '.join(missing)}.")
         unknown = sorted(set(data) - known)
@@ -71,7 +89,16 @@ class CameraSpec:
             values[name] = int(values[name])
         for name in ("pixel_mean", "pixel_std", "max_frame_age_s"):
             values[name] = float(values[name])
+        if values.get("rectification") is not None:
+            values["rectification"] = tuple(float(v) for v in values["rectification"])
         return cls(**values)
+
+    def rectified(self, rectification) -> CameraSpec:
+        """This camera with ``rectification`` (a 3x3 homography, or None for none)."""
+        warp = None if rectification is None else tuple(
+            float(v) for v in np.asarray(rectification, dtype=np.float64).reshape(-1)
+        )  # fmt: skip
+        return dataclasses.replace(self, rectification=warp)
 
     def check_topic(self, image_topic: str) -> None:
         """Refuse a node wired to another camera topic than the checkpoint's."""
@@ -97,14 +124,40 @@ class CameraSpec:
             )
 
 
-def normalized_image(image: np.ndarray, camera: CameraSpec, out: np.ndarray | None = None):
+def rectified_frames(image: np.ndarray, camera: CameraSpec, out: np.ndarray | None = None):
+    """``image`` (..., H, W, 3) warped by the camera's rectification into the trained
+    camera's view (edge pixels repeated where the view has none); as is without one."""
+    if camera.rectification is None:
+        return image
+    import cv2
+
+    warp = np.asarray(camera.rectification, dtype=np.float64).reshape(3, 3)
+    size = (camera.width, camera.height)
+    if out is None:
+        out = np.empty_like(image)
+    flat_in = image.reshape(-1, camera.height, camera.width, 3)
+    flat_out = out.reshape(-1, camera.height, camera.width, 3)
+    for src, dst in zip(flat_in, flat_out, strict=True):
+        cv2.warpPerspective(src, warp, size, dst=dst, flags=cv2.INTER_LINEAR,
+                            borderMode=cv2.BORDER_REPLICATE)  # fmt: skip
+    return out
+
+
+def normalized_image(
+    image: np.ndarray,
+    camera: CameraSpec,
+    out: np.ndarray | None = None,
+    warped: np.ndarray | None = None,
+):
     """(..., H, W, 3) uint8 RGB -> (..., 3, H, W) float, the checkpoint's normalisation: one
-    frame at a tick, or a batch in training."""
+    frame at a tick, or a batch in training. A camera with a rectification warps first
+    (into ``warped`` where given: the control path allocates nothing)."""
     if image.shape[-3:] != (camera.height, camera.width, 3):
         raise ValueError(
             f"image has shape {image.shape}; the policy needs "
             f"({camera.height}, {camera.width}, 3)."
         )
+    image = rectified_frames(image, camera, warped)
     scale = 1.0 / (255.0 * camera.pixel_std)
     shift = camera.pixel_mean / camera.pixel_std
     if out is None:

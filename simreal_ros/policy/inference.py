@@ -92,11 +92,12 @@ class NumpyCameraActor(NumpyActor):
         self.camera = camera
         self.encoder = NumpyEncoder(state, tuple(strides))
         self._image = np.empty((3, camera.height, camera.width), dtype=np.float64)
+        self._warped = np.empty((camera.height, camera.width, 3), dtype=np.uint8)
 
     def inputs(self, obs: np.ndarray, image: np.ndarray) -> np.ndarray:
         from simreal_ros.policy.camera import normalized_image
 
-        keypoints = self.encoder(normalized_image(image, self.camera, out=self._image))
+        keypoints = self.encoder(normalized_image(image, self.camera, self._image, self._warped))
         return np.concatenate([obs, keypoints])
 
     def __call__(self, obs: np.ndarray, image: np.ndarray) -> np.ndarray:  # type: ignore[override]

@@ -176,8 +176,9 @@ def test_recorded_frames_to_a_deployable_adapter(tmp_path, frames):
                 for i in range(6)]  # fmt: skip
         write_camera_episode(tmp_path / "bags" / f"ep{episode}", ticks, sent,
                              FrameCompression("png"), episode_id=f"ep{episode}")  # fmt: skip
-    recorded, episodes = arm_frames([tmp_path / "bags"], JOINTS)
+    recorded, joints, episodes = arm_frames([tmp_path / "bags"], JOINTS)
     assert episodes == 2
+    assert joints.shape == (len(recorded), len(JOINTS)) and np.all(np.isfinite(joints))
     # Tick 0 precedes each episode's first frame; the last two ticks share its last frame.
     assert recorded.shape == (2 * 7, 24, 32, 3)
     np.testing.assert_array_equal(recorded[:6], images[:6])  # PNG: lossless, in tick order
