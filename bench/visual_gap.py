@@ -74,12 +74,12 @@ def main() -> None:
         help="Deep CORAL's two-sided form (both domains move) instead of the frozen reference",
     )
     parser.add_argument(
-        "--no-camera-pose", action="store_true",
-        help="skip identifying the camera's pose from the frames and joints (no warp)",
+        "--no-camera-identification", action="store_true",
+        help="skip identifying the camera's pose and colours from the frames and joints",
     )  # fmt: skip
     parser.add_argument(
-        "--warp-only", action="store_true",
-        help="the identified camera pose's warp alone, without CORAL on the encoder",
+        "--correction-only", action="store_true",
+        help="the identified camera's warp and colour map alone, without CORAL",
     )  # fmt: skip
     args = parser.parse_args()
 
@@ -111,8 +111,8 @@ def main() -> None:
                 steps=args.steps,
                 frozen_reference=not args.two_sided,
                 feature_anchor_weight=args.feature_anchor_weight,
-                identify_camera_pose=not args.no_camera_pose,
-                align_features=not args.warp_only,
+                identify_camera=not args.no_camera_identification,
+                align_features=not args.correction_only,
             ),
             arm_joints=joints,
         )  # fmt: skip
@@ -131,6 +131,14 @@ def main() -> None:
             f"(held out) {pose['held_out_before']:.3f} -> {pose['held_out_after']:.3f} "
             f"(+-{pose['held_out_gain_se']:.3f}); "
             + ("accepted: frames warped" if pose["accepted"] else "not accepted: no warp")
+        )
+    colour = summary["camera_colour"]
+    if colour is not None:
+        print(
+            f"colour response from the frames: mean RGB error against the renders (held out) "
+            f"{colour['held_out_error_before']:.3f} -> {colour['held_out_error_after']:.3f} "
+            f"(+-{colour['held_out_gain_se']:.3f}); "
+            + ("accepted: frames recoloured" if colour["accepted"] else "not accepted")
         )
     if "feature_distance_before" in summary:
         print(

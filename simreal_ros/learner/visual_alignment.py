@@ -57,13 +57,14 @@ class AlignmentConfig:
     feature_anchor_weight: float = setting(
         1.0, "weight of keeping the sim frames' features and keypoints at the base's", low=0.0
     )
-    identify_camera_pose: bool = setting(
+    identify_camera: bool = setting(
         True,
-        "first identify the arm camera's pose from the frames and their joint positions "
-        "(sysid.camera_pose) and warp the frames into the trained camera's view",
+        "first identify the arm camera's pose and colour response from the frames and their "
+        "joint positions (sysid.camera_pose, camera_colour): the version warps and recolours "
+        "every frame into the trained camera's view",
     )
     align_features: bool = setting(
-        True, "train the encoder's LoRA by CORAL; False: the camera pose's warp alone"
+        True, "train the encoder's LoRA by CORAL; False: the camera's correction alone"
     )
     seed: int = setting(0, "seed of batches and pixel draws", low=0)
 
@@ -291,10 +292,11 @@ def align_to_arm_frames(
     """The learner method: a peft adapter on a camera base's encoder, aligned to the arm's
     frames (``arm_frames``: uint8 (N, H, W, 3) RGB as recorded, no labels).
 
-    With ``arm_joints`` (each frame's joint positions, (N, J)) the camera's pose is
-    identified first (``sysid.camera_pose``); an accepted estimate's warp is written into
-    the adapter's metadata (``camera_rectification``, which the deployed version applies
-    to every frame), and the arm's frames are aligned after that warp.
+    With ``arm_joints`` (each frame's joint positions, (N, J)) the camera is identified
+    first: its pose (``sysid.camera_pose``), then its colour response
+    (``sysid.camera_colour``). An accepted estimate goes into the adapter's metadata
+    (``camera_rectification``, ``camera_colour``), which the deployed version applies to
+    every frame, and the arm's frames are aligned after it.
 
     Sim frames of the same task come from ``sim_episodes`` episodes in ``sim_profile``
     under the pretraining's visual randomisation, driven half by the base and half by the
@@ -332,18 +334,21 @@ def align_to_arm_frames(
     # The perception signal, on the base and the frames as recorded: whether the arm's
     # frames lie outside the sim's.
     shift = feature_shift(actor, sim_images, arm_images, config.pixels_per_frame, config.seed)
-    camera_fit, warp = None, None
-    if arm_joints is not None and config.identify_camera_pose:
-        from simreal_ros.policy.camera import rectified_frames
+    camera_fit, colour_fit, corrected = None, None, camera
+    if arm_joints is not None and config.identify_camera:
+        from simreal_ros.policy.camera import normalized_image
+        from simreal_ros.sysid.camera_colour import identify_colour_response
         from simreal_ros.sysid.camera_pose import identify_camera_pose, rectification
 
         camera_fit = identify_camera_pose(arm_frames, arm_joints, robot, camera,
                                           camera_pose_config)  # fmt: skip
         if camera_fit.accepted:
             warp = rectification(robot, camera, camera_fit)
-            arm_images = collector.image_tensor(
-                rectified_frames(arm_frames, camera.rectified(warp))
-            )
+            corrected = corrected.corrected(rectification=warp)
+        colour_fit = identify_colour_response(arm_frames, arm_joints, robot, corrected)
+        if colour_fit.accepted:
+            corrected = corrected.corrected(colour_correction=colour_fit.correction)
+        arm_images = torch.from_numpy(normalized_image(arm_frames, corrected)).to(torch.float32)
     sim_objects = None
     normalization = base.metadata.get("training", {}).get("object_normalization")
     if normalization is not None:
@@ -355,6 +360,7 @@ def align_to_arm_frames(
         "sim_frames": n,
         "feature_shift": {k: v if k == "outside_sim" else float(v) for k, v in shift.items()},
         "camera_pose": None if camera_fit is None else camera_fit.to_dict(),
+        "camera_colour": None if colour_fit is None else colour_fit.to_dict(),
         "config": dataclasses.asdict(config),
     }
     if config.align_features:
@@ -374,6 +380,11 @@ def align_to_arm_frames(
         peft_model = lora.wrap(actor, config.rank, config.alpha, targets=ENCODER_LORA_TARGETS)
     out_dir = Path(out_dir)
     lora.save(peft_model, out_dir)
-    extra = {} if warp is None else {"camera_rectification": [float(v) for v in warp.ravel()]}
+    extra = {
+        key: list(value)
+        for key, value in (("camera_rectification", corrected.rectification),
+                           ("camera_colour", corrected.colour_correction))
+        if value is not None
+    }  # fmt: skip
     write_adapter_metadata(out_dir, base, version, parent_version, training=summary, **extra)
     return summary

@@ -334,21 +334,22 @@ def version_spec(spec: PolicySpec, metadata: Mapping[str, Any], description: Any
     """The conventions one version runs with: the base's ``spec``, with what its
     ``simreal_adapter.json`` names: the per-tick step (``action_scale``; sim adaptation
     widens it for an arm that follows its targets slowly), and a camera policy's frame
-    warp (``camera_rectification``: the arm camera's identified pose, ``sysid.camera_pose``).
-    With ``description`` the step is checked against the arm's velocity limits, as the
-    base's is."""
-    warp = metadata.get("camera_rectification")
-    if warp is not None:
+    warp and colour map (``camera_rectification``, ``camera_colour``: the arm camera's
+    identified pose and colour response, ``sysid.camera_pose``/``camera_colour``). With
+    ``description`` the step is checked against the arm's velocity limits, as the base's
+    is."""
+    warp, colour = metadata.get("camera_rectification"), metadata.get("camera_colour")
+    if warp is not None or colour is not None:
         if spec.camera is None:
             raise ValueError(
-                "the adapter's metadata has a camera_rectification but its base is a state "
+                "the adapter's metadata has a camera correction but its base is a state "
                 "policy; the adapter belongs to a camera policy's base."
             )
         try:
-            camera = spec.camera.rectified(warp)
+            camera = spec.camera.corrected(warp, colour)
         except (TypeError, ValueError) as error:
             raise ValueError(
-                f"camera_rectification in the adapter's metadata: {error} Re-run the "
+                f"camera correction in the adapter's metadata: {error} Re-run the "
                 "alignment or remove the entry."
             ) from None
         spec = dataclasses.replace(spec, camera=camera)

@@ -116,24 +116,24 @@ class ArmRenderer:
         self.renderer.close()
 
 
-def _check_inputs(frames: np.ndarray, joints: np.ndarray, camera, robot) -> None:
+def check_frames_and_joints(frames: np.ndarray, joints: np.ndarray, camera, robot, what: str):
+    """Refuse frames and joint positions a fit of ``what`` cannot use, saying why."""
     if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
         raise ValueError(
-            f"camera pose: frames must be uint8 (N, H, W, 3) RGB; got {frames.dtype} "
-            f"{frames.shape}."
+            f"{what}: frames must be uint8 (N, H, W, 3) RGB; got {frames.dtype} {frames.shape}."
         )
     camera.check_frame(frames.shape[2], frames.shape[1], "rgb8")
     if joints.shape != (len(frames), len(robot.joint_names)):
         raise ValueError(
-            f"camera pose: joint positions have shape {joints.shape}; need one row of "
+            f"{what}: joint positions have shape {joints.shape}; need one row of "
             f"{len(robot.joint_names)} ({', '.join(robot.joint_names)}) per frame "
             f"({len(frames)})."
         )
     if not np.all(np.isfinite(joints)):
-        raise ValueError("camera pose: joint positions contain NaN or inf; drop those frames.")
+        raise ValueError(f"{what}: joint positions contain NaN or inf; drop those frames.")
     if len(frames) < 2 * MIN_FRAMES:
         raise ValueError(
-            f"camera pose: {len(frames)} frames; need at least {2 * MIN_FRAMES} (half fitted, "
+            f"{what}: {len(frames)} frames; need at least {2 * MIN_FRAMES} (half fitted, "
             "half held out). Record more episodes with the camera on."
         )
 
@@ -153,7 +153,7 @@ def identify_camera_pose(
     config = config or CameraPoseConfig()
     frames = np.asarray(frames)
     joints = np.asarray(joint_positions, dtype=np.float64)
-    _check_inputs(frames, joints, camera, robot)
+    check_frames_and_joints(frames, joints, camera, robot, "camera pose")
     rng = np.random.default_rng(config.seed)
     order = rng.permutation(len(frames))
     half = len(frames) // 2

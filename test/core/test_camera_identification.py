@@ -1,6 +1,7 @@
-"""The camera's pose from the arm's own frames: a moved camera is found from frames rendered
-under another light, its warp puts the cube back where the trained camera sees it, a camera
-where it was trained is left unwarped, and a version carries the warp to every frame."""
+"""The camera from the arm's own frames: a moved camera is found from frames rendered under
+another light, its warp puts the cube back where the trained camera sees it, a camera where
+it was trained is left unwarped, the colour response maps the frames' colours onto the
+sim's, and a version carries both to every frame."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ from simreal_ros.robot.description import load_robot_description  # noqa: E402
 from simreal_ros.sim.physics import ArmPhysics  # noqa: E402
 from simreal_ros.sim.rendering import CameraRenderer  # noqa: E402
 from simreal_ros.sim.visuals import SceneAppearance, VisualSettings  # noqa: E402
+from simreal_ros.sysid.camera_colour import (  # noqa: E402
+    ColourConfig,
+    apply_colour,
+    identify_colour_response,
+)
 from simreal_ros.sysid.camera_pose import (  # noqa: E402
     CameraPoseConfig,
     CameraPoseFit,
@@ -71,9 +77,13 @@ def cube_centroid(frame: np.ndarray, rgb) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def moved_fit():
-    frames, joints = arm_frames(MOVED, 40)
-    return identify_camera_pose(frames, joints, ROBOT, CAMERA, FAST)
+def moved_frames():
+    return arm_frames(MOVED, 40)
+
+
+@pytest.fixture(scope="module")
+def moved_fit(moved_frames):
+    return identify_camera_pose(*moved_frames, ROBOT, CAMERA, FAST)
 
 
 def test_a_moved_camera_is_found_from_frames_under_another_light(moved_fit):
@@ -98,7 +108,7 @@ def test_a_moved_camera_is_found_from_frames_under_another_light(moved_fit):
 
 def test_the_warp_puts_the_cube_where_the_trained_camera_sees_it(moved_fit):
     warp = rectification(ROBOT, CAMERA, moved_fit)
-    camera = CAMERA.rectified(warp)
+    camera = CAMERA.corrected(rectification=warp)
     physics = ArmPhysics(ROBOT)
     scene = SceneAppearance(physics, CAMERA.camera_name)
     renderer = CameraRenderer(physics, CAMERA.camera_name, CAMERA.width, CAMERA.height)
@@ -173,3 +183,34 @@ def test_the_fit_records_what_it_measured(moved_fit):
     record = moved_fit.to_dict()
     assert CameraPoseFit(**record) == moved_fit
     assert record["frames_fitted"] == 14 and record["frames_held_out"] == 14
+
+
+def test_the_colour_response_maps_the_frames_colours_onto_the_sims(moved_frames, moved_fit):
+    frames, joints = moved_frames
+    camera = CAMERA.corrected(rectification=rectification(ROBOT, CAMERA, moved_fit))
+    fit = identify_colour_response(frames, joints, ROBOT, camera, ColourConfig(frames=12))
+    print(fit)
+    assert fit.accepted
+    assert fit.held_out_error_after < 0.6 * fit.held_out_error_before
+    # The frames' median colour (the table's, most of every frame) comes out near the
+    # sim's under its nominal look.
+    seen_table = np.median(rectified_frames(frames, camera).reshape(-1, 3), axis=0) / 255
+    mapped_table = apply_colour(seen_table, fit.correction)
+    nominal_seen = np.median(arm_frames(VisualSettings(), 4)[0].reshape(-1, 3), axis=0) / 255
+    print("table as seen", seen_table, "mapped", mapped_table, "sim", nominal_seen)
+    assert (
+        np.abs(mapped_table - nominal_seen).max() < 0.5 * np.abs(seen_table - nominal_seen).max()
+    )
+
+
+def test_the_colour_map_is_folded_into_the_normalisation():
+    affine = np.array([[0.9, 0.1, 0.0, 0.05], [0.0, 1.2, -0.1, 0.0], [0.05, 0.0, 0.8, -0.02]])
+    camera = CAMERA.corrected(colour_correction=affine)
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, (CAMERA.height, CAMERA.width, 3), dtype=np.uint8)
+    expected = (apply_colour(image / 255.0, affine) - CAMERA.pixel_mean) / CAMERA.pixel_std
+    np.testing.assert_allclose(
+        normalized_image(image, camera), np.moveaxis(expected, -1, 0), atol=1e-12
+    )
+    with pytest.raises(ValueError, match="12 finite"):
+        dataclasses.replace(CAMERA, colour_correction=(1.0,) * 11)
