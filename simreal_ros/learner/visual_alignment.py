@@ -380,11 +380,6 @@ def align_to_arm_frames(
         peft_model = lora.wrap(actor, config.rank, config.alpha, targets=ENCODER_LORA_TARGETS)
     out_dir = Path(out_dir)
     lora.save(peft_model, out_dir)
-    extra = {
-        key: list(value)
-        for key, value in (("camera_rectification", corrected.rectification),
-                           ("camera_colour", corrected.colour_correction))
-        if value is not None
-    }  # fmt: skip
-    write_adapter_metadata(out_dir, base, version, parent_version, training=summary, **extra)
+    write_adapter_metadata(out_dir, base, version, parent_version, training=summary,
+                           **corrected.version_metadata())  # fmt: skip
     return summary

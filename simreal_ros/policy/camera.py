@@ -28,8 +28,10 @@ CAMERA_OBSERVATION_FIELDS = (
 )
 
 
-# What a version may add to its base's camera (a checkpoint's spec has neither).
-VERSION_FIELDS = ("rectification", "colour_correction")
+# What a version may add to its base's camera (a checkpoint's spec has neither), by the
+# key its adapter metadata (simreal_adapter.json) gives it under.
+VERSION_METADATA = {"camera_rectification": "rectification", "camera_colour": "colour_correction"}
+VERSION_FIELDS = tuple(VERSION_METADATA.values())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +111,19 @@ class CameraSpec:
             if values.get(name) is not None:
                 values[name] = tuple(float(v) for v in values[name])
         return cls(**values)
+
+    def for_version(self, metadata: Mapping[str, Any]) -> CameraSpec:
+        """This camera with the corrections a version's adapter metadata names."""
+        values = {field: metadata.get(key) for key, field in VERSION_METADATA.items()}
+        return self.corrected(**values)
+
+    def version_metadata(self) -> dict[str, list[float]]:
+        """The corrections this camera carries, as a version's adapter metadata names them."""
+        return {
+            key: list(getattr(self, field))
+            for key, field in VERSION_METADATA.items()
+            if getattr(self, field) is not None
+        }
 
     def corrected(self, rectification=None, colour_correction=None) -> CameraSpec:
         """This camera with a version's frame warp (3x3) and colour map (3x4) where given."""

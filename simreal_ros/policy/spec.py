@@ -338,15 +338,16 @@ def version_spec(spec: PolicySpec, metadata: Mapping[str, Any], description: Any
     identified pose and colour response, ``sysid.camera_pose``/``camera_colour``). With
     ``description`` the step is checked against the arm's velocity limits, as the base's
     is."""
-    warp, colour = metadata.get("camera_rectification"), metadata.get("camera_colour")
-    if warp is not None or colour is not None:
+    from simreal_ros.policy.camera import VERSION_METADATA
+
+    if any(metadata.get(key) is not None for key in VERSION_METADATA):
         if spec.camera is None:
             raise ValueError(
                 "the adapter's metadata has a camera correction but its base is a state "
                 "policy; the adapter belongs to a camera policy's base."
             )
         try:
-            camera = spec.camera.corrected(warp, colour)
+            camera = spec.camera.for_version(metadata)
         except (TypeError, ValueError) as error:
             raise ValueError(
                 f"camera correction in the adapter's metadata: {error} Re-run the "

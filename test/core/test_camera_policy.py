@@ -146,6 +146,48 @@ def test_encoder_lora_deploys_as_peft_merged_it(tmp_path):
     assert np.abs(want - plain).max() > 1e-3
 
 
+def test_a_version_with_camera_corrections_deploys_them(tmp_path):
+    """An adapter whose metadata names the arm camera's warp and colour map deploys as a
+    policy that sees every frame warped and recoloured: the same actions as the base on
+    frames corrected beforehand."""
+    import cv2
+
+    model, spec = camera_model()
+    base_dir = save_checkpoint(tmp_path / "b", model, spec, version="b1", gamma=0.99, training={})
+    base = load_numpy_checkpoint(base_dir, ROBOT)
+    lora.save(
+        lora.wrap(model.actor, rank=2, alpha=4, targets=ENCODER_LORA_TARGETS), tmp_path / "a"
+    )
+    warp = np.array([[1.02, 0.01, -1.5], [-0.01, 0.98, 2.0], [0.0, 0.0, 1.0]])
+    colour = np.array([[1.8, 0, 0, -0.3], [0, 0.6, 0, 0.2], [0, 0, 0.9, 0.0]])
+    metadata = {
+        "base_version": "b1", "spec_fingerprint": spec.fingerprint(),
+        "camera_rectification": warp.ravel().tolist(), "camera_colour": colour.ravel().tolist(),
+    }  # fmt: skip
+    (tmp_path / "a" / "simreal_adapter.json").write_text(json.dumps(metadata))
+    kinematics = SpecConverter.for_robot(spec, ROBOT).forward_kinematics
+    deployed = deploy_adapter(base, tmp_path / "a", "a1", forward_kinematics=kinematics)
+    assert deployed.converter.spec.camera.rectification == tuple(warp.ravel())
+    obs = np.random.default_rng(4).normal(size=(3, spec.obs_dim))
+    images = frames(3, seed=6)
+    got = np.stack([deployed.actor(o, i) for o, i in zip(obs, images, strict=True)])
+    corrected = []
+    for image in images:
+        moved = cv2.warpPerspective(image, warp, (32, 24), flags=cv2.INTER_LINEAR,
+                                    borderMode=cv2.BORDER_REPLICATE) / 255.0  # fmt: skip
+        recoloured = moved @ colour[:, :3].T + colour[:, 3]
+        corrected.append((recoloured - spec.camera.pixel_mean) / spec.camera.pixel_std)
+    x = torch.as_tensor(np.moveaxis(np.stack(corrected), -1, 1)).float()
+    with torch.no_grad():
+        want = model.actor(torch.as_tensor(obs, dtype=torch.float32), x).numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    # The corrections change what the encoder sees: its keypoints move.
+    plain = deploy_base(base, kinematics).actor
+    moved = [np.abs(deployed.actor.inputs(o, i) - plain.inputs(o, i)).max() for o, i in
+             zip(obs, images, strict=True)]  # fmt: skip
+    assert min(moved) > 1e-3, moved
+
+
 def test_training_shift_moves_frames_by_at_most_the_bound():
     images = torch.arange(2 * 3 * 10 * 12, dtype=torch.float32).reshape(2, 3, 10, 12)
     out = shifted(images, 2, torch.Generator().manual_seed(0))
