@@ -91,12 +91,13 @@ def main() -> None:
         help="Deep CORAL's two-sided form (both domains move) instead of the frozen reference",
     )
     parser.add_argument(
-        "--no-camera-identification", action="store_true",
-        help="skip identifying the camera's pose and colours from the frames and joints",
+        "--camera-adaptation", choices=("warp", "render", "none"), default="warp",
+        help="identify the arm's camera from the frames and joints first: its pose's warp "
+        "(warp), or its pose, light and table rendered for paired adaptation (render)",
     )  # fmt: skip
     parser.add_argument(
-        "--correction-only", action="store_true",
-        help="the identified camera's warp and colour map alone, without CORAL",
+        "--warp-only", action="store_true",
+        help="the identified camera pose's warp alone, without CORAL",
     )  # fmt: skip
     args = parser.parse_args()
 
@@ -128,15 +129,15 @@ def main() -> None:
                 steps=args.steps,
                 frozen_reference=not args.two_sided,
                 feature_anchor_weight=args.feature_anchor_weight,
-                identify_camera=not args.no_camera_identification,
-                align_features=not args.correction_only,
+                camera_adaptation=args.camera_adaptation,
+                align_features=not args.warp_only,
             ),
             arm_joints=joints,
         )  # fmt: skip
         aligned = PolicySource(args.checkpoint, str(adapter))
         after = {args.profile: check(aligned, args.profile)}
-        # In nominal sim the camera is where it was trained, so the arm camera's warp and
-        # colour map do not belong there: nominal checks the encoder's adapter alone.
+        # In nominal sim the camera is where it was trained, so the arm camera's warp does
+        # not belong there: nominal checks the encoder's adapter alone.
         after["nominal"] = check(PolicySource(args.checkpoint, str(sim_side(adapter))), "nominal")
     print(f"stand-in {args.profile}: {args.episodes} episodes, {len(frames)} frames "
           f"(unlabeled); {summary['sim_frames']} sim frames as the anchor")  # fmt: skip
@@ -152,13 +153,13 @@ def main() -> None:
             f"(+-{pose['held_out_gain_se']:.3f}); "
             + ("accepted: frames warped" if pose["accepted"] else "not accepted: no warp")
         )
-    colour = summary["camera_colour"]
-    if colour is not None:
+    look = summary["scene_look"]
+    if look is not None:
         print(
-            f"colour response from the frames: mean RGB error against the renders (held out) "
-            f"{colour['held_out_error_before']:.3f} -> {colour['held_out_error_after']:.3f} "
-            f"(+-{colour['held_out_gain_se']:.3f}); "
-            + ("accepted: frames recoloured" if colour["accepted"] else "not accepted")
+            "scene look from the frames (light, table): mean RGB error against the renders "
+            f"(held out) {look['held_out_error_before']:.3f} -> "
+            f"{look['held_out_error_after']:.3f}; "
+            + ("accepted: adaptation renders it" if look["accepted"] else "not accepted")
         )
     if "feature_distance_before" in summary:
         print(
@@ -168,7 +169,7 @@ def main() -> None:
         scale = ", ".join(f"{v:.2f}" for v in summary["sim_feature_scale"])
         print(f"sim features' std per layer, aligned over base (held out): {scale}")
     print(f"{'version':<10} {args.profile + '/train':>20} {'nominal/train':>15}  (nominal: "
-          "the encoder's adapter without the arm camera's warp and colours)")  # fmt: skip
+          "the encoder's adapter without the arm camera's warp)")  # fmt: skip
     print(f"{'base':<10} {zero_shot[args.profile]:>20} {zero_shot['nominal']:>15}")
     print(f"{'aligned':<10} {after[args.profile]:>20} {after['nominal']:>15}")
     print(f"wall time {time.perf_counter() - started:.0f} s")

@@ -2,12 +2,11 @@
 
 Reads the camera frames of recorded episode bags and the joint positions at each (no
 labels, no rewards). First it identifies where the arm's camera is from the arm's own body
-in the frames (``sysid/camera_pose.py``), then its colour response against the sim's
-renders at the same joints (``sysid/camera_colour.py``); each that explains held-out frames
-better than none becomes a warp or colour map of every frame. Then it trains a
+in the frames (``sysid/camera_pose.py``); a pose that explains held-out frames better than
+the trained camera's becomes a warp of every frame into the trained view. Then it trains a
 LoRA adapter on the encoder's convolutions by CORAL against sim frames of the same task
 (``learner/visual_alignment.py``), and writes it as a peft adapter beside what it measured
-(the corrections in its metadata). Evaluate it with ``simreal eval --adapter`` before running it.
+(the warp in its metadata). Evaluate it with ``simreal eval --adapter`` before running it.
 """
 
 from __future__ import annotations
@@ -32,12 +31,13 @@ def add_parser(subparsers) -> None:
     p.add_argument("--steps", type=int, default=600, help="alignment gradient steps")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
     p.add_argument(
-        "--no-camera-identification", action="store_true",
-        help="do not identify the camera's pose and colours from the frames and joints",
+        "--camera-adaptation", choices=("warp", "render", "none"), default="warp",
+        help="identify the arm's camera from the frames and joints first: its pose's warp "
+        "(warp), or its pose, light and table rendered for paired adaptation (render)",
     )  # fmt: skip
     p.add_argument(
-        "--correction-only", action="store_true",
-        help="write the identified camera's warp and colour map alone, without CORAL",
+        "--warp-only", action="store_true",
+        help="write the identified camera pose's warp alone, without CORAL",
     )  # fmt: skip
     p.set_defaults(func=run)
 
@@ -82,8 +82,8 @@ def run(args) -> int:
     summary = align_to_arm_frames(
         args.checkpoint, frames, out, robot, version=args.version or out.name,
         parent_version=base.version, sim_episodes=args.sim_episodes,
-        config=AlignmentConfig(steps=args.steps, identify_camera=not args.no_camera_identification,
-                               align_features=not args.correction_only),
+        config=AlignmentConfig(steps=args.steps, camera_adaptation=args.camera_adaptation,
+                               align_features=not args.warp_only),
         arm_joints=joints,
     )  # fmt: skip
     shift = summary["feature_shift"]
@@ -107,12 +107,12 @@ def run(args) -> int:
             f"{pose['held_out_after']:.3f}"
             + (" (frames are warped into the trained view)" if pose["accepted"] else "")
         )
-    colour = summary["camera_colour"]
-    if colour is not None:
+    look = summary["scene_look"]
+    if look is not None:
         print(
-            "camera colours: mean RGB error against the sim's renders on held-out frames "
-            f"{colour['held_out_error_before']:.3f} -> {colour['held_out_error_after']:.3f}"
-            + (" (frames are recoloured)" if colour["accepted"] else " (not used)")
+            "scene look (light, table): mean RGB error against the sim's renders on held-out "
+            f"frames {look['held_out_error_before']:.3f} -> {look['held_out_error_after']:.3f}"
+            + (" (adaptation renders it)" if look["accepted"] else " (not used)")
         )
     distance = (
         f"; encoder feature distance (held out) {summary['feature_distance_before']:.4g} -> "

@@ -57,14 +57,17 @@ class AlignmentConfig:
     feature_anchor_weight: float = setting(
         1.0, "weight of keeping the sim frames' features and keypoints at the base's", low=0.0
     )
-    identify_camera: bool = setting(
-        True,
-        "first identify the arm camera's pose and colour response from the frames and their "
-        "joint positions (sysid.camera_pose, camera_colour): the version warps and recolours "
-        "every frame into the trained camera's view",
+    camera_adaptation: str = setting(
+        "warp",
+        "with the frames' joint positions, the arm's camera is identified first: 'warp' (its "
+        "pose, sysid.camera_pose; the version warps every frame into the trained view), "
+        "'render' (its pose and the scene's light and table, sysid.camera_look; sim frames "
+        "are rendered so and the encoder learns to see them as their pairs in the trained "
+        "look), or 'none'",
+        choices=("warp", "render", "none"),
     )
     align_features: bool = setting(
-        True, "train the encoder's LoRA by CORAL; False: the camera's correction alone"
+        True, "train the encoder's LoRA by CORAL; False: the camera's warp alone"
     )
     seed: int = setting(0, "seed of batches and pixel draws", low=0)
 
@@ -134,12 +137,15 @@ def encoder_features(
     return drawn_features(maps, keypoints, pixel_draws(maps, pixels_per_frame, generator))
 
 
-def feature_distance(actor, sim_images, arm_images, pixels_per_frame: int, seed: int) -> float:
-    """The summed CORAL distance of the encoder's features on two sets of frames."""
+def feature_distance(
+    actor, sim_images, arm_images, pixels_per_frame: int, seed: int, arm_actor=None
+) -> float:
+    """The summed CORAL distance of the encoder's features on two sets of frames (those on
+    the arm's frames from ``arm_actor`` where given)."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         sim = encoder_features(actor, sim_images, pixels_per_frame, generator)
-        arm = encoder_features(actor, arm_images, pixels_per_frame, generator)
+        arm = encoder_features(arm_actor or actor, arm_images, pixels_per_frame, generator)
         return float(sum(coral_distance(s, a) for s, a in zip(sim, arm, strict=True)))
 
 
@@ -187,6 +193,7 @@ def align_encoder(
     held_out: float = 0.25,
     targets: Sequence[str] | None = None,
     sim_objects: torch.Tensor | None = None,
+    sim_reference: torch.Tensor | None = None,
 ) -> AlignmentResult:
     """Train LoRA on ``actor``'s encoder so its features on ``arm_images`` match those on
     ``sim_images``, while its actions on the sim frames keep to ``sim_labels``.
@@ -196,6 +203,12 @@ def align_encoder(
     the actor's ``object_head`` predicts them (the sim knows them: part of the anchor, so
     the encoder keeps finding the cube). The distance is reported on held-out frames of
     both domains; training never sees them. Raises when the alignment did not lower it.
+
+    ``sim_reference``: the same sim instants as ``sim_images`` seen as the base was trained
+    to see them (paired renders). The adapted encoder's keypoints on ``sim_images`` are then
+    held at the frozen base's keypoints on their pairs, and the arm's features are aligned
+    to the frozen base's on the pairs: the distance reported is that one, the arm's frames
+    through the adapted encoder against the trained view through the base.
     """
     from simreal_ros.learner import lora
     from simreal_ros.training.model import ENCODER_LORA_TARGETS
@@ -204,8 +217,9 @@ def align_encoder(
     generator = torch.Generator().manual_seed(config.seed)
     sim_train, sim_test = _split(len(sim_images), held_out, rng)
     arm_train, arm_test = _split(len(arm_images), held_out, rng)
+    trained_view = sim_images if sim_reference is None else sim_reference
     before = feature_distance(
-        actor, sim_images[sim_test], arm_images[arm_test], config.pixels_per_frame, config.seed
+        actor, trained_view[sim_test], arm_images[arm_test], config.pixels_per_frame, config.seed
     )
     reference = copy.deepcopy(actor).eval().requires_grad_(False)
     model = lora.wrap(
@@ -223,7 +237,19 @@ def align_encoder(
         sim_features = drawn_features(sim_maps, keypoints, draws)
         arm_features = encoder_features(inner, arm_images[a], config.pixels_per_frame, generator)
         anchor = torch.zeros(())
-        if config.frozen_reference:
+        if sim_reference is not None:
+            with torch.no_grad():
+                paired_maps, paired_keypoints = encoder_maps(reference, sim_reference[s])
+            anchor = (
+                config.feature_anchor_weight
+                * nn.functional.mse_loss(keypoints, paired_keypoints)
+                / paired_keypoints.var().clamp_min(1e-8)
+            )
+            paired_features = drawn_features(paired_maps, paired_keypoints, draws)
+            alignment = sum(
+                coral_distance(x, y) for x, y in zip(paired_features, arm_features, strict=True)
+            )
+        elif config.frozen_reference:
             with torch.no_grad():
                 base_maps, base_keypoints = encoder_maps(reference, sim_images[s])
             base_features = drawn_features(base_maps, base_keypoints, draws)
@@ -248,9 +274,16 @@ def align_encoder(
         optimizer.step()
         anchors.append(float(anchor.detach()))
     model.eval()
-    after = feature_distance(
-        inner, sim_images[sim_test], arm_images[arm_test], config.pixels_per_frame, config.seed
-    )
+    if sim_reference is None:
+        after = feature_distance(
+            inner, sim_images[sim_test], arm_images[arm_test], config.pixels_per_frame,
+            config.seed,
+        )  # fmt: skip
+    else:
+        after = feature_distance(
+            reference, sim_reference[sim_test], arm_images[arm_test], config.pixels_per_frame,
+            config.seed, arm_actor=inner,
+        )  # fmt: skip
     if not after < before:
         raise RuntimeError(
             f"visual alignment did not lower the feature distance on held-out frames "
@@ -275,6 +308,23 @@ def _split(n: int, held_out: float, rng: np.random.Generator) -> tuple[np.ndarra
     return order[cut:], order[:cut]
 
 
+def identified_scene(arm_frames, arm_joints, robot, camera, camera_fit):
+    """The arm's scene as ``VisualSettings`` (the camera's pose where accepted, then the
+    light and table fitted from that pose; None when neither explains held-out frames),
+    and the look's fit."""
+    from simreal_ros.sim.visuals import VisualSettings
+    from simreal_ros.sysid.camera_look import identify_look
+
+    pose = ((0.0,) * 3, (0.0,) * 3)
+    if camera_fit.accepted:
+        pose = (camera_fit.offset_m, camera_fit.rotation_deg)
+    look_fit = identify_look(arm_frames, arm_joints, robot, camera, *pose)
+    if not (camera_fit.accepted or look_fit.accepted):
+        return None, look_fit
+    look = look_fit.look if look_fit.accepted else {}
+    return VisualSettings(**look, camera_offset_m=pose[0], camera_rotation_deg=pose[1]), look_fit
+
+
 def align_to_arm_frames(
     base_dir: str | Path,
     arm_frames: np.ndarray,
@@ -293,10 +343,9 @@ def align_to_arm_frames(
     frames (``arm_frames``: uint8 (N, H, W, 3) RGB as recorded, no labels).
 
     With ``arm_joints`` (each frame's joint positions, (N, J)) the camera is identified
-    first: its pose (``sysid.camera_pose``), then its colour response
-    (``sysid.camera_colour``). An accepted estimate goes into the adapter's metadata
-    (``camera_rectification``, ``camera_colour``), which the deployed version applies to
-    every frame, and the arm's frames are aligned after it.
+    first (``AlignmentConfig.camera_adaptation``). In the default, an accepted pose's warp
+    goes into the adapter's metadata (``camera_rectification``), which the deployed version
+    applies to every frame, and the arm's frames are aligned after it.
 
     Sim frames of the same task come from ``sim_episodes`` episodes in ``sim_profile``
     under the pretraining's visual randomisation, driven half by the base and half by the
@@ -304,8 +353,9 @@ def align_to_arm_frames(
     ``simreal_adapter.json``) and returns what it measured.
     """
     from simreal_ros.learner import lora
+    from simreal_ros.policy.camera import rectified_frames
     from simreal_ros.policy.checkpoint import write_adapter_metadata
-    from simreal_ros.sim.visuals import VisualRandomization
+    from simreal_ros.sim.visuals import NOMINAL, VisualJitter, VisualRandomization
     from simreal_ros.training.camera_pretrain import FrameCollector
     from simreal_ros.training.torch_checkpoint import load_checkpoint
 
@@ -319,36 +369,43 @@ def align_to_arm_frames(
         raise ValueError(f"arm frames: need uint8 (N, H, W, 3); got {arm_frames.dtype} "
                          f"{arm_frames.shape}.")  # fmt: skip
     camera.check_frame(arm_frames.shape[2], arm_frames.shape[1], "rgb8")
-    collector = FrameCollector(base.spec, robot, sim_profile, VisualRandomization(), config.seed)
+    # The arm's camera identified from its frames and joints (see camera_adaptation).
+    camera_fit, look_fit, identified, warp = None, None, None, None
+    if arm_joints is not None and config.camera_adaptation != "none":
+        from simreal_ros.sysid.camera_pose import identify_camera_pose, rectification
+
+        camera_fit = identify_camera_pose(arm_frames, arm_joints, robot, camera,
+                                          camera_pose_config)  # fmt: skip
+        if config.camera_adaptation == "warp" and camera_fit.accepted:
+            warp = rectification(robot, camera, camera_fit)
+        if config.camera_adaptation == "render":
+            identified, look_fit = identified_scene(arm_frames, arm_joints, robot, camera,
+                                                    camera_fit)  # fmt: skip
+    if identified is None:
+        collector = FrameCollector(base.spec, robot, sim_profile, VisualRandomization(),
+                                   config.seed)  # fmt: skip
+    else:
+        collector = FrameCollector(base.spec, robot, sim_profile, VisualJitter(identified),
+                                   config.seed, reference=NOMINAL)  # fmt: skip
     actor = base.model.actor
     for k in range(sim_episodes):
         collector.rollout(7_000_000 + config.seed * 1000 + k, 0.5, actor)
     n = collector.data.size
     converter = collector.converter
     sim_images = collector.image_tensor(collector.data.images[:n])
+    sim_reference = None if identified is None else collector.image_tensor(
+        collector.data.paired[:n]
+    )  # fmt: skip
     sim_obs = torch.as_tensor(
         converter.normalize(collector.data.obs[:n].astype(np.float64)), dtype=torch.float32
     )
     sim_labels = torch.from_numpy(collector.data.labels[:n].copy())
-    arm_images = collector.image_tensor(arm_frames)
-    # The perception signal, on the base and the frames as recorded: whether the arm's
-    # frames lie outside the sim's.
-    shift = feature_shift(actor, sim_images, arm_images, config.pixels_per_frame, config.seed)
-    camera_fit, colour_fit, corrected = None, None, camera
-    if arm_joints is not None and config.identify_camera:
-        from simreal_ros.policy.camera import normalized_image
-        from simreal_ros.sysid.camera_colour import identify_colour_response
-        from simreal_ros.sysid.camera_pose import identify_camera_pose, rectification
-
-        camera_fit = identify_camera_pose(arm_frames, arm_joints, robot, camera,
-                                          camera_pose_config)  # fmt: skip
-        if camera_fit.accepted:
-            warp = rectification(robot, camera, camera_fit)
-            corrected = corrected.corrected(rectification=warp)
-        colour_fit = identify_colour_response(arm_frames, arm_joints, robot, corrected)
-        if colour_fit.accepted:
-            corrected = corrected.corrected(colour_correction=colour_fit.correction)
-        arm_images = torch.from_numpy(normalized_image(arm_frames, corrected)).to(torch.float32)
+    corrected = camera.corrected(rectification=warp)
+    arm_images = collector.image_tensor(rectified_frames(arm_frames, corrected))
+    # The perception signal, on the base and the frames as recorded against the sim's
+    # randomised look: whether the arm's frames lie outside the sim's.
+    shift_images = sim_reference if sim_reference is not None else sim_images
+    shift = feature_shift(actor, shift_images, arm_images, config.pixels_per_frame, config.seed)
     sim_objects = None
     normalization = base.metadata.get("training", {}).get("object_normalization")
     if normalization is not None:
@@ -360,13 +417,14 @@ def align_to_arm_frames(
         "sim_frames": n,
         "feature_shift": {k: v if k == "outside_sim" else float(v) for k, v in shift.items()},
         "camera_pose": None if camera_fit is None else camera_fit.to_dict(),
-        "camera_colour": None if colour_fit is None else colour_fit.to_dict(),
+        "scene_look": None if look_fit is None else look_fit.to_dict(),
         "config": dataclasses.asdict(config),
     }
     if config.align_features:
         result = align_encoder(
-            actor, sim_images, sim_obs, sim_labels, arm_images, config, sim_objects=sim_objects
-        )
+            actor, sim_images, sim_obs, sim_labels, arm_images, config,
+            sim_objects=sim_objects, sim_reference=sim_reference,
+        )  # fmt: skip
         peft_model = result.peft_model
         summary.update(
             feature_distance_before=result.distance_before,

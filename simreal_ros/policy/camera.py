@@ -30,7 +30,7 @@ CAMERA_OBSERVATION_FIELDS = (
 
 # What a version may add to its base's camera (a checkpoint's spec has neither), by the
 # key its adapter metadata (simreal_adapter.json) gives it under.
-VERSION_METADATA = {"camera_rectification": "rectification", "camera_colour": "colour_correction"}
+VERSION_METADATA = {"camera_rectification": "rectification"}
 VERSION_FIELDS = tuple(VERSION_METADATA.values())
 
 
@@ -49,9 +49,6 @@ class CameraSpec:
     # A version's homography (3x3, row-major) from its camera's pixels to the trained
     # camera's (``sysid.camera_pose``); every frame is warped by it before the encoder.
     rectification: tuple[float, ...] | None = None
-    # A version's colour map (3x4 [A | b], row-major, RGB in [0, 1]) from its camera's
-    # colours to the sim's (``sysid.camera_colour``), applied after the warp.
-    colour_correction: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.width < 8 or self.height < 8:
@@ -74,17 +71,9 @@ class CameraSpec:
                 )
             if abs(np.linalg.det(warp.reshape(3, 3))) < 1e-12:
                 raise ValueError("camera.rectification is singular; it must map pixels 1:1.")
-        if self.colour_correction is not None:
-            affine = np.asarray(self.colour_correction, dtype=np.float64)
-            if affine.shape != (12,) or not np.all(np.isfinite(affine)):
-                raise ValueError(
-                    f"camera.colour_correction = {self.colour_correction!r}; give 12 finite "
-                    "numbers (a 3x4 colour map [A | b], row-major) or leave it out."
-                )
 
     def to_dict(self) -> dict[str, Any]:
-        """Without an unset rectification or colour map, so a base's fingerprint is what
-        it always was."""
+        """Without an unset rectification, so a base's fingerprint is what it always was."""
         out = dataclasses.asdict(self)
         for name in VERSION_FIELDS:
             if out[name] is None:
@@ -125,16 +114,12 @@ class CameraSpec:
             if getattr(self, field) is not None
         }
 
-    def corrected(self, rectification=None, colour_correction=None) -> CameraSpec:
-        """This camera with a version's frame warp (3x3) and colour map (3x4) where given."""
-        values = {}
-        for name, value in (("rectification", rectification),
-                            ("colour_correction", colour_correction)):  # fmt: skip
-            if value is not None:
-                values[name] = tuple(
-                    float(v) for v in np.asarray(value, dtype=np.float64).reshape(-1)
-                )
-        return dataclasses.replace(self, **values)
+    def corrected(self, rectification=None) -> CameraSpec:
+        """This camera with a version's frame warp (3x3), or as it is for None."""
+        if rectification is None:
+            return self
+        warp = tuple(float(v) for v in np.asarray(rectification, dtype=np.float64).reshape(-1))
+        return dataclasses.replace(self, rectification=warp)
 
     def check_topic(self, image_topic: str) -> None:
         """Refuse a node wired to another camera topic than the checkpoint's."""
@@ -198,15 +183,8 @@ def normalized_image(
     shift = camera.pixel_mean / camera.pixel_std
     if out is None:
         out = np.empty((*image.shape[:-3], 3, camera.height, camera.width), dtype=np.float64)
-    channels = np.moveaxis(image, -1, -3)
-    if camera.colour_correction is None:
-        np.multiply(channels, scale, out=out)
-        out -= shift
-        return out
-    # normalised = (A @ rgb / 255 + b - mean) / std, the colour map folded into one pass.
-    affine = np.asarray(camera.colour_correction, dtype=np.float64).reshape(3, 4)
-    np.einsum("ck,...khw->...chw", affine[:, :3] * scale, channels, out=out)
-    out += ((affine[:, 3] - camera.pixel_mean) / camera.pixel_std)[:, None, None]
+    np.multiply(np.moveaxis(image, -1, -3), scale, out=out)
+    out -= shift
     return out
 
 

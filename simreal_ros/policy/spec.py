@@ -334,10 +334,9 @@ def version_spec(spec: PolicySpec, metadata: Mapping[str, Any], description: Any
     """The conventions one version runs with: the base's ``spec``, with what its
     ``simreal_adapter.json`` names: the per-tick step (``action_scale``; sim adaptation
     widens it for an arm that follows its targets slowly), and a camera policy's frame
-    warp and colour map (``camera_rectification``, ``camera_colour``: the arm camera's
-    identified pose and colour response, ``sysid.camera_pose``/``camera_colour``). With
-    ``description`` the step is checked against the arm's velocity limits, as the base's
-    is."""
+    warp (``camera_rectification``: the arm camera's identified pose, ``sysid.camera_pose``).
+    With ``description`` the step is checked against the arm's velocity limits, as the
+    base's is."""
     from simreal_ros.policy.camera import VERSION_METADATA
 
     if any(metadata.get(key) is not None for key in VERSION_METADATA):

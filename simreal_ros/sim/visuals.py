@@ -124,6 +124,43 @@ class VisualRandomization:
         }
 
 
+@dataclasses.dataclass(frozen=True)
+class VisualJitter:
+    """Small draws around one identified appearance (``centre``), uniform per episode:
+    adaptation renders the identified scene and its neighbourhood, not one exact look. The
+    cube's colour, which identification does not see, keeps the pretraining's range."""
+
+    centre: VisualSettings
+    light: float = 0.1  # relative, on the diffuse and ambient intensities
+    tint: float = 0.05
+    tilt: float = 0.1
+    table_rgb: float = 0.05
+    cube_rgb: float = VisualRandomization.cube_rgb
+    camera_offset_m: float = 0.005
+    camera_rotation_deg: float = 0.5
+
+    def sample(self, rng: np.random.Generator) -> VisualSettings:
+        c = self.centre
+
+        def around(center, half: float, low=0.0, high=1.0) -> tuple[float, ...]:
+            values = np.asarray(center) + rng.uniform(-half, half, len(center))
+            return tuple(float(v) for v in np.clip(values, low, high))
+
+        return VisualSettings(
+            light_diffuse=float(np.clip(c.light_diffuse * rng.uniform(1 - self.light,
+                                                                      1 + self.light), 0, 2)),
+            light_ambient=float(np.clip(c.light_ambient * rng.uniform(1 - self.light,
+                                                                      1 + self.light), 0, 2)),
+            light_tint=around(c.light_tint, self.tint),
+            light_tilt=around(c.light_tilt, self.tilt, -5.0, 5.0),
+            table_rgb=around(c.table_rgb, self.table_rgb),
+            cube_rgb=around(NOMINAL.cube_rgb, self.cube_rgb),
+            camera_offset_m=around(c.camera_offset_m, self.camera_offset_m, -0.2, 0.2),
+            camera_rotation_deg=around(c.camera_rotation_deg, self.camera_rotation_deg,
+                                       -20.0, 20.0),
+        )  # fmt: skip
+
+
 class SceneAppearance:
     """Applies ``VisualSettings`` to one physics' model, remembering the scene's own camera
     pose so offsets never accumulate."""
@@ -198,8 +235,8 @@ class CameraObservations:
     frame (H, W, 3) uint8, rendered after every reset and step, as the policy node pairs the
     newest frame with the newest joint state.
 
-    ``appearance`` is a fixed ``VisualSettings`` (nominal, or a visual stand-in's) or a
-    ``VisualRandomization`` drawn once per episode from ``rng``.
+    ``appearance`` is a fixed ``VisualSettings`` (nominal, or a visual stand-in's), or a
+    ``VisualRandomization`` or ``VisualJitter`` drawn once per episode from ``rng``.
     """
 
     def __init__(self, env, camera: str, width: int, height: int, appearance=NOMINAL, rng=None):
@@ -219,9 +256,18 @@ class CameraObservations:
     def _with_image(self, observation: dict) -> dict:
         return {**observation, "image": self.renderer.render().copy()}
 
+    def render_as(self, settings: VisualSettings) -> np.ndarray:
+        """The current state under ``settings`` (a paired view of the same instant); the
+        episode's own appearance is put back."""
+        self.scene.apply(settings)
+        try:
+            return self.renderer.render().copy()
+        finally:
+            self.scene.apply(self.settings)
+
     def reset(self, *, seed=None, options=None):
         observation, info = self.env.reset(seed=seed, options=options)
-        if isinstance(self.appearance, VisualRandomization):
+        if hasattr(self.appearance, "sample"):  # a randomisation or a jitter: draw one
             self.settings = self.appearance.sample(self.rng)
         else:
             self.settings = self.appearance

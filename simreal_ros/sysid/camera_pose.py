@@ -102,14 +102,18 @@ class ArmRenderer:
         self.renderer = CameraRenderer(self.physics, camera, width, height)
         self._away = np.array([10.0, 10.0, -5.0])
 
-    def render(self, joints: np.ndarray, offset_m, rotation_deg) -> np.ndarray:
+    def render(self, joints: np.ndarray, offset_m=(0.0, 0.0, 0.0), rotation_deg=(0.0, 0.0, 0.0),
+               settings=None) -> np.ndarray:  # fmt: skip
+        """The arm at ``joints``; the scene as ``settings`` (a ``VisualSettings``) where
+        given, else the sim's own look from the camera moved by the offset."""
         from simreal_ros.sim.visuals import VisualSettings
 
         self.physics.reset(joint_positions=joints, cube_position=self._away, goal=self._away)
-        pose = VisualSettings(
-            camera_offset_m=tuple(offset_m), camera_rotation_deg=tuple(rotation_deg)
-        )
-        self.scene.apply(pose)
+        if settings is None:
+            settings = VisualSettings(
+                camera_offset_m=tuple(offset_m), camera_rotation_deg=tuple(rotation_deg)
+            )
+        self.scene.apply(settings)
         return self.renderer.render()
 
     def close(self) -> None:

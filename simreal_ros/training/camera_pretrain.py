@@ -110,16 +110,20 @@ class FrameDataset:
         self.obs = np.zeros((4096, obs_dim), np.float32)
         self.labels = np.zeros((4096, act_dim), np.float32)
         self.objects = np.zeros((4096, 2), np.float32)  # the cube's (x, y)
+        # The same instants seen under a reference appearance (FrameCollector's reference).
+        self.paired = np.zeros((4096, height, width, 3), np.uint8)
 
-    def add(self, image, obs, label, obj) -> None:
+    def add(self, image, obs, label, obj, paired=None) -> None:
         if self.size == len(self.images):
-            for name in ("images", "obs", "labels", "objects"):
+            for name in ("images", "obs", "labels", "objects", "paired"):
                 old = getattr(self, name)
                 grown = np.zeros((2 * len(old), *old.shape[1:]), old.dtype)
                 grown[: self.size] = old
                 setattr(self, name, grown)
         i = self.size
         self.images[i], self.obs[i], self.labels[i], self.objects[i] = image, obs, label, obj
+        if paired is not None:
+            self.paired[i] = paired
         self.size += 1
 
 
@@ -142,10 +146,12 @@ class FrameCollector:
     """Episodes in sim through a camera, every frame stored with the expert's label.
 
     ``appearance``: a ``VisualRandomization`` (drawn per episode) or fixed settings. The
-    student drives with probability 1 - ``expert_probability`` per step when given."""
+    student drives with probability 1 - ``expert_probability`` per step when given. With
+    ``reference`` (fixed settings), each frame is also rendered under it (``data.paired``):
+    the same instant as the policy was trained to see it."""
 
     def __init__(self, spec, robot: RobotDescription, profile: str, appearance, seed: int,
-                 rng: np.random.Generator | None = None):  # fmt: skip
+                 rng: np.random.Generator | None = None, reference=None):  # fmt: skip
         from simreal_ros.sim.expert import make_expert
         from simreal_ros.sim.gym_env import ArmTaskEnv
         from simreal_ros.sim.visuals import CameraObservations
@@ -159,6 +165,7 @@ class FrameCollector:
         self.rng = rng if rng is not None else np.random.default_rng(seed)
         self.set_spec(spec, SpecConverter.for_robot(spec, robot).forward_kinematics)
         self.data = FrameDataset(camera.height, camera.width, spec.obs_dim, spec.act_dim)
+        self.reference = reference
 
     def set_spec(self, spec, forward_kinematics=None) -> None:
         self.spec = spec
@@ -232,7 +239,8 @@ class FrameCollector:
             label = self.converter.action_from_command(self.expert.act(observation), q)
             vector = self.converter.observation_vector(observation)
             cube = self.env.physics.object_position()[:2]  # the truth, not the measurement
-            self.data.add(observation["image"], vector, label, cube)
+            paired = None if self.reference is None else self.env.render_as(self.reference)
+            self.data.add(observation["image"], vector, label, cube, paired)
             if (
                 actor is None
                 or expert_probability >= 1.0

@@ -1,7 +1,7 @@
 """The camera from the arm's own frames: a moved camera is found from frames rendered under
 another light, its warp puts the cube back where the trained camera sees it, a camera where
-it was trained is left unwarped, the colour response maps the frames' colours onto the
-sim's, and a version carries both to every frame."""
+it was trained is left unwarped, the light and table are fitted to the frames against the
+sim's renders, and a version carries the warp to every frame."""
 
 from __future__ import annotations
 
@@ -20,11 +20,6 @@ from simreal_ros.robot.description import load_robot_description  # noqa: E402
 from simreal_ros.sim.physics import ArmPhysics  # noqa: E402
 from simreal_ros.sim.rendering import CameraRenderer  # noqa: E402
 from simreal_ros.sim.visuals import SceneAppearance, VisualSettings  # noqa: E402
-from simreal_ros.sysid.camera_colour import (  # noqa: E402
-    ColourConfig,
-    apply_colour,
-    identify_colour_response,
-)
 from simreal_ros.sysid.camera_pose import (  # noqa: E402
     CameraPoseConfig,
     CameraPoseFit,
@@ -185,32 +180,74 @@ def test_the_fit_records_what_it_measured(moved_fit):
     assert record["frames_fitted"] == 14 and record["frames_held_out"] == 14
 
 
-def test_the_colour_response_maps_the_frames_colours_onto_the_sims(moved_frames, moved_fit):
+def test_the_scene_look_is_identified_from_frames_and_rendered_in_pairs(moved_frames, moved_fit):
+    """The light and table fitted on the frames explain held-out frames far better than the
+    sim's own look; adaptation then renders that look with each instant's pair as the
+    policy was trained to see it."""
+    from simreal_ros.sim.gym_env import ArmTaskEnv
+    from simreal_ros.sim.visuals import NOMINAL, CameraObservations, VisualJitter
+    from simreal_ros.sysid.camera_look import LookConfig, identify_look
+
     frames, joints = moved_frames
-    camera = CAMERA.corrected(rectification=rectification(ROBOT, CAMERA, moved_fit))
-    fit = identify_colour_response(frames, joints, ROBOT, camera, ColourConfig(frames=12))
+    fit = identify_look(
+        frames, joints, ROBOT, CAMERA, moved_fit.offset_m, moved_fit.rotation_deg,
+        LookConfig(frames=10, held_out_frames=10, evaluations=250),
+    )  # fmt: skip
     print(fit)
     assert fit.accepted
-    assert fit.held_out_error_after < 0.6 * fit.held_out_error_before
-    # The frames' median colour (the table's, most of every frame) comes out near the
-    # sim's under its nominal look.
-    seen_table = np.median(rectified_frames(frames, camera).reshape(-1, 3), axis=0) / 255
-    mapped_table = apply_colour(seen_table, fit.correction)
-    nominal_seen = np.median(arm_frames(VisualSettings(), 4)[0].reshape(-1, 3), axis=0) / 255
-    print("table as seen", seen_table, "mapped", mapped_table, "sim", nominal_seen)
-    assert (
-        np.abs(mapped_table - nominal_seen).max() < 0.5 * np.abs(seen_table - nominal_seen).max()
+    assert fit.held_out_error_after < 0.5 * fit.held_out_error_before
+    identified = VisualSettings(**fit.look, camera_offset_m=moved_fit.offset_m,
+                                camera_rotation_deg=moved_fit.rotation_deg)  # fmt: skip
+    env = CameraObservations(
+        ArmTaskEnv(task="push", profile="nominal", robot=ROBOT), CAMERA.camera_name,
+        CAMERA.width, CAMERA.height, VisualJitter(identified), np.random.default_rng(0),
+    )  # fmt: skip
+    try:
+        observation, _ = env.reset(seed=3, options={"condition": "train"})
+        paired = env.render_as(NOMINAL)
+        again = env.renderer.render().copy()
+    finally:
+        env.close()
+    # The episode's own look is put back after the paired render, and the pair differs.
+    np.testing.assert_array_equal(again, observation["image"])
+    assert np.abs(paired.astype(int) - observation["image"]).mean() > 10
+
+
+def test_alignment_with_joints_writes_the_cameras_warp_into_the_version(tmp_path, moved_frames):
+    """`simreal align`'s path with the frames' joint positions: the camera's pose is
+    identified, and the adapter's metadata carries its warp, which the deployed version
+    applies."""
+    import torch
+
+    from simreal_ros.learner.visual_alignment import AlignmentConfig, align_to_arm_frames
+    from simreal_ros.policy.camera import CAMERA_OBSERVATION_FIELDS
+    from simreal_ros.policy.checkpoint import load_numpy_checkpoint, read_adapter_metadata
+    from simreal_ros.policy.inference import deploy_adapter
+    from simreal_ros.policy.spec import SpecConverter
+    from simreal_ros.training.model import ActorCritic, Architecture, EncoderArchitecture
+    from simreal_ros.training.torch_checkpoint import save_checkpoint
+
+    torch.manual_seed(0)
+    spec = dataclasses.replace(
+        default_spec(ROBOT, "push", 20.0, CAMERA_OBSERVATION_FIELDS), camera=CAMERA
     )
-
-
-def test_the_colour_map_is_folded_into_the_normalisation():
-    affine = np.array([[0.9, 0.1, 0.0, 0.05], [0.0, 1.2, -0.1, 0.0], [0.05, 0.0, 0.8, -0.02]])
-    camera = CAMERA.corrected(colour_correction=affine)
-    rng = np.random.default_rng(0)
-    image = rng.integers(0, 256, (CAMERA.height, CAMERA.width, 3), dtype=np.uint8)
-    expected = (apply_colour(image / 255.0, affine) - CAMERA.pixel_mean) / CAMERA.pixel_std
+    encoder = EncoderArchitecture(CAMERA.height, CAMERA.width, channels=(6, 8, 6))
+    model = ActorCritic(Architecture(spec.obs_dim, spec.act_dim, (16, 16), (16, 16),
+                                     encoder=encoder))  # fmt: skip
+    base_dir = save_checkpoint(tmp_path / "base", model, spec, version="cam0", gamma=0.99,
+                               training={})  # fmt: skip
+    frames, joints = moved_frames
+    summary = align_to_arm_frames(
+        base_dir, frames, tmp_path / "aligned", ROBOT, version="a1", sim_episodes=2,
+        config=AlignmentConfig(steps=30, batch_size=8), arm_joints=joints,
+        camera_pose_config=FAST,
+    )  # fmt: skip
+    assert summary["camera_pose"]["accepted"] is True
+    metadata = read_adapter_metadata(tmp_path / "aligned")
+    assert len(metadata["camera_rectification"]) == 9
+    base = load_numpy_checkpoint(base_dir, ROBOT)
+    kinematics = SpecConverter.for_robot(spec, ROBOT).forward_kinematics
+    deployed = deploy_adapter(base, tmp_path / "aligned", "a1", forward_kinematics=kinematics)
     np.testing.assert_allclose(
-        normalized_image(image, camera), np.moveaxis(expected, -1, 0), atol=1e-12
+        deployed.converter.spec.camera.rectification, metadata["camera_rectification"]
     )
-    with pytest.raises(ValueError, match="12 finite"):
-        dataclasses.replace(CAMERA, colour_correction=(1.0,) * 11)
