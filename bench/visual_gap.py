@@ -4,14 +4,19 @@
    each, the loop's off-ROS check seeds);
 2. ``--episodes`` stand-in episodes of the base policy, keeping only their frames (no
    labels, no rewards: what the arm's bags give);
-3. ``learner.visual_alignment.align_to_arm_frames``: CORAL on the encoder's LoRA, anchored
-   by expert-labelled sim frames under the pretraining's randomisation;
+3. ``learner.visual_alignment.align_to_arm_frames``: the arm camera's pose identified from
+   the frames and their joint positions (its warp carried by the version), then CORAL on
+   the encoder's LoRA, anchored by expert-labelled sim frames under the pretraining's
+   randomisation;
 4. the adapted version on the same 50 seeds, stand-in and nominal.
 
 The stand-in is simulated, never the physical arm; its visual values are never read by the
 method (only its frames are).
 
     PYTHONPATH=. .venv/bin/python bench/visual_gap.py --profile visual_shift --episodes 10
+
+``--profile bench/profiles/visual/visual_shift_camera.yaml`` (and the other parts of a gap
+there) with ``--zero-shot-only`` measures which part of a gap the base fails on.
 """
 
 from __future__ import annotations
@@ -99,6 +104,10 @@ def main() -> None:
         "--warp-only", action="store_true",
         help="the identified camera pose's warp alone, without CORAL",
     )  # fmt: skip
+    parser.add_argument(
+        "--zero-shot-only", action="store_true",
+        help="only the base's success on the stand-in (a part of a gap: bench/profiles/visual)",
+    )  # fmt: skip
     args = parser.parse_args()
 
     from simreal_ros.sim.rendering import ensure_headless_gl
@@ -119,6 +128,10 @@ def main() -> None:
 
     started = time.perf_counter()
     base = PolicySource(args.checkpoint)
+    if args.zero_shot_only:
+        print(f"base on {args.profile}/train: {check(base, args.profile)} "
+              f"({time.perf_counter() - started:.0f} s)")  # fmt: skip
+        return
     zero_shot = {p: check(base, p) for p in (args.profile, "nominal")}
     frames, joints = stand_in_frames(args.checkpoint, args.profile, args.episodes, robot)
     with tempfile.TemporaryDirectory() as scratch:
