@@ -117,6 +117,8 @@ def main() -> None:
 
     from simreal_ros.learner.visual_alignment import AlignmentConfig, align_to_arm_frames
     from simreal_ros.robot.description import load_robot_description
+    from simreal_ros.sysid.camera_look import describe_look
+    from simreal_ros.sysid.camera_pose import describe_camera_pose
     from simreal_ros.training.evaluate import PolicySource, evaluate_policy
 
     torch.set_num_threads(2)
@@ -154,26 +156,10 @@ def main() -> None:
         after["nominal"] = check(PolicySource(args.checkpoint, str(sim_side(adapter))), "nominal")
     print(f"stand-in {args.profile}: {args.episodes} episodes, {len(frames)} frames "
           f"(unlabeled); {summary['sim_frames']} sim frames as the anchor")  # fmt: skip
-    pose = summary["camera_pose"]
-    if pose is not None:
-        print(
-            "camera pose from the frames: offset "
-            + ", ".join(f"{100 * v:+.1f}" for v in pose["offset_m"])
-            + " cm, rotation "
-            + ", ".join(f"{v:+.1f}" for v in pose["rotation_deg"])
-            + " deg; edge correlation "
-            f"(held out) {pose['held_out_before']:.3f} -> {pose['held_out_after']:.3f} "
-            f"(+-{pose['held_out_gain_se']:.3f}); "
-            + ("accepted: frames warped" if pose["accepted"] else "not accepted: no warp")
-        )
-    look = summary["scene_look"]
-    if look is not None:
-        print(
-            "scene look from the frames (light, table): mean RGB error against the renders "
-            f"(held out) {look['held_out_error_before']:.3f} -> "
-            f"{look['held_out_error_after']:.3f}; "
-            + ("accepted: adaptation renders it" if look["accepted"] else "not accepted")
-        )
+    if summary["camera_pose"] is not None:
+        print(describe_camera_pose(summary["camera_pose"]))
+    if summary["scene_look"] is not None:
+        print(describe_look(summary["scene_look"]))
     if "feature_distance_before" in summary:
         print(
             f"encoder feature distance (held out): {summary['feature_distance_before']:.4g} -> "

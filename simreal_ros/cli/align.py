@@ -71,6 +71,8 @@ def run(args) -> int:
     from simreal_ros.learner.visual_alignment import AlignmentConfig, align_to_arm_frames
     from simreal_ros.policy.checkpoint import load_numpy_checkpoint
     from simreal_ros.robot.description import load_robot_description
+    from simreal_ros.sysid.camera_look import describe_look
+    from simreal_ros.sysid.camera_pose import describe_camera_pose
 
     torch.set_num_threads(max(1, args.threads))
     robot = load_robot_description()  # --robot
@@ -94,26 +96,10 @@ def run(args) -> int:
            "within it: the arm's failures are likely not the camera's; alignment may not "
            "help)")
     )  # fmt: skip
-    pose = summary["camera_pose"]
-    if pose is not None:
-        print(
-            "camera pose: "
-            + ("the frames' camera is " if pose["accepted"] else "not used, the camera seems ")
-            + ", ".join(f"{100 * v:+.1f}" for v in pose["offset_m"])
-            + " cm and "
-            + ", ".join(f"{v:+.1f}" for v in pose["rotation_deg"])
-            + " deg from the trained "
-            f"one; edge correlation on held-out frames {pose['held_out_before']:.3f} -> "
-            f"{pose['held_out_after']:.3f}"
-            + (" (frames are warped into the trained view)" if pose["accepted"] else "")
-        )
-    look = summary["scene_look"]
-    if look is not None:
-        print(
-            "scene look (light, table): mean RGB error against the sim's renders on held-out "
-            f"frames {look['held_out_error_before']:.3f} -> {look['held_out_error_after']:.3f}"
-            + (" (adaptation renders it)" if look["accepted"] else " (not used)")
-        )
+    if summary["camera_pose"] is not None:
+        print(describe_camera_pose(summary["camera_pose"]))
+    if summary["scene_look"] is not None:
+        print(describe_look(summary["scene_look"]))
     distance = (
         f"; encoder feature distance (held out) {summary['feature_distance_before']:.4g} -> "
         f"{summary['feature_distance_after']:.4g}"

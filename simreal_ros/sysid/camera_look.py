@@ -89,18 +89,18 @@ def identify_look(
     from scipy.optimize import minimize
 
     from simreal_ros.sim.visuals import NOMINAL, VisualSettings
-    from simreal_ros.sysid.camera_pose import ArmRenderer, check_frames_and_joints
+    from simreal_ros.sysid.camera_pose import (
+        ArmRenderer,
+        check_frames_and_joints,
+        held_out_gain,
+        split_frames,
+    )
 
     config = config or LookConfig()
     frames = np.asarray(frames)
     joints = np.asarray(joint_positions, dtype=np.float64)
     check_frames_and_joints(frames, joints, camera, robot, "scene look")
-    rng = np.random.default_rng(config.seed)
-    order = rng.permutation(len(frames))
-    half = len(frames) // 2
-    fitted = np.sort(order[:half][: config.frames])
-    held = np.sort(order[half:][: config.held_out_frames])
-    seen = frames.astype(np.float32) / 255.0
+    fitted, held = split_frames(len(frames), config.frames, config.held_out_frames, config.seed)
     pose = {"camera_offset_m": tuple(offset_m), "camera_rotation_deg": tuple(rotation_deg)}
     bounds = [b for _, size, b in LOOK_FIELDS for _ in range(size)]
     low, high = np.array(bounds).T
@@ -109,7 +109,8 @@ def identify_look(
     def errors(vector: np.ndarray, indices: np.ndarray) -> np.ndarray:
         settings = VisualSettings(**_fields(np.clip(vector, low, high)), **pose)
         return np.array([
-            float(np.abs(renderer.render(joints[i], settings=settings) / 255.0 - seen[i]).mean())
+            float(np.abs(renderer.render(joints[i], settings=settings) / 255.0
+                         - frames[i] / 255.0).mean())
             for i in indices
         ])  # fmt: skip
 
@@ -126,8 +127,7 @@ def identify_look(
         before, after = errors(start, held), errors(best, held)
     finally:
         renderer.close()
-    gain = before - after
-    gain_se = float(gain.std(ddof=1) / np.sqrt(len(gain)))
+    gain_se, accepted = held_out_gain(before - after)
     return LookFit(
         look=_fields(best),
         held_out_error_before=float(before.mean()),
@@ -136,5 +136,15 @@ def identify_look(
         frames_fitted=len(fitted),
         frames_held_out=len(held),
         evaluations=int(result.nfev),
-        accepted=bool(gain.mean() > 2.0 * gain_se),
+        accepted=accepted,
+    )
+
+
+def describe_look(record) -> str:
+    """One line of a fit's record (``LookFit.to_dict()``) for people."""
+    return (
+        "scene look from the frames (light, table): mean RGB error against the sim's renders "
+        f"on held-out frames {record['held_out_error_before']:.3f} -> "
+        f"{record['held_out_error_after']:.3f}; "
+        + ("accepted: adaptation renders it" if record["accepted"] else "not accepted")
     )

@@ -142,6 +142,21 @@ def check_frames_and_joints(frames: np.ndarray, joints: np.ndarray, camera, robo
         )
 
 
+def split_frames(count: int, fitted: int, held_out: int, seed: int):
+    """Sorted indices of up to ``fitted`` frames to fit on and ``held_out`` others to check
+    on, drawn from disjoint random halves of ``count``."""
+    order = np.random.default_rng(seed).permutation(count)
+    half = count // 2
+    return np.sort(order[:half][:fitted]), np.sort(order[half:][:held_out])
+
+
+def held_out_gain(gain: np.ndarray) -> tuple[float, bool]:
+    """The paired standard error of per-frame ``gain`` on held-out frames, and whether the
+    mean gain exceeds twice it (an estimate is used only then)."""
+    se = float(gain.std(ddof=1) / np.sqrt(len(gain)))
+    return se, bool(gain.mean() > 2.0 * se)
+
+
 def identify_camera_pose(
     frames: np.ndarray,
     joint_positions: np.ndarray,
@@ -158,11 +173,7 @@ def identify_camera_pose(
     frames = np.asarray(frames)
     joints = np.asarray(joint_positions, dtype=np.float64)
     check_frames_and_joints(frames, joints, camera, robot, "camera pose")
-    rng = np.random.default_rng(config.seed)
-    order = rng.permutation(len(frames))
-    half = len(frames) // 2
-    fitted = np.sort(order[:half][: config.frames])
-    held = np.sort(order[half:][: config.held_out_frames])
+    fitted, held = split_frames(len(frames), config.frames, config.held_out_frames, config.seed)
     renderer = ArmRenderer(robot, camera.camera_name, camera.width, camera.height)
     step = np.array([config.initial_step_m] * 3 + [config.initial_step_deg] * 3)
     bounds = [(-MAX_OFFSET_M, MAX_OFFSET_M)] * 3 + [(-MAX_ROTATION_DEG, MAX_ROTATION_DEG)] * 3
@@ -192,8 +203,7 @@ def identify_camera_pose(
             )  # fmt: skip
             pose, evaluations = np.asarray(result.x), evaluations + int(result.nfev)
             step = step / 2
-        fine = config.blur_px[-1]
-        fitted_edges = [edge_image(frames[i], fine) for i in fitted]
+        fine, fitted_edges = config.blur_px[-1], edges  # the last level's
         held_edges = [edge_image(frames[i], fine) for i in held]
         fitted_before = correlations(np.zeros(6), fitted, fine, fitted_edges).mean()
         fitted_after = correlations(pose, fitted, fine, fitted_edges).mean()
@@ -201,8 +211,7 @@ def identify_camera_pose(
         held_after = correlations(pose, held, fine, held_edges)
     finally:
         renderer.close()
-    gain = held_after - held_before
-    gain_se = float(gain.std(ddof=1) / np.sqrt(len(gain)))
+    gain_se, accepted = held_out_gain(held_after - held_before)
     return CameraPoseFit(
         offset_m=tuple(float(v) for v in pose[:3]),
         rotation_deg=tuple(float(v) for v in pose[3:]),
@@ -214,27 +223,30 @@ def identify_camera_pose(
         frames_fitted=len(fitted),
         frames_held_out=len(held),
         evaluations=evaluations,
-        accepted=bool(gain.mean() > 2.0 * gain_se),
+        accepted=accepted,
     )
 
 
-def camera_projection(robot, camera, offset_m=(0.0, 0.0, 0.0), rotation_deg=(0.0, 0.0, 0.0)):
-    """(K, world_T_optical, the cube's centre height) of ``camera`` (a ``CameraSpec``) moved
-    by the offset."""
+def camera_projections(robot, camera, poses):
+    """(K, world_T_optical) of ``camera`` (a ``CameraSpec``) moved by each (offset_m,
+    rotation_deg) of ``poses``, and the resting cube's centre height: one scene for all."""
     from simreal_ros.sim.physics import ArmPhysics
     from simreal_ros.sim.rendering import CameraRenderer, ensure_headless_gl
     from simreal_ros.sim.visuals import SceneAppearance, VisualSettings
 
     ensure_headless_gl()
     physics = ArmPhysics(robot)
-    SceneAppearance(physics, camera.camera_name).apply(
-        VisualSettings(camera_offset_m=tuple(offset_m), camera_rotation_deg=tuple(rotation_deg))
-    )
+    scene = SceneAppearance(physics, camera.camera_name)
     renderer = CameraRenderer(physics, camera.camera_name, camera.width, camera.height)
+    out = []
     try:
-        return renderer.camera_matrix(), renderer.optical_pose(), physics.cube_half_size
+        for offset_m, rotation_deg in poses:
+            scene.apply(VisualSettings(camera_offset_m=tuple(offset_m),
+                                       camera_rotation_deg=tuple(rotation_deg)))  # fmt: skip
+            out.append((renderer.camera_matrix(), renderer.optical_pose()))
     finally:
         renderer.close()
+    return out, physics.cube_half_size
 
 
 def plane_homography(matrix: np.ndarray, world_T_optical: np.ndarray, height: float):
@@ -250,11 +262,25 @@ def rectification(robot, camera, fit: CameraPoseFit) -> np.ndarray:
     """The homography (3x3, normalised so [2, 2] is 1) from the identified camera's pixels
     to the trained camera's, exact on the plane through the resting cube's centre (the
     table top is z = 0)."""
-    k_arm, pose_arm, plane_height = camera_projection(
-        robot, camera, fit.offset_m, fit.rotation_deg
+    trained = ((0.0,) * 3, (0.0,) * 3)
+    projections, plane_height = camera_projections(
+        robot, camera, [(fit.offset_m, fit.rotation_deg), trained]
     )
-    k_sim, pose_sim, _ = camera_projection(robot, camera)
+    (k_arm, pose_arm), (k_sim, pose_sim) = projections
     to_sim = plane_homography(k_sim, pose_sim, plane_height)
     to_arm = plane_homography(k_arm, pose_arm, plane_height)
     warp = to_sim @ np.linalg.inv(to_arm)
     return warp / warp[2, 2]
+
+
+def describe_camera_pose(record) -> str:
+    """One line of a fit's record (``CameraPoseFit.to_dict()``) for people."""
+    offset = ", ".join(f"{100 * v:+.1f}" for v in record["offset_m"])
+    rotation = ", ".join(f"{v:+.1f}" for v in record["rotation_deg"])
+    return (
+        f"camera pose from the frames: {offset} cm, {rotation} deg from the trained one; edge "
+        f"correlation on held-out frames {record['held_out_before']:.3f} -> "
+        f"{record['held_out_after']:.3f} (+-{record['held_out_gain_se']:.3f}); "
+        + ("accepted: frames are warped into the trained view" if record["accepted"]
+           else "not accepted: no warp")
+    )  # fmt: skip

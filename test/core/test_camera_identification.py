@@ -23,7 +23,7 @@ from simreal_ros.sim.visuals import SceneAppearance, VisualSettings  # noqa: E40
 from simreal_ros.sysid.camera_pose import (  # noqa: E402
     CameraPoseConfig,
     CameraPoseFit,
-    camera_projection,
+    camera_projections,
     identify_camera_pose,
     plane_homography,
     rectification,
@@ -89,10 +89,11 @@ def test_a_moved_camera_is_found_from_frames_under_another_light(moved_fit):
     # Position and rotation trade off (a step along the line of sight barely changes the
     # image), so what is checked is what the policy sees: where the fitted camera puts the
     # workspace's points at the cube's height, against where the true one does.
-    fitted = plane_homography(*camera_projection(ROBOT, CAMERA, fit.offset_m, fit.rotation_deg))
-    true = plane_homography(
-        *camera_projection(ROBOT, CAMERA, MOVED.camera_offset_m, MOVED.camera_rotation_deg)
-    )
+    projections, height = camera_projections(
+        ROBOT, CAMERA,
+        [(fit.offset_m, fit.rotation_deg), (MOVED.camera_offset_m, MOVED.camera_rotation_deg)],
+    )  # fmt: skip
+    fitted, true = (plane_homography(k, pose, height) for k, pose in projections)
     grid = np.array([[x, y, 1.0] for x in (0.35, 0.5, 0.65) for y in (-0.2, 0.0, 0.2)]).T
     pixels = [(h @ grid)[:2] / (h @ grid)[2] for h in (fitted, true)]
     error = np.linalg.norm(pixels[0] - pixels[1], axis=0)
